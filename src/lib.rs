@@ -1,0 +1,41 @@
+//! # rdma-pmd: the allocator-free core of an RDMA WRITE poll-mode driver
+//!
+//! This crate holds what every backend shares and nothing that touches hardware:
+//!
+//! * [`Sge`]: a scatter-gather element, layout-identical to rdma-core's `struct ibv_sge`;
+//! * [`SendFlags`]: the `ibv_send_flags` bits a write honours;
+//! * typed handles ([`Lkey`], [`Rkey`], [`QpNum`], [`BusAddr`]) so a key is never confused with
+//!   an address or a queue number;
+//! * [`Completion`] and [`WcStatus`]: work completions numbered like `ibv_wc`;
+//! * [`Error`]: small `Copy` errors with one [`Error::errno`] mapping at the librdmacm surface;
+//! * [`ring`]: power-of-two ring arithmetic on free-running counters;
+//! * [`region`]: the borrow and in-flight rules that keep a registered buffer alive (and
+//!   registered) while a posted work request still reads it;
+//! * [`post`]: the posting API modelled on librdmacm's `rdma_post_writev`, with its single,
+//!   batched, inline and raw forms, written once over a backend's [`post::SendQueue`].
+//!
+//! The crate is `#![no_std]` and has no `alloc` in its dependency graph; the optional `std`
+//! feature only adds `std::error::Error` impls.
+#![no_std]
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod addr;
+pub mod completion;
+pub mod error;
+pub mod flags;
+pub mod post;
+pub mod region;
+pub mod ring;
+pub mod sge;
+
+pub use addr::{BusAddr, Lkey, QpNum, RemoteBuf, Rkey};
+pub use completion::{Completion, WcOpcode, WcStatus};
+pub use error::{Errno, Error, Result};
+pub use flags::SendFlags;
+pub use post::{Batch, Caps, PostWrite, SendQueue, Source, WriteRequest};
+pub use region::{LocalBuf, RegionUse};
+pub use sge::Sge;

@@ -1,0 +1,381 @@
+//! The posting API, modelled on librdmacm's `rdma_post_writev`.
+//!
+//! ```text
+//! int rdma_post_writev(struct rdma_cm_id *id, void *context, struct ibv_sge *sgl, int nsge,
+//!                      int flags, uint64_t remote_addr, uint32_t rkey);
+//! ```
+//!
+//! becomes [`PostWrite::post_writev`]`(context, sgl, flags, RemoteBuf { addr, rkey })`:
+//! `context` comes back as [`Completion::wr_id`](crate::Completion::wr_id), errors carry the errno
+//! librdmacm would set, and the SGEs are [`LocalBuf`]s borrowed from registered regions, so the
+//! buffers outlive the request (see [`crate::region`]).
+//!
+//! A backend implements the five primitives of [`SendQueue`] (push a request into the ring
+//! without telling the device, ring the doorbell for what was pushed, roll back what was pushed,
+//! poll completions, report capabilities). Everything else, the single post, the batch with one
+//! doorbell, inline and immediate forms and the raw unsafe form, is written here once.
+//!
+//! Semantics copied from rdma-core:
+//! * zero SGEs is a valid zero-length RDMA WRITE; zero-length SGEs are skipped by mlx5;
+//! * with [`SendFlags::INLINE`] the bytes are copied into the request at post time and need no
+//!   registration ([`PostWrite::post_write_inline`]); with registered buffers and `INLINE`, the
+//!   registered bytes are copied the same way;
+//! * a batch is `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete` (one doorbell) and dropping it
+//!   uncommitted is `ibv_wr_abort`.
+
+use core::marker::PhantomData;
+
+use crate::addr::{QpNum, RemoteBuf};
+use crate::completion::Completion;
+use crate::error::{Error, Result};
+use crate::flags::SendFlags;
+use crate::region::LocalBuf;
+use crate::sge::Sge;
+
+/// What a send queue accepts, fixed when it is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Caps {
+    /// Requests of the smallest size that fit at once (`ibv_qp_cap.max_send_wr`).
+    pub max_send_wr: u32,
+    /// Scatter-gather elements per request (`ibv_qp_cap.max_send_sge`).
+    pub max_sge: u32,
+    /// Inline payload bytes per request (`ibv_qp_cap.max_inline_data`).
+    pub max_inline: u32,
+}
+
+/// Where a write's payload comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum SourceKind<'a, 'r> {
+    /// Registered buffers, gathered in order.
+    Sgl(&'a [LocalBuf<'r>]),
+    /// Plain bytes, copied into the request (no registration).
+    Inline(&'a [&'a [u8]]),
+    /// Raw scatter-gather elements; only reachable through `unsafe` ([`Source::raw`]).
+    #[non_exhaustive]
+    Raw(&'a [Sge]),
+}
+
+/// The payload of a write request. Construct with [`Source::sgl`], [`Source::inline`] or the
+/// `unsafe` [`Source::raw`].
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a, 'r>(SourceKind<'a, 'r>);
+
+impl<'a, 'r> Source<'a, 'r> {
+    /// Registered buffers.
+    pub const fn sgl(sgl: &'a [LocalBuf<'r>]) -> Self {
+        Source(SourceKind::Sgl(sgl))
+    }
+
+    /// Bytes to copy inline.
+    pub const fn inline(data: &'a [&'a [u8]]) -> Self {
+        Source(SourceKind::Inline(data))
+    }
+
+    /// Raw elements, as `ibv_post_send` takes them.
+    ///
+    /// # Safety
+    /// Every element must name memory registered under its `lkey` that stays allocated and
+    /// registered until the request's completion is reaped. With [`SendFlags::INLINE`] each
+    /// `addr` must instead be a CPU address readable for `length` bytes during the post.
+    #[allow(unsafe_code)]
+    pub const unsafe fn raw(sgl: &'a [Sge]) -> Self {
+        Source(SourceKind::Raw(sgl))
+    }
+
+    /// The payload, for backends.
+    pub const fn kind(&self) -> &SourceKind<'a, 'r> {
+        &self.0
+    }
+
+    /// Number of elements (buffers or inline pieces).
+    pub fn count(&self) -> usize {
+        match self.0 {
+            SourceKind::Sgl(s) => s.len(),
+            SourceKind::Inline(s) => s.len(),
+            SourceKind::Raw(s) => s.len(),
+        }
+    }
+
+    /// Total payload bytes, or `None` if it overflows 32 bits (an RDMA message is at most
+    /// 2^31 bytes).
+    pub fn total_len(&self) -> Option<u32> {
+        let mut total: u64 = 0;
+        match self.0 {
+            SourceKind::Sgl(s) => s.iter().for_each(|b| total += b.len() as u64),
+            SourceKind::Inline(s) => s.iter().for_each(|b| total += b.len() as u64),
+            SourceKind::Raw(s) => s.iter().for_each(|e| total += e.length as u64),
+        }
+        if total > 1 << 31 {
+            None
+        } else {
+            Some(total as u32)
+        }
+    }
+}
+
+/// One RDMA WRITE (or WRITE WITH IMMEDIATE) request: `ibv_send_wr` restricted to writes.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteRequest<'a, 'r> {
+    /// Comes back as the completion's `wr_id` (`context` of `rdma_post_writev`).
+    pub wr_id: u64,
+    /// The payload.
+    pub source: Source<'a, 'r>,
+    /// `ibv_send_flags`.
+    pub flags: SendFlags,
+    /// Where it goes.
+    pub remote: RemoteBuf,
+    /// Immediate data for `IBV_WR_RDMA_WRITE_WITH_IMM`: a number, sent big-endian, that the
+    /// peer reads back as `be32toh(wc.imm_data)`.
+    pub imm: Option<u32>,
+}
+
+impl WriteRequest<'_, '_> {
+    /// The request's payload is copied inline: either the flag asks for it or the source is
+    /// plain bytes.
+    pub fn is_inline(&self) -> bool {
+        self.flags.contains(SendFlags::INLINE) || matches!(self.source.0, SourceKind::Inline(_))
+    }
+
+    /// Check the request against a queue's capabilities, as rdma-core's provider does before it
+    /// writes anything.
+    pub fn check(&self, caps: &Caps) -> Result<()> {
+        let len = self.source.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
+        if self.is_inline() {
+            if len > caps.max_inline {
+                return Err(Error::InlineTooLarge {
+                    len: len as usize,
+                    max: caps.max_inline as usize,
+                });
+            }
+        } else if self.source.count() > caps.max_sge as usize {
+            return Err(Error::TooManySges {
+                given: self.source.count(),
+                max: caps.max_sge as usize,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A backend's send queue (with its completion queue): the primitives every posting form is
+/// built from.
+///
+/// `'r` is the lifetime of the registered regions the queue may read from; a queue never
+/// outlives it.
+///
+/// Contract for implementors:
+/// * [`push`](SendQueue::push) either writes the whole request into the ring (not yet visible
+///   to the device) and returns `Ok`, or changes nothing and returns the error;
+/// * [`commit`](SendQueue::commit) makes every pushed request visible with one doorbell;
+/// * [`abort`](SendQueue::abort) forgets every request pushed since the last commit, releasing
+///   what they acquired, as if they had never been pushed;
+/// * [`poll`](SendQueue::poll) never blocks: it fills at most `out.len()` completions and
+///   returns how many. Every committed request that asked for a completion (or failed, or was
+///   flushed) is reported exactly once.
+pub trait SendQueue<'r> {
+    /// What the queue accepts.
+    fn caps(&self) -> Caps;
+    /// The local QP number.
+    fn qp_num(&self) -> QpNum;
+    /// Write one request into the ring without ringing the doorbell.
+    fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()>;
+    /// Ring the doorbell for everything pushed since the last commit.
+    fn commit(&mut self);
+    /// Forget everything pushed since the last commit.
+    fn abort(&mut self);
+    /// Reap completions into `out`; returns how many were written. Never blocks.
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize>;
+    /// Requests committed whose completion (explicit or implied) has not been reaped yet.
+    fn outstanding(&self) -> u32;
+}
+
+/// The librdmacm-style posting calls, for every [`SendQueue`].
+pub trait PostWrite<'r>: SendQueue<'r> {
+    /// Post one request and ring the doorbell.
+    fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        self.push(req)?;
+        self.commit();
+        Ok(())
+    }
+
+    /// `rdma_post_writev`: gather `sgl` into `remote`.
+    fn post_writev(
+        &mut self,
+        wr_id: u64,
+        sgl: &[LocalBuf<'r>],
+        flags: SendFlags,
+        remote: RemoteBuf,
+    ) -> Result<()> {
+        self.post(&WriteRequest { wr_id, source: Source::sgl(sgl), flags, remote, imm: None })
+    }
+
+    /// `rdma_post_write`: one registered buffer.
+    fn post_write(
+        &mut self,
+        wr_id: u64,
+        buf: LocalBuf<'r>,
+        flags: SendFlags,
+        remote: RemoteBuf,
+    ) -> Result<()> {
+        self.post_writev(wr_id, core::slice::from_ref(&buf), flags, remote)
+    }
+
+    /// RDMA WRITE WITH IMMEDIATE: as `post_writev`, and the peer gets `imm` in a completion.
+    fn post_write_imm(
+        &mut self,
+        wr_id: u64,
+        sgl: &[LocalBuf<'r>],
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: u32,
+    ) -> Result<()> {
+        self.post(&WriteRequest { wr_id, source: Source::sgl(sgl), flags, remote, imm: Some(imm) })
+    }
+
+    /// Write plain bytes inline (`IBV_SEND_INLINE`): no registration, the bytes may be reused as
+    /// soon as this returns.
+    fn post_write_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[&[u8]],
+        flags: SendFlags,
+        remote: RemoteBuf,
+    ) -> Result<()> {
+        self.post(&WriteRequest {
+            wr_id,
+            source: Source::inline(data),
+            flags: flags | SendFlags::INLINE,
+            remote,
+            imm: None,
+        })
+    }
+
+    /// `rdma_post_writev` with raw elements, exactly as rdma-core takes them.
+    ///
+    /// # Safety
+    /// As [`Source::raw`]: the memory behind every element must stay allocated and registered
+    /// until the request's completion is reaped.
+    #[allow(unsafe_code)]
+    unsafe fn post_writev_raw(
+        &mut self,
+        wr_id: u64,
+        sgl: &[Sge],
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Result<()> {
+        // SAFETY: forwarded to our caller.
+        let source = unsafe { Source::raw(sgl) };
+        self.post(&WriteRequest { wr_id, source, flags, remote, imm })
+    }
+
+    /// Start a batch: requests appended to it are rung with one doorbell on
+    /// [`Batch::commit`], or forgotten if the batch is dropped.
+    fn batch(&mut self) -> Batch<'_, 'r, Self> {
+        Batch { q: self, pushed: 0, done: false, _r: PhantomData }
+    }
+
+    /// Busy-poll until at least one completion arrives or `max_polls` polls found nothing.
+    fn poll_bounded(&mut self, out: &mut [Completion], max_polls: u64) -> Result<usize> {
+        for _ in 0..max_polls.max(1) {
+            let n = self.poll(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            core::hint::spin_loop();
+        }
+        Err(Error::Timeout("a completion"))
+    }
+}
+
+impl<'r, Q: SendQueue<'r> + ?Sized> PostWrite<'r> for Q {}
+
+/// Requests posted with a single doorbell (`ibv_wr_start` ... `ibv_wr_complete`).
+///
+/// Dropping the batch without [`commit`](Batch::commit) rolls it back (`ibv_wr_abort`): the
+/// ring and the regions' in-flight counts return to where they were.
+pub struct Batch<'q, 'r, Q: SendQueue<'r> + ?Sized> {
+    q: &'q mut Q,
+    pushed: u32,
+    done: bool,
+    _r: PhantomData<&'r ()>,
+}
+
+impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
+    /// Append one request. A refused request changes nothing; the earlier ones stay appended.
+    pub fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        self.q.push(req)?;
+        self.pushed += 1;
+        Ok(())
+    }
+
+    /// Append a gather write.
+    pub fn writev(
+        &mut self,
+        wr_id: u64,
+        sgl: &[LocalBuf<'r>],
+        flags: SendFlags,
+        remote: RemoteBuf,
+    ) -> Result<()> {
+        self.push(&WriteRequest { wr_id, source: Source::sgl(sgl), flags, remote, imm: None })
+    }
+
+    /// Append a write with immediate data.
+    pub fn write_imm(
+        &mut self,
+        wr_id: u64,
+        sgl: &[LocalBuf<'r>],
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: u32,
+    ) -> Result<()> {
+        self.push(&WriteRequest { wr_id, source: Source::sgl(sgl), flags, remote, imm: Some(imm) })
+    }
+
+    /// Append an inline write.
+    pub fn write_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[&[u8]],
+        flags: SendFlags,
+        remote: RemoteBuf,
+    ) -> Result<()> {
+        self.push(&WriteRequest {
+            wr_id,
+            source: Source::inline(data),
+            flags: flags | SendFlags::INLINE,
+            remote,
+            imm: None,
+        })
+    }
+
+    /// Requests appended so far.
+    pub fn len(&self) -> u32 {
+        self.pushed
+    }
+
+    /// Whether nothing was appended.
+    pub fn is_empty(&self) -> bool {
+        self.pushed == 0
+    }
+
+    /// Ring one doorbell for every appended request; returns how many were posted.
+    pub fn commit(mut self) -> u32 {
+        self.done = true;
+        if self.pushed > 0 {
+            self.q.commit();
+        }
+        self.pushed
+    }
+}
+
+impl<'r, Q: SendQueue<'r> + ?Sized> Drop for Batch<'_, 'r, Q> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.q.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

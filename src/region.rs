@@ -1,0 +1,260 @@
+//! Keeping registered buffers alive and registered while the device still reads them.
+//!
+//! A posted RDMA WRITE reads its source buffers some time after the post returns, until its
+//! completion is reaped (or the queue is flushed). The rules here make that safe without `unsafe`
+//! at the call site:
+//!
+//! 1. **Lifetime, at compile time.** A [`LocalBuf<'r>`] borrows its region for `'r`, and a send
+//!    queue that accepts `LocalBuf<'r>` lives no longer than `'r`. So the region (and the memory
+//!    behind it) cannot be dropped while the queue that may still read it exists.
+//! 2. **Registration, at run time.** Each region carries a [`RegionUse`]: a count of posted
+//!    requests that reference it. Backends [`acquire`](RegionUse::acquire) it when a request is
+//!    written to the ring and [`release`](RegionUse::release) it when the request's completion
+//!    (or flush) is reaped. Deregistration calls [`begin_dereg`](RegionUse::begin_dereg), which is
+//!    refused with [`Error::RegionBusy`] while the count is non-zero; once deregistered, a region
+//!    can no longer be posted from ([`Error::BadLkey`]).
+//!
+//! The counter is a `Cell`: a region is used from one thread, like the busy-poll loop that owns
+//! its queue. That keeps the data path free of atomics and locks.
+
+use core::cell::Cell;
+use core::ptr::NonNull;
+
+use crate::addr::Lkey;
+use crate::error::{Error, Result};
+use crate::sge::Sge;
+
+/// In-flight accounting and registration state of one registered region.
+#[derive(Debug, Default)]
+pub struct RegionUse {
+    in_flight: Cell<u32>,
+    deregistered: Cell<bool>,
+}
+
+impl RegionUse {
+    /// A registered region with nothing in flight.
+    pub const fn new() -> Self {
+        Self { in_flight: Cell::new(0), deregistered: Cell::new(false) }
+    }
+
+    /// Posted requests that still reference the region.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.get()
+    }
+
+    /// Whether the region is still registered.
+    pub fn is_registered(&self) -> bool {
+        !self.deregistered.get()
+    }
+
+    /// Count one more posted request. Fails if the region was deregistered.
+    #[inline]
+    pub fn acquire(&self) -> Result<()> {
+        if self.deregistered.get() {
+            return Err(Error::BadLkey);
+        }
+        self.in_flight.set(self.in_flight.get() + 1);
+        Ok(())
+    }
+
+    /// Count one request finished (completed or flushed).
+    #[inline]
+    pub fn release(&self) {
+        let n = self.in_flight.get();
+        debug_assert!(n > 0, "region released more often than acquired");
+        self.in_flight.set(n.saturating_sub(1));
+    }
+
+    /// Mark the region deregistered, unless requests still use it.
+    pub fn begin_dereg(&self) -> Result<()> {
+        match self.in_flight.get() {
+            0 => {
+                self.deregistered.set(true);
+                Ok(())
+            }
+            n => Err(Error::RegionBusy { in_flight: n }),
+        }
+    }
+}
+
+/// A borrowed byte range of a registered region: the safe source of a scatter-gather element.
+///
+/// Only backends create these (from their region types), through [`LocalBuf::from_raw_parts`],
+/// whose contract ties the CPU pointer and the key-space address to the same live bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalBuf<'r> {
+    region: &'r RegionUse,
+    ptr: NonNull<u8>,
+    addr: u64,
+    len: u32,
+    lkey: Lkey,
+}
+
+impl<'r> LocalBuf<'r> {
+    /// Assemble a buffer from its parts.
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` bytes that stay allocated for `'r` and that the device reaches
+    /// as `addr` under `lkey` for as long as `region` is registered; `region` must be the
+    /// [`RegionUse`] of the region `lkey` names.
+    #[allow(unsafe_code)]
+    pub const unsafe fn from_raw_parts(
+        region: &'r RegionUse,
+        ptr: NonNull<u8>,
+        addr: u64,
+        len: u32,
+        lkey: Lkey,
+    ) -> Self {
+        Self { region, ptr, addr, len, lkey }
+    }
+
+    /// The region's in-flight accounting.
+    pub fn region(&self) -> &'r RegionUse {
+        self.region
+    }
+
+    /// The scatter-gather element the device is given.
+    #[inline]
+    pub fn sge(&self) -> Sge {
+        Sge::new(self.addr, self.len, self.lkey)
+    }
+
+    /// CPU address of the first byte (for inline copies by a backend).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A sub-range `[off, off + len)` of this buffer.
+    pub fn slice(&self, off: usize, len: usize) -> Result<LocalBuf<'r>> {
+        let end = off.checked_add(len).ok_or(Error::OutOfBounds)?;
+        if end > self.len as usize {
+            return Err(Error::OutOfBounds);
+        }
+        Ok(LocalBuf {
+            region: self.region,
+            // In bounds of the same allocation: checked above.
+            ptr: NonNull::new(self.ptr.as_ptr().wrapping_add(off)).ok_or(Error::OutOfBounds)?,
+            addr: self.addr + off as u64,
+            len: len as u32,
+            lkey: self.lkey,
+        })
+    }
+}
+
+/// Acquire every distinct region of `sgl` once per consecutive run, so a request whose elements
+/// all come from one region costs one counter update. On failure nothing stays acquired.
+pub fn acquire_all(sgl: &[LocalBuf<'_>]) -> Result<()> {
+    let mut prev: Option<*const RegionUse> = None;
+    for (i, b) in sgl.iter().enumerate() {
+        let r = b.region as *const RegionUse;
+        if prev == Some(r) {
+            continue;
+        }
+        if let Err(e) = b.region.acquire() {
+            release_all(&sgl[..i]);
+            return Err(e);
+        }
+        prev = Some(r);
+    }
+    Ok(())
+}
+
+/// Undo [`acquire_all`] for the same slice.
+pub fn release_all(sgl: &[LocalBuf<'_>]) {
+    let mut prev: Option<*const RegionUse> = None;
+    for b in sgl {
+        let r = b.region as *const RegionUse;
+        if prev != Some(r) {
+            b.region.release();
+            prev = Some(r);
+        }
+    }
+}
+
+/// Call `f` once per consecutive run of the same region in `sgl`: the regions
+/// [`acquire_all`] counted, in order. Backends use it to remember what to release.
+pub fn for_each_run<'r>(sgl: &[LocalBuf<'r>], mut f: impl FnMut(&'r RegionUse)) {
+    let mut prev: Option<*const RegionUse> = None;
+    for b in sgl {
+        let r = b.region as *const RegionUse;
+        if prev != Some(r) {
+            f(b.region);
+            prev = Some(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buf<'r>(r: &'r RegionUse, mem: &'r [u8]) -> LocalBuf<'r> {
+        // SAFETY: mem lives for 'r; the test's "device" never touches it.
+        #[allow(unsafe_code)]
+        unsafe {
+            LocalBuf::from_raw_parts(
+                r,
+                NonNull::from(mem).cast(),
+                0x1000,
+                mem.len() as u32,
+                Lkey(7),
+            )
+        }
+    }
+
+    #[test]
+    fn dereg_refused_while_in_flight() {
+        let r = RegionUse::new();
+        r.acquire().unwrap();
+        assert_eq!(r.begin_dereg(), Err(Error::RegionBusy { in_flight: 1 }));
+        r.release();
+        assert_eq!(r.begin_dereg(), Ok(()));
+        assert_eq!(r.acquire(), Err(Error::BadLkey));
+    }
+
+    #[test]
+    fn runs_are_counted_once() {
+        let (a, b) = (RegionUse::new(), RegionUse::new());
+        let (ma, mb) = ([0u8; 64], [0u8; 64]);
+        let sgl = [buf(&a, &ma), buf(&a, &ma), buf(&b, &mb), buf(&a, &ma)];
+        acquire_all(&sgl).unwrap();
+        assert_eq!((a.in_flight(), b.in_flight()), (2, 1));
+        let mut n = 0;
+        for_each_run(&sgl, |_| n += 1);
+        assert_eq!(n, 3);
+        release_all(&sgl);
+        assert_eq!((a.in_flight(), b.in_flight()), (0, 0));
+    }
+
+    #[test]
+    fn failed_acquire_rolls_back() {
+        let (a, b) = (RegionUse::new(), RegionUse::new());
+        b.begin_dereg().unwrap();
+        let (ma, mb) = ([0u8; 8], [0u8; 8]);
+        let sgl = [buf(&a, &ma), buf(&b, &mb)];
+        assert_eq!(acquire_all(&sgl), Err(Error::BadLkey));
+        assert_eq!(a.in_flight(), 0);
+    }
+
+    #[test]
+    fn slices_stay_in_bounds() {
+        let a = RegionUse::new();
+        let m = [0u8; 64];
+        let b = buf(&a, &m);
+        let s = b.slice(16, 32).unwrap();
+        assert_eq!(s.sge().addr, 0x1010);
+        assert_eq!(s.len(), 32);
+        assert_eq!(b.slice(40, 32).unwrap_err(), Error::OutOfBounds);
+        assert_eq!(b.slice(usize::MAX, 2).unwrap_err(), Error::OutOfBounds);
+    }
+}

@@ -1,0 +1,46 @@
+//! Project tasks: `cargo xtask <task>`.
+//!
+//! * `demo [--backend model|rxe|vfio] [args]` — the busy-poll writev demo;
+//! * `test [--tier NAME]` — every test tier, or one, ending with a `N passed, N failed` line;
+//! * `vectors FILE...` — run mlx5 conformance vector files through the project's builders;
+//! * `nostd` — build and run the freestanding no_std link check;
+//! * `bench post|rxe` — side-by-side benchmarks.
+
+#![allow(dead_code)] // helpers shared by tiers that are added over time
+
+mod tiers;
+mod util;
+
+use std::process::ExitCode;
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: cargo xtask <task>\n\
+         \x20 demo [--backend model|rxe|vfio] [ARGS]   busy-poll writev demo (default: mlx5 device model)\n\
+         \x20 test [--tier NAME]                      run every test tier, or one: {}\n\
+         \x20 vectors FILE...                         run mlx5 conformance vectors\n\
+         \x20 nostd                                   freestanding no_std link check\n\
+         \x20 bench post|rxe                          side-by-side benchmarks",
+        tiers::names().join(", ")
+    );
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(task) = args.first() else { return usage() };
+    let rest = &args[1..];
+    let ok = match task.as_str() {
+        "test" => tiers::run_cli(rest),
+        "demo" => tiers::demo(rest),
+        "vectors" => tiers::vectors_cli(rest),
+        "nostd" => tiers::nostd_cli(),
+        "bench" => tiers::bench(rest),
+        _ => return usage(),
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

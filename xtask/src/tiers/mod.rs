@@ -1,0 +1,119 @@
+//! Test tiers and the other tasks. Each tier lives in its own module and returns an [`Outcome`];
+//! `cargo xtask test` runs them in order and prints one summary line.
+
+mod lint;
+mod unit;
+
+use crate::util;
+
+/// What one tier did.
+#[derive(Debug, Default, Clone)]
+pub struct Outcome {
+    /// Tests (or checks) that passed.
+    pub passed: u32,
+    /// Tests (or checks) that failed.
+    pub failed: u32,
+    /// Set when the tier could not run here, with the reason.
+    pub skipped: Option<String>,
+}
+
+impl Outcome {
+    /// One check: passed or failed.
+    pub fn check(ok: bool) -> Self {
+        Outcome { passed: ok as u32, failed: !ok as u32, skipped: None }
+    }
+
+    /// Counts of a libtest run; a failed run with no failed test counts as one failure.
+    pub fn from_libtest(ok: bool, output: &str) -> Self {
+        let (passed, mut failed) = util::count_libtest(output);
+        if !ok && failed == 0 {
+            failed = 1;
+        }
+        Outcome { passed, failed, skipped: None }
+    }
+
+    /// The tier did not run, and why.
+    pub fn skip(why: impl Into<String>) -> Self {
+        Outcome { skipped: Some(why.into()), ..Default::default() }
+    }
+}
+
+type Tier = fn() -> Outcome;
+
+/// Every tier, in the order `cargo xtask test` runs them.
+const TIERS: &[(&str, Tier)] = &[("unit", unit::run), ("lint", lint::run)];
+
+/// Tier names, for usage text.
+pub fn names() -> Vec<&'static str> {
+    TIERS.iter().map(|(n, _)| *n).collect()
+}
+
+/// `cargo xtask test [--tier NAME]`.
+pub fn run_cli(args: &[String]) -> bool {
+    let only = match args {
+        [] => None,
+        [flag, name] if flag == "--tier" => Some(name.as_str()),
+        _ => {
+            eprintln!("usage: cargo xtask test [--tier {}]", names().join("|"));
+            return false;
+        }
+    };
+    if let Some(name) = only {
+        if !TIERS.iter().any(|(n, _)| *n == name) {
+            eprintln!("xtask: no tier {name:?}; tiers: {}", names().join(", "));
+            return false;
+        }
+    }
+    let mut rows = Vec::new();
+    for (name, tier) in TIERS {
+        if only.is_some_and(|o| o != *name) {
+            continue;
+        }
+        eprintln!("\n==== tier {name} ====");
+        let out = tier();
+        rows.push((*name, out));
+    }
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    println!("\ntier summary:");
+    for (name, o) in &rows {
+        match &o.skipped {
+            Some(why) => {
+                skipped += 1;
+                println!("  {name:<8} SKIPPED: {why}");
+            }
+            None => println!("  {name:<8} {} passed, {} failed", o.passed, o.failed),
+        }
+        passed += o.passed;
+        failed += o.failed;
+    }
+    if skipped > 0 {
+        println!("{passed} passed, {failed} failed, {skipped} skipped");
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
+    failed == 0
+}
+
+/// `cargo xtask demo`.
+pub fn demo(_args: &[String]) -> bool {
+    eprintln!("xtask: the demo is not built yet");
+    false
+}
+
+/// `cargo xtask vectors FILE...`.
+pub fn vectors_cli(_args: &[String]) -> bool {
+    eprintln!("xtask: the vector runner is not built yet");
+    false
+}
+
+/// `cargo xtask nostd`.
+pub fn nostd_cli() -> bool {
+    eprintln!("xtask: the no_std check is not built yet");
+    false
+}
+
+/// `cargo xtask bench ...`.
+pub fn bench(_args: &[String]) -> bool {
+    eprintln!("xtask: benchmarks are not built yet");
+    false
+}
