@@ -1,1 +1,36 @@
-//! placeholder
+//! # rdma-pmd-hal: what a poll-mode driver needs from the platform
+//!
+//! The mlx5 backend reaches hardware only through these contracts, so the same driver runs over
+//! VFIO on Linux, identity-mapped on bare metal, and against an in-memory device model in tests:
+//!
+//! | trait | what it gives | implementations |
+//! |---|---|---|
+//! | [`Mmio`] | explicit-width volatile access to a PCI BAR, one 64-bit doorbell store, a 64-byte write-combining copy | [`mem::MemBar`] (std), [`baremetal::IdentityBar`], VFIO (`vfio` feature) |
+//! | [`Dma`] | zeroed, aligned, device-visible memory with its CPU pointer and bus address | [`mem::HeapDma`] (std), [`baremetal::StaticDma`], VFIO |
+//! | [`Clock`] | a monotonic time source so that every wait has a bound | [`StdClock`] (std), [`baremetal::TscClock`] |
+//! | [`barrier`] | the orderings rdma-core names `udma_to_device_barrier`, `udma_from_device_barrier`, `mmio_flush_writes` | x86_64, aarch64 |
+//!
+//! The traits are `unsafe` to implement: the driver trusts what they report (that a bus address
+//! reaches the CPU memory it is paired with, that a store is one store). Calling them is safe;
+//! their methods never hand out Rust references into memory the device can touch.
+#![cfg_attr(not(any(feature = "std", test)), no_std)]
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+pub mod baremetal;
+pub mod barrier;
+mod clock;
+mod dma;
+mod error;
+mod mmio;
+
+#[cfg(feature = "std")]
+pub mod mem;
+
+#[cfg(feature = "std")]
+pub use clock::StdClock;
+pub use clock::{Clock, Deadline};
+pub use dma::{Dma, DmaBuf};
+pub use error::HalError;
+pub use mmio::Mmio;
+pub use rdma_pmd::BusAddr;

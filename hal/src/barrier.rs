@@ -1,0 +1,60 @@
+//! Memory barriers with the meaning rdma-core gives them (`util/udma_barrier.h`).
+//!
+//! Each function orders CPU accesses against a device that reads and writes host memory (DMA)
+//! and receives MMIO stores. They are also Rust memory-model fences, so they order accesses
+//! against the in-memory device model running on another thread.
+
+use core::sync::atomic::{fence, Ordering};
+
+/// `udma_to_device_barrier`: stores to DMA memory before this point (WQEs) become visible to
+/// the device before any store after it (the doorbell record, a doorbell).
+///
+/// x86_64: stores to write-back memory are not reordered with later stores, so only the
+/// compiler must be stopped. aarch64: `dmb oshst`.
+#[inline(always)]
+pub fn to_device() {
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; touches no memory.
+    unsafe {
+        core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
+    };
+    fence(Ordering::Release);
+}
+
+/// `udma_from_device_barrier`: loads after this point (the body of a CQE) are not satisfied
+/// before loads before it (the CQE's ownership byte).
+///
+/// x86_64: `lfence`. aarch64: `dmb oshld`.
+#[inline(always)]
+pub fn from_device() {
+    fence(Ordering::Acquire);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a barrier instruction; touches no memory.
+    unsafe {
+        core::arch::asm!("lfence", options(nostack, preserves_flags))
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; touches no memory.
+    unsafe {
+        core::arch::asm!("dmb oshld", options(nostack, preserves_flags))
+    };
+}
+
+/// `mmio_flush_writes`: write-combining stores (BlueFlame, doorbells) before this point leave the
+/// CPU's WC buffers now, before anything after it.
+///
+/// x86_64: `sfence`. aarch64: `dsb st`.
+#[inline(always)]
+pub fn wc_flush() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a barrier instruction; touches no memory.
+    unsafe {
+        core::arch::asm!("sfence", options(nostack, preserves_flags))
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; touches no memory.
+    unsafe {
+        core::arch::asm!("dsb st", options(nostack, preserves_flags))
+    };
+    fence(Ordering::SeqCst);
+}
