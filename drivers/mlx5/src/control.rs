@@ -1,0 +1,223 @@
+//! The control seam: how the driver obtains resources from an mlx5 device.
+//!
+//! Everything the data path needs from firmware, a UAR page, a protection domain, memory keys,
+//! completion queues, queue pairs and their state transitions, goes through [`Control`]. Its
+//! parameters are the fields the PRM's commands carry (`CREATE_CQ`, `CREATE_QP`, `CREATE_MKEY`,
+//! `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`, `2ERR_QP`, `2RST_QP`; see the kernel's
+//! `include/linux/mlx5/mlx5_ifc.h`), so an implementation either builds those commands and
+//! posts them on the command queue (real hardware, VFIO, bare metal), or hands the same fields
+//! to a device model directly.
+//!
+//! All memory handed over is described by bus addresses of device-visible memory the caller
+//! allocated through the HAL and keeps alive until the matching destroy call has returned.
+
+use rdma_pmd::{BusAddr, Error, Lkey, QpNum, Rkey};
+
+bitflags::bitflags! {
+    /// Access rights of a memory key (`mkc.lw/lr/rw/rr/a` of `mlx5_ifc.h`'s `mkc` context).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct Access: u32 {
+        /// Local write (`lw`): the HCA may write the region for local operations.
+        const LOCAL_WRITE = 1 << 0;
+        /// Remote write (`rw`): a peer's RDMA WRITE may target the region.
+        const REMOTE_WRITE = 1 << 1;
+        /// Remote read (`rr`): a peer's RDMA READ may read the region.
+        const REMOTE_READ = 1 << 2;
+    }
+}
+
+/// A UAR page: the BAR page whose doorbell and BlueFlame registers a QP or CQ uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Uar {
+    /// UAR index (`uar_page` / `uar_index` in command contexts).
+    pub index: u32,
+    /// Byte offset of the page within BAR0 (index × system page size).
+    pub bar_offset: usize,
+}
+
+/// A protection domain number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pdn(pub u32);
+
+/// A completion queue number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cqn(pub u32);
+
+/// How a memory key translates its virtual range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Translation {
+    /// MTT mode: the range `[start, start + len)` maps linearly onto bus-contiguous pages
+    /// starting at `base` (each entry of the MTT is one page of `1 << page_shift` bytes).
+    Mtt {
+        /// Bus address of the first page.
+        base: BusAddr,
+        /// log2 of the page size.
+        page_shift: u8,
+    },
+    /// Physical-address mode (`access_mode` PA): virtual address = bus address. For identity
+    /// mapped bare metal.
+    Physical,
+}
+
+/// `CREATE_MKEY` fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MkeyParams {
+    /// Protection domain.
+    pub pd: Pdn,
+    /// Start of the key's virtual range (the addresses SGEs and remote addresses use).
+    pub start: u64,
+    /// Length of the range in bytes.
+    pub len: u64,
+    /// Rights granted.
+    pub access: Access,
+    /// Translation mode.
+    pub translation: Translation,
+}
+
+/// A created memory key. mlx5 uses one value for both `lkey` and `rkey`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mkey(pub u32);
+
+impl Mkey {
+    /// As a local key.
+    pub fn lkey(self) -> Lkey {
+        Lkey(self.0)
+    }
+    /// As a remote key.
+    pub fn rkey(self) -> Rkey {
+        Rkey(self.0)
+    }
+}
+
+/// `CREATE_CQ` fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqParams {
+    /// log2 of the number of 64-byte CQEs.
+    pub log_size: u8,
+    /// Bus address of the CQE buffer (contiguous, page aligned, `64 << log_size` bytes).
+    pub buf: BusAddr,
+    /// Bus address of the CQ doorbell record (8 bytes: consumer index, arm).
+    pub dbrec: BusAddr,
+    /// The UAR page used to arm the CQ.
+    pub uar: Uar,
+}
+
+/// `CREATE_QP` fields for an RC QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpParams {
+    /// Protection domain.
+    pub pd: Pdn,
+    /// CQ for send completions.
+    pub send_cq: Cqn,
+    /// CQ for receive completions (used by WRITE WITH IMMEDIATE at the responder).
+    pub recv_cq: Cqn,
+    /// log2 of the send queue size in 64-byte WQE basic blocks.
+    pub log_sq_size: u8,
+    /// log2 of the receive queue size in WQEs; `None` for no receive queue.
+    pub log_rq_size: Option<u8>,
+    /// log2 of the receive WQE stride in bytes (16 per scatter entry).
+    pub log_rq_stride: u8,
+    /// Bus address of the work queue buffer: receive queue first, then send queue (PRM order).
+    pub buf: BusAddr,
+    /// Bus address of the QP doorbell record (`[0]` receive counter, `[1]` send counter).
+    pub dbrec: BusAddr,
+    /// The UAR page whose doorbell/BlueFlame registers the QP rings.
+    pub uar: Uar,
+}
+
+/// Where an RC QP's peer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// RoCE v2: the peer's GID and MAC, and the UDP source port to use.
+    RoceV2 {
+        /// Destination GID (an IPv4-mapped address for IPv4 RoCE v2).
+        dgid: [u8; 16],
+        /// Destination MAC.
+        dmac: [u8; 6],
+        /// Index of our source GID.
+        sgid_index: u8,
+        /// UDP source port (entropy for ECMP).
+        udp_sport: u16,
+    },
+    /// The peer QP is on the same port (loopback).
+    Loopback,
+}
+
+/// A QP state transition and its fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// `RST2INIT_QP`.
+    RstToInit {
+        /// Physical port (1-based).
+        port: u8,
+        /// Remote access the QP grants as a responder.
+        access: Access,
+    },
+    /// `INIT2RTR_QP`.
+    InitToRtr {
+        /// The peer's QP number.
+        remote_qpn: QpNum,
+        /// Where the peer is.
+        path: Path,
+        /// Path MTU as an `ibv_mtu` value (1 = 256 ... 5 = 4096).
+        mtu: u8,
+        /// Expected first receive PSN.
+        rq_psn: u32,
+    },
+    /// `RTR2RTS_QP`.
+    RtrToRts {
+        /// First send PSN.
+        sq_psn: u32,
+        /// Local ACK timeout (4.096 µs × 2^timeout).
+        timeout: u8,
+        /// Transport retries.
+        retry_cnt: u8,
+        /// RNR retries.
+        rnr_retry: u8,
+    },
+    /// `2ERR_QP`: flush everything outstanding.
+    ToErr,
+    /// `2RST_QP`: back to reset (after which the rings may be reused).
+    ToRst,
+}
+
+/// Device limits the data path must respect (from `QUERY_HCA_CAP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// log2 of the largest QP (WQE basic blocks).
+    pub log_max_qp_sz: u8,
+    /// log2 of the largest CQ.
+    pub log_max_cq_sz: u8,
+    /// Largest send WQE in bytes (`max_wqe_sz_sq`).
+    pub max_wqe_sz_sq: u32,
+    /// log2 of the BlueFlame register size (`log_bf_reg_size`); each register has two halves.
+    pub log_bf_reg_size: u8,
+}
+
+/// What the driver needs from firmware. See the module docs.
+pub trait Control {
+    /// Device limits.
+    fn caps(&self) -> DeviceCaps;
+    /// `ALLOC_UAR`.
+    fn alloc_uar(&mut self) -> Result<Uar, Error>;
+    /// `DEALLOC_UAR`.
+    fn dealloc_uar(&mut self, uar: Uar) -> Result<(), Error>;
+    /// `ALLOC_PD`.
+    fn alloc_pd(&mut self) -> Result<Pdn, Error>;
+    /// `DEALLOC_PD`.
+    fn dealloc_pd(&mut self, pd: Pdn) -> Result<(), Error>;
+    /// `CREATE_MKEY`.
+    fn create_mkey(&mut self, p: &MkeyParams) -> Result<Mkey, Error>;
+    /// `DESTROY_MKEY`.
+    fn destroy_mkey(&mut self, key: Mkey) -> Result<(), Error>;
+    /// `CREATE_CQ`.
+    fn create_cq(&mut self, p: &CqParams) -> Result<Cqn, Error>;
+    /// `DESTROY_CQ`.
+    fn destroy_cq(&mut self, cq: Cqn) -> Result<(), Error>;
+    /// `CREATE_QP` (RC). The QP starts in RESET.
+    fn create_qp(&mut self, p: &QpParams) -> Result<QpNum, Error>;
+    /// The `*_QP` state-transition commands.
+    fn modify_qp(&mut self, qp: QpNum, t: &Transition) -> Result<(), Error>;
+    /// `DESTROY_QP`.
+    fn destroy_qp(&mut self, qp: QpNum) -> Result<(), Error>;
+}
