@@ -116,14 +116,17 @@ pub struct Completion {
     pub vendor_err: u32,
     /// Bytes transferred, where the backend reports it (0 for requester writes on mlx5).
     pub byte_len: u32,
-    /// The local QP the request was posted on.
+    /// The local QP the request was posted on (or received on).
     pub qp_num: QpNum,
+    /// Immediate data of a received RDMA WRITE WITH IMMEDIATE, as the number the writer
+    /// posted (`be32toh(ibv_wc.imm_data)` when `IBV_WC_WITH_IMM` is set); `None` otherwise.
+    pub imm: Option<u32>,
 }
 
 impl Completion {
     /// A completion with status and opcode set and everything else zero.
     pub const fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: QpNum) -> Self {
-        Self { wr_id, status, opcode, vendor_err: 0, byte_len: 0, qp_num }
+        Self { wr_id, status, opcode, vendor_err: 0, byte_len: 0, qp_num, imm: None }
     }
 }
 
