@@ -3,8 +3,55 @@
 //! Reaches the device only through `rdma-pmd-hal`, so it stays `#![no_std]` without an
 //! allocator. See the modules for the WQE/CQE layouts, the send ring, CQ polling and the
 //! control seam ([`control::Control`]) through which resources are created.
+//!
+//! ## Layouts
+//!
+//! Byte-exact send WQEs and CQEs of mlx5 devices, as rdma-core's `infiniband/mlx5dv.h` declares
+//! them and its `providers/mlx5` (`qp.c`, `cq.c`) fills them, and the WQE builder the data path
+//! posts with:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`opcode`] | send and CQE opcodes, CQE syndromes (→ [`rdma_pmd::WcStatus`]), `fm_ce_se` bits, sizes |
+//! | [`wqe`] | typed views of the control, remote-address, data and inline segments; the [`wqe::WqeBuilder`] and the [`wqe::WqeSink`]s it writes through |
+//! | [`cqe`] | typed view of a 64-byte CQE (success and error views), ownership test |
+//! | [`doorbell`] | doorbell-record values, BlueFlame length rule, CQ consumer index |
+//! | [`abi`] | `#[repr(C)]` mirrors of the mlx5dv.h structs that pin the byte tables |
+//! | `vectors` (`std` feature) | reader and runner for the conformance vector format |
+//!
+//! ## Posting one WRITE: what the data path calls
+//!
+//! ```
+//! use rdma_pmd::{QpNum, RemoteBuf, Rkey, Lkey, SendFlags, Sge};
+//! use rdma_pmd_mlx5::{doorbell, wqe::{WqeBuilder, SliceRing}};
+//!
+//! let builder = WqeBuilder::new(QpNum(0x123)).max_sge(30);
+//! let mut mem = [0u8; 64 * 64];
+//! // The data path uses `RawRing` over the DMA ring instead.
+//! let mut ring = SliceRing::new(&mut mem, 64).unwrap();
+//! let sgl = [Sge::new(0x7fab_cdef_0000, 4096, Lkey(0x1122_3344))];
+//! let pi = 0;
+//! let info = builder
+//!     .write_sges(&mut ring, pi, 64, &sgl, SendFlags::SIGNALED, RemoteBuf::new(0x7f00_1122_3344, Rkey(0xa1b2_c3d4)), None)
+//!     .unwrap();
+//! // barrier, then:
+//! assert_eq!(doorbell::sq_dbrec(info.next_pi()), [0, 0, 0, 1]);       // dbrec[SND_DBR]
+//! assert_eq!(doorbell::bf_len(1, info.shape.ds, 256), 64);            // BlueFlame bytes
+//! assert_eq!(info.doorbell, [0, 0, 0, 8, 0, 1, 0x23, 3]);             // or this 64-bit UAR store
+//! ```
 #![cfg_attr(not(any(feature = "std", test)), no_std)]
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod abi;
 pub mod control;
+pub mod cqe;
+pub mod doorbell;
+pub mod opcode;
+#[cfg(any(test, feature = "std"))]
+pub mod vectors;
+pub mod wqe;
+
+pub use cqe::{Cqe, CqeRepr};
+pub use opcode::{CqeOpcode, FmCeSe, SendOpcode, Syndrome};
+pub use wqe::{RawRing, SliceRing, WqeBuilder, WqeInfo, WqeShape, WqeSink};

@@ -1,0 +1,371 @@
+//! 64-byte completion queue entries.
+//!
+//! Layout of `struct mlx5_cqe64` and its error view `struct mlx5_err_cqe` (rdma-core
+//! `infiniband/mlx5dv.h`), the fields a requester uses; all **big-endian**. With 128-byte CQEs
+//! this is the *second* half of the entry (`cq.c` `get_sw_cqe`).
+//!
+//! | bytes | field | view |
+//! |---|---|---|
+//! | 32..36 | `srqn_uidx` | both; low 24 bits: user index (CQE version 1) |
+//! | 36..40 | `imm_inval_pkey` | success |
+//! | 44..48 | `byte_cnt` | success (read by rdma-core for RDMA READ and atomics only) |
+//! | 48..56 | `timestamp` | success |
+//! | 54 | `vendor_err_synd` | error → `wc.vendor_err` |
+//! | 55 | `syndrome` | error ([`Syndrome`]) |
+//! | 56 | `s_wqe_opcode` | top byte of `sop_drop_qpn`: the send WQE's opcode |
+//! | 57..60 | `qpn` | low 24 bits of `sop_drop_qpn` |
+//! | 60..62 | `wqe_counter` | counter of the completed WQE; slot = `wqe_counter & (wqe_cnt-1)` |
+//! | 62 | `signature` | |
+//! | 63 | `op_own` | `opcode << 4 \| inline-scatter bits 3:2 \| se bit 1 \| owner bit 0` |
+//!
+//! House rule: the CQE lives in DMA memory, so the data path checks ownership on the `op_own`
+//! byte with [`sw_owned`], issues the `udma_from_device_barrier` equivalent, copies the 64 bytes
+//! out, and only then parses the copy with [`Cqe`].
+
+use rdma_pmd::{Completion, Error, QpNum, Result, WcOpcode, WcStatus};
+
+use crate::opcode::{CqeOpcode, SendOpcode, Syndrome};
+
+mod field {
+    use core::ops::Range;
+    pub const SRQN_UIDX: Range<usize> = 32..36;
+    pub const IMM_INVAL_PKEY: Range<usize> = 36..40;
+    pub const BYTE_CNT: Range<usize> = 44..48;
+    pub const TIMESTAMP: Range<usize> = 48..56;
+    pub const VENDOR_ERR_SYND: usize = 54;
+    pub const SYNDROME: usize = 55;
+    pub const SOP_DROP_QPN: Range<usize> = 56..60;
+    pub const WQE_COUNTER: Range<usize> = 60..62;
+    pub const SIGNATURE: usize = 62;
+    pub const OP_OWN: usize = 63;
+}
+
+/// Length of a CQE (the 64-byte half that holds `mlx5_cqe64`).
+pub const LEN: usize = 64;
+/// `op_own` of an entry the device has not written yet (`cq.c` initialises every entry so).
+pub const OP_OWN_INVALID: u8 = 0xf0;
+
+/// The provider's ownership test (`cq.c` `get_sw_cqe`): the entry polled at consumer index
+/// `ci` in a CQ of `cqe_cnt` entries (a power of two) belongs to software iff its opcode is not
+/// `MLX5_CQE_INVALID` and its owner bit equals `!!(ci & cqe_cnt)`, which flips every lap.
+#[inline]
+pub const fn sw_owned(op_own: u8, ci: u32, cqe_cnt: u32) -> bool {
+    (op_own >> 4) != 0xf && ((op_own & 1) != 0) == ((ci & cqe_cnt) != 0)
+}
+
+/// A typed view of a 64-byte CQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cqe<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Cqe<T> {
+    /// Wrap a buffer without checking its length.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Cqe { buffer }
+    }
+
+    /// Wrap a buffer of at least [`LEN`] bytes.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let s = Self::new_unchecked(buffer);
+        s.check_len()?;
+        Ok(s)
+    }
+
+    /// Whether the buffer holds a whole CQE.
+    pub fn check_len(&self) -> Result<()> {
+        if self.buffer.as_ref().len() < LEN {
+            return Err(Error::InvalidArgument("buffer shorter than a CQE"));
+        }
+        Ok(())
+    }
+
+    /// The wrapped buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    fn be32(&self, r: core::ops::Range<usize>) -> u32 {
+        let b = &self.b()[r];
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+    }
+
+    /// `op_own` (byte 63).
+    pub fn op_own(&self) -> u8 {
+        self.b()[field::OP_OWN]
+    }
+
+    /// The CQE opcode (high nibble of `op_own`; `mlx5dv_get_cqe_opcode`).
+    pub fn opcode(&self) -> CqeOpcode {
+        CqeOpcode::from(self.op_own() >> 4)
+    }
+
+    /// The owner bit (bit 0 of `op_own`; `mlx5dv_get_cqe_owner`).
+    pub fn owner(&self) -> bool {
+        self.op_own() & 1 != 0
+    }
+
+    /// Whether software owns this entry at consumer index `ci` of a `cqe_cnt`-entry CQ.
+    pub fn sw_owned(&self, ci: u32, cqe_cnt: u32) -> bool {
+        sw_owned(self.op_own(), ci, cqe_cnt)
+    }
+
+    /// `srqn_uidx` (bytes 32..36, big-endian), all 32 bits.
+    pub fn srqn_uidx(&self) -> u32 {
+        self.be32(field::SRQN_UIDX)
+    }
+
+    /// The user index: low 24 bits of `srqn_uidx` (CQE version 1).
+    pub fn uidx(&self) -> u32 {
+        self.srqn_uidx() & 0x00ff_ffff
+    }
+
+    /// `imm_inval_pkey` (bytes 36..40, big-endian).
+    pub fn imm_inval_pkey(&self) -> u32 {
+        self.be32(field::IMM_INVAL_PKEY)
+    }
+
+    /// `byte_cnt` (bytes 44..48, big-endian).
+    pub fn byte_cnt(&self) -> u32 {
+        self.be32(field::BYTE_CNT)
+    }
+
+    /// `timestamp` (bytes 48..56, big-endian). Meaningless in an error CQE, whose bytes 54/55
+    /// hold the syndromes.
+    pub fn timestamp(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.b()[field::TIMESTAMP]);
+        u64::from_be_bytes(b)
+    }
+
+    /// `sop_drop_qpn` / `s_wqe_opcode_qpn` (bytes 56..60, big-endian).
+    pub fn sop_drop_qpn(&self) -> u32 {
+        self.be32(field::SOP_DROP_QPN)
+    }
+
+    /// The send WQE opcode of a requester CQE (byte 56).
+    pub fn s_wqe_opcode(&self) -> SendOpcode {
+        SendOpcode::from(self.b()[field::SOP_DROP_QPN.start])
+    }
+
+    /// The QP number (bytes 57..60, big-endian, 24 bits).
+    pub fn qpn(&self) -> QpNum {
+        QpNum(self.sop_drop_qpn() & QpNum::MAX)
+    }
+
+    /// The counter of the completed WQE (bytes 60..62, big-endian).
+    pub fn wqe_counter(&self) -> u16 {
+        let b = &self.b()[field::WQE_COUNTER];
+        u16::from_be_bytes([b[0], b[1]])
+    }
+
+    /// The signature byte (byte 62).
+    pub fn signature(&self) -> u8 {
+        self.b()[field::SIGNATURE]
+    }
+
+    /// Error view: the vendor syndrome (byte 54), reported as `wc.vendor_err`.
+    pub fn vendor_err_synd(&self) -> u8 {
+        self.b()[field::VENDOR_ERR_SYND]
+    }
+
+    /// Error view: the syndrome (byte 55).
+    pub fn syndrome(&self) -> Syndrome {
+        Syndrome::from(self.b()[field::SYNDROME])
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe<T> {
+    /// Set `op_own` (byte 63).
+    pub fn set_op_own(&mut self, v: u8) {
+        self.buffer.as_mut()[field::OP_OWN] = v;
+    }
+
+    /// Set `srqn_uidx` (bytes 32..36, big-endian).
+    pub fn set_srqn_uidx(&mut self, v: u32) {
+        self.buffer.as_mut()[field::SRQN_UIDX].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Set `byte_cnt` (bytes 44..48, big-endian).
+    pub fn set_byte_cnt(&mut self, v: u32) {
+        self.buffer.as_mut()[field::BYTE_CNT].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Set `timestamp` (bytes 48..56, big-endian).
+    pub fn set_timestamp(&mut self, v: u64) {
+        self.buffer.as_mut()[field::TIMESTAMP].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Set the send opcode and QP number (bytes 56..60, big-endian; QP number 24 bits).
+    pub fn set_s_wqe_opcode_qpn(&mut self, op: SendOpcode, qpn: QpNum) {
+        let v = (u8::from(op) as u32) << 24 | (qpn.0 & QpNum::MAX);
+        self.buffer.as_mut()[field::SOP_DROP_QPN].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Set the WQE counter (bytes 60..62, big-endian).
+    pub fn set_wqe_counter(&mut self, v: u16) {
+        self.buffer.as_mut()[field::WQE_COUNTER].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Error view: set the vendor syndrome (byte 54) and syndrome (byte 55).
+    pub fn set_error(&mut self, syndrome: Syndrome, vendor_err: u8) {
+        let b = self.buffer.as_mut();
+        b[field::VENDOR_ERR_SYND] = vendor_err;
+        b[field::SYNDROME] = u8::from(syndrome);
+    }
+}
+
+/// What a requester needs from a CQE, decoded once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqeRepr {
+    /// The raw `op_own` byte.
+    pub op_own: u8,
+    /// The CQE opcode.
+    pub opcode: CqeOpcode,
+    /// The owner bit.
+    pub owner: bool,
+    /// Counter of the completed WQE.
+    pub wqe_counter: u16,
+    /// QP number.
+    pub qpn: QpNum,
+    /// Opcode of the completed send WQE.
+    pub s_wqe_opcode: SendOpcode,
+    /// `byte_cnt`.
+    pub byte_cnt: u32,
+    /// `srqn_uidx`, all 32 bits.
+    pub srqn_uidx: u32,
+    /// `timestamp`, for CQEs that are not errors.
+    pub timestamp: Option<u64>,
+    /// `(syndrome, vendor_err_synd)`, for error CQEs.
+    pub error: Option<(Syndrome, u8)>,
+}
+
+impl CqeRepr {
+    /// Decode a CQE.
+    pub fn parse<T: AsRef<[u8]>>(cqe: &Cqe<T>) -> Result<CqeRepr> {
+        cqe.check_len()?;
+        let opcode = cqe.opcode();
+        let err = opcode.is_error();
+        Ok(CqeRepr {
+            op_own: cqe.op_own(),
+            opcode,
+            owner: cqe.owner(),
+            wqe_counter: cqe.wqe_counter(),
+            qpn: cqe.qpn(),
+            s_wqe_opcode: cqe.s_wqe_opcode(),
+            byte_cnt: cqe.byte_cnt(),
+            srqn_uidx: cqe.srqn_uidx(),
+            timestamp: if err { None } else { Some(cqe.timestamp()) },
+            error: if err { Some((cqe.syndrome(), cqe.vendor_err_synd())) } else { None },
+        })
+    }
+
+    /// The completion status (`cq.c` `mlx5_parse_cqe`: success for `MLX5_CQE_REQ`,
+    /// `mlx5_handle_error_cqe` for error CQEs).
+    pub fn status(&self) -> WcStatus {
+        match self.error {
+            Some((s, _)) => s.wc_status(),
+            None => WcStatus::Success,
+        }
+    }
+
+    /// `wc.vendor_err`: the vendor syndrome of an error CQE, else 0.
+    pub fn vendor_err(&self) -> u32 {
+        self.error.map(|(_, v)| v as u32).unwrap_or(0)
+    }
+
+    /// The work completion of a requester CQE, with the `wr_id` the data path recorded for
+    /// slot `wqe_counter & (wqe_cnt - 1)`. `byte_len` is set as `cq.c` `handle_good_req` sets
+    /// it (only RDMA READ reports one among the opcodes listed there).
+    pub fn completion(&self, wr_id: u64) -> Completion {
+        let mut c = Completion::new(
+            wr_id,
+            self.status(),
+            self.s_wqe_opcode.wc_opcode().unwrap_or(WcOpcode::RdmaWrite),
+            self.qpn,
+        );
+        c.vendor_err = self.vendor_err();
+        if self.error.is_none() && self.s_wqe_opcode == SendOpcode::RdmaRead {
+            c.byte_len = self.byte_cnt;
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{mlx5_cqe64 as C, mlx5_err_cqe as E};
+    use core::mem::offset_of;
+
+    fn hex(s: &str) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn field_table_matches_mlx5dv_h() {
+        assert_eq!(offset_of!(C, srqn_uidx), field::SRQN_UIDX.start);
+        assert_eq!(offset_of!(C, imm_inval_pkey), field::IMM_INVAL_PKEY.start);
+        assert_eq!(offset_of!(C, byte_cnt), field::BYTE_CNT.start);
+        assert_eq!(offset_of!(C, timestamp), field::TIMESTAMP.start);
+        assert_eq!(offset_of!(C, sop_drop_qpn), field::SOP_DROP_QPN.start);
+        assert_eq!(offset_of!(C, wqe_counter), field::WQE_COUNTER.start);
+        assert_eq!(offset_of!(C, signature), field::SIGNATURE);
+        assert_eq!(offset_of!(C, op_own), field::OP_OWN);
+        assert_eq!(offset_of!(E, vendor_err_synd), field::VENDOR_ERR_SYND);
+        assert_eq!(offset_of!(E, syndrome), field::SYNDROME);
+        assert_eq!(offset_of!(E, s_wqe_opcode_qpn), field::SOP_DROP_QPN.start);
+        assert_eq!(offset_of!(E, srqn), field::SRQN_UIDX.start);
+    }
+
+    #[test]
+    fn parses_the_public_error_vector() {
+        // req_err_remote_access from the public vector file.
+        let b = hex(concat!(
+            "0000000000000000000000000000000000000000000000000000000000000000",
+            "0000004200000000000000000000000000000000000088130812",
+            "34ab000100d0"
+        ));
+        let c = Cqe::new_checked(&b[..]).unwrap();
+        assert_eq!(c.opcode(), CqeOpcode::ReqErr);
+        assert!(!c.owner());
+        assert_eq!(c.syndrome(), Syndrome::RemoteAccessErr);
+        assert_eq!(c.vendor_err_synd(), 0x88);
+        assert_eq!(c.s_wqe_opcode(), SendOpcode::RdmaWrite);
+        assert_eq!(c.qpn(), QpNum(0x1234ab));
+        assert_eq!(c.wqe_counter(), 1);
+        assert_eq!(c.uidx(), 0x42);
+        assert!(c.sw_owned(7, 256));
+        assert!(!c.sw_owned(256 + 7, 256));
+        let r = CqeRepr::parse(&c).unwrap();
+        assert_eq!(r.status(), WcStatus::RemAccessErr);
+        let wc = r.completion(99);
+        assert_eq!((wc.wr_id, wc.vendor_err, wc.qp_num), (99, 0x88, QpNum(0x1234ab)));
+
+        let mut out = [0u8; 64];
+        let mut w = Cqe::new_unchecked(&mut out[..]);
+        w.set_srqn_uidx(0x42);
+        w.set_error(Syndrome::RemoteAccessErr, 0x88);
+        w.set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, QpNum(0x1234ab));
+        w.set_wqe_counter(1);
+        w.set_op_own(0xd0);
+        assert_eq!(out, b);
+    }
+
+    #[test]
+    fn ownership_flips_each_lap_and_skips_invalid() {
+        assert!(sw_owned(0x00, 5, 256));
+        assert!(!sw_owned(0x01, 5, 256));
+        assert!(sw_owned(0x01, 256 + 5, 256));
+        assert!(!sw_owned(OP_OWN_INVALID, 5, 256));
+        assert!(!sw_owned(0xf1, 256 + 5, 256));
+    }
+}

@@ -1,0 +1,181 @@
+//! Where a WQE's bytes go: the send ring, seen as `wqe_cnt` slots of 64 bytes.
+//!
+//! The builder never holds a Rust reference into the ring. It hands each aligned 8-byte word to
+//! a [`WqeSink`] together with its byte offset in the ring, already wrapped: block *i* of a WQE
+//! posted at WQE counter `pi` lands in slot `(pi + i) & (wqe_cnt - 1)`, and so does any inline
+//! payload that runs past the end of a block. Two sinks ship here:
+//!
+//! * [`RawRing`]: a ring in DMA memory, written with 64-bit volatile stores through a raw
+//!   pointer (house rule: no references into live DMA memory). The data path creates it once
+//!   per send queue from the ring's CPU address.
+//! * [`SliceRing`]: a ring over a plain `&mut [u8]`, for tests, conformance vectors and
+//!   BlueFlame staging.
+
+use core::ptr::NonNull;
+
+use rdma_pmd::{Error, Result};
+
+use crate::opcode::SEND_WQE_BB;
+
+/// A send ring of 64-byte slots that accepts aligned 8-byte stores.
+///
+/// Contract for implementors: [`put8`](WqeSink::put8) stores the 8 bytes, in the order given,
+/// at byte `off` of the ring. The builder only passes `off < wqe_cnt * 64` with `off % 8 == 0`,
+/// but an implementation must stay memory-safe for any `off` (masking it is enough, and costs
+/// one `and`).
+pub trait WqeSink {
+    /// Number of 64-byte slots; a power of two, at least 1.
+    fn wqe_cnt(&self) -> u32;
+
+    /// Store `bytes` (memory order) at byte `off` of the ring.
+    fn put8(&mut self, off: usize, bytes: [u8; 8]);
+}
+
+impl<S: WqeSink + ?Sized> WqeSink for &mut S {
+    #[inline(always)]
+    fn wqe_cnt(&self) -> u32 {
+        (**self).wqe_cnt()
+    }
+
+    #[inline(always)]
+    fn put8(&mut self, off: usize, bytes: [u8; 8]) {
+        (**self).put8(off, bytes)
+    }
+}
+
+fn check_wqe_cnt(wqe_cnt: u32) -> Result<usize> {
+    if wqe_cnt == 0 || !wqe_cnt.is_power_of_two() || wqe_cnt > 1 << 24 {
+        return Err(Error::InvalidArgument("wqe_cnt must be a power of two up to 2^24"));
+    }
+    Ok(wqe_cnt as usize * SEND_WQE_BB)
+}
+
+/// A send ring in device-visible memory, written only with 64-bit volatile stores.
+///
+/// Nothing orders these stores with respect to the device: after the last WQE of a batch the
+/// caller issues the `udma_to_device_barrier` equivalent before writing the doorbell record.
+#[derive(Debug)]
+pub struct RawRing {
+    base: NonNull<u64>,
+    mask: usize,
+    wqe_cnt: u32,
+}
+
+// SAFETY: a RawRing is an exclusive writer handle to memory it does not own; moving it to
+// another thread moves that exclusivity with it.
+unsafe impl Send for RawRing {}
+
+impl RawRing {
+    /// A ring of `wqe_cnt` slots starting at `base`.
+    ///
+    /// # Safety
+    /// `base` must be 8-byte aligned and valid for writes of `wqe_cnt * 64` bytes for as long
+    /// as the returned value lives, and nothing may hold a Rust reference into those bytes
+    /// meanwhile (the device, and readers using raw pointers, may access them).
+    pub unsafe fn new(base: NonNull<u8>, wqe_cnt: u32) -> Result<Self> {
+        let len = check_wqe_cnt(wqe_cnt)?;
+        if base.as_ptr() as usize & 7 != 0 {
+            return Err(Error::InvalidArgument("send ring not 8-byte aligned"));
+        }
+        Ok(RawRing { base: base.cast(), mask: len - 1, wqe_cnt })
+    }
+
+    /// The ring's first byte.
+    pub fn base(&self) -> NonNull<u8> {
+        self.base.cast()
+    }
+}
+
+impl WqeSink for RawRing {
+    #[inline(always)]
+    fn wqe_cnt(&self) -> u32 {
+        self.wqe_cnt
+    }
+
+    #[inline(always)]
+    fn put8(&mut self, off: usize, bytes: [u8; 8]) {
+        let word = (off & self.mask) >> 3;
+        // SAFETY: `word * 8 < wqe_cnt * 64` after masking, so the store stays inside the ring
+        // that `new`'s caller vouched for; `base` is 8-byte aligned, so is every word.
+        unsafe { self.base.as_ptr().add(word).write_volatile(u64::from_ne_bytes(bytes)) }
+    }
+}
+
+/// A send ring over an ordinary byte buffer.
+#[derive(Debug)]
+pub struct SliceRing<'a> {
+    buf: &'a mut [u8],
+    mask: usize,
+    wqe_cnt: u32,
+}
+
+impl<'a> SliceRing<'a> {
+    /// The first `wqe_cnt * 64` bytes of `buf` as a ring of `wqe_cnt` slots.
+    pub fn new(buf: &'a mut [u8], wqe_cnt: u32) -> Result<Self> {
+        let len = check_wqe_cnt(wqe_cnt)?;
+        if buf.len() < len {
+            return Err(Error::InvalidArgument("buffer shorter than wqe_cnt * 64"));
+        }
+        Ok(SliceRing { buf, mask: len - 1, wqe_cnt })
+    }
+
+    /// The ring's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[..=self.mask]
+    }
+
+    /// The 64 bytes of one slot (`slot` is masked).
+    pub fn slot(&self, slot: u32) -> &[u8] {
+        let s = (slot & (self.wqe_cnt - 1)) as usize * SEND_WQE_BB;
+        &self.buf[s..s + SEND_WQE_BB]
+    }
+
+    /// Copy `wqebbs` blocks of the WQE posted at counter `pi` into `out`, unwrapped (block 0
+    /// first): the logical WQE, and the source of a BlueFlame copy. Returns the bytes copied.
+    pub fn copy_wqe(&self, pi: u16, wqebbs: usize, out: &mut [u8]) -> usize {
+        let mut n = 0;
+        for (i, dst) in out.chunks_exact_mut(SEND_WQE_BB).take(wqebbs).enumerate() {
+            dst.copy_from_slice(self.slot(pi as u32 + i as u32));
+            n += SEND_WQE_BB;
+        }
+        n
+    }
+}
+
+impl WqeSink for SliceRing<'_> {
+    #[inline(always)]
+    fn wqe_cnt(&self) -> u32 {
+        self.wqe_cnt
+    }
+
+    #[inline(always)]
+    fn put8(&mut self, off: usize, bytes: [u8; 8]) {
+        let off = off & self.mask & !7;
+        self.buf[off..off + 8].copy_from_slice(&bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sinks_mask_offsets() {
+        let mut buf = [0u8; 128];
+        let mut s = SliceRing::new(&mut buf, 2).unwrap();
+        s.put8(128 + 8, [1; 8]);
+        assert_eq!(s.bytes()[8..16], [1; 8]);
+        assert!(SliceRing::new(&mut [0u8; 64], 2).is_err());
+        assert!(SliceRing::new(&mut [0u8; 192], 3).is_err());
+
+        let mut words = [0u64; 16];
+        let base = NonNull::new(words.as_mut_ptr().cast::<u8>()).unwrap();
+        {
+            // SAFETY: `words` outlives `r`, is 8-aligned and 128 bytes; no reference is used
+            // while `r` writes.
+            let mut r = unsafe { RawRing::new(base, 2) }.unwrap();
+            r.put8(128 + 64, 0x0102_0304_0506_0708u64.to_be_bytes());
+        }
+        assert_eq!(words[8].to_ne_bytes(), [1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+}
