@@ -10,6 +10,7 @@
 
 mod tiers;
 mod util;
+mod vm;
 
 use std::process::ExitCode;
 

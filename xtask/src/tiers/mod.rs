@@ -2,6 +2,7 @@
 //! `cargo xtask test` runs them in order and prints one summary line.
 
 mod lint;
+mod rxe;
 mod unit;
 
 use crate::util;
@@ -41,7 +42,7 @@ impl Outcome {
 type Tier = fn() -> Outcome;
 
 /// Every tier, in the order `cargo xtask test` runs them.
-const TIERS: &[(&str, Tier)] = &[("unit", unit::run), ("lint", lint::run)];
+const TIERS: &[(&str, Tier)] = &[("unit", unit::run), ("lint", lint::run), ("rxe", rxe::run)];
 
 /// Tier names, for usage text.
 pub fn names() -> Vec<&'static str> {
@@ -112,8 +113,20 @@ pub fn nostd_cli() -> bool {
     false
 }
 
-/// `cargo xtask bench ...`.
-pub fn bench(_args: &[String]) -> bool {
+/// `cargo xtask bench post|rxe`.
+pub fn bench(args: &[String]) -> bool {
+    match args.first().map(String::as_str) {
+        Some("post") => bench_post(&args[1..]),
+        Some("rxe") => rxe::bench(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask bench post|rxe");
+            false
+        }
+    }
+}
+
+/// `cargo xtask bench post`.
+fn bench_post(_args: &[String]) -> bool {
     eprintln!("xtask: benchmarks are not built yet");
     false
 }

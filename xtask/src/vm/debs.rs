@@ -1,0 +1,224 @@
+//! Debian packages for the guest: `apt-get download` into `target/vm/debs/`, `dpkg -x` into
+//! `target/vm/pkgs/<deb>/`, both once; the shared-library closure from `apt-cache depends`.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{io_err, VmError};
+
+/// The guest kernel: image, version and the unpacked package holding `lib/modules/<version>`.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// `boot/vmlinuz-<version>` inside the unpacked package.
+    pub image: PathBuf,
+    /// `uname -r` of the guest.
+    pub version: String,
+    /// Root of the unpacked package (`-b` of depmod, `-d` of modprobe).
+    pub tree: PathBuf,
+}
+
+fn output(cmd: &mut Command) -> Result<String, VmError> {
+    let shown = format!("{cmd:?}");
+    let o =
+        cmd.output().map_err(|e| VmError::Command { cmd: shown.clone(), detail: e.to_string() })?;
+    if !o.status.success() {
+        return Err(VmError::Command {
+            cmd: shown,
+            detail: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// The cached `.deb` of `pkg`, if one was downloaded before.
+fn cached_deb(debs: &Path, pkg: &str) -> Option<PathBuf> {
+    let prefix = format!("{pkg}_");
+    let mut found: Vec<PathBuf> = fs::read_dir(debs)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            n.starts_with(&prefix) && n.ends_with(".deb")
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// Download (once) the `.deb` of every package in `pkgs`; returns their paths in order.
+fn download(cache: &Path, pkgs: &[String]) -> Result<Vec<PathBuf>, VmError> {
+    let debs = cache.join("debs");
+    fs::create_dir_all(&debs).map_err(io_err(&debs))?;
+    let missing: Vec<&String> = pkgs.iter().filter(|p| cached_deb(&debs, p).is_none()).collect();
+    if !missing.is_empty() {
+        // Download into a private directory, then move: concurrent boots never see half a file.
+        let tmp = debs.join(format!(".dl-{}", std::process::id()));
+        fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        eprintln!(
+            "vm: apt-get download {}",
+            missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
+        );
+        let r = output(Command::new("apt-get").arg("download").args(&missing).current_dir(&tmp));
+        for e in fs::read_dir(&tmp).map_err(io_err(&tmp))?.flatten() {
+            let to = debs.join(e.file_name());
+            fs::rename(e.path(), &to).map_err(io_err(&to))?;
+        }
+        let _ = fs::remove_dir_all(&tmp);
+        r?;
+    }
+    pkgs.iter()
+        .map(|p| cached_deb(&debs, p).ok_or_else(|| VmError::NotFound(format!("package {p}"))))
+        .collect()
+}
+
+/// Unpack (once) a `.deb`; returns the tree.
+fn unpack(cache: &Path, deb: &Path) -> Result<PathBuf, VmError> {
+    let stem = deb.file_stem().expect("a .deb file name").to_string_lossy().into_owned();
+    let pkgs = cache.join("pkgs");
+    let dest = pkgs.join(&stem);
+    if dest.is_dir() {
+        return Ok(dest);
+    }
+    let tmp = pkgs.join(format!(".x-{}-{stem}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+    output(Command::new("dpkg").arg("-x").arg(deb).arg(&tmp))?;
+    if let Err(e) = fs::rename(&tmp, &dest) {
+        // Another boot unpacked the same package meanwhile.
+        let _ = fs::remove_dir_all(&tmp);
+        if !dest.is_dir() {
+            return Err(VmError::Io { path: dest, err: e });
+        }
+    }
+    Ok(dest)
+}
+
+/// Direct `Depends`/`PreDepends` of `pkgs` (first of each alternative, virtual ones skipped).
+fn depends(pkgs: &[String]) -> Result<BTreeSet<String>, VmError> {
+    let text = output(
+        Command::new("apt-cache")
+            .args(["depends", "--no-recommends", "--no-suggests", "--no-conflicts"])
+            .args(["--no-breaks", "--no-replaces", "--no-enhances"])
+            .args(pkgs),
+    )?;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        let rest = ["Depends:", "PreDepends:"].iter().find_map(|k| t.strip_prefix(k));
+        if let Some(rest) = rest {
+            let name = rest.trim();
+            if !name.starts_with('<') {
+                out.insert(name.trim_end_matches(":any").to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The subset of `pkgs` that Debian files under section `libs` (shared libraries).
+fn libraries(pkgs: &[String]) -> Result<BTreeSet<String>, VmError> {
+    if pkgs.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let text = output(Command::new("apt-cache").args(["show", "--no-all-versions"]).args(pkgs))?;
+    let mut out = BTreeSet::new();
+    let mut name = "";
+    for line in text.lines() {
+        if let Some(n) = line.strip_prefix("Package: ") {
+            name = n.trim();
+        } else if let Some(sec) = line.strip_prefix("Section: ") {
+            if sec.trim().rsplit('/').next() == Some("libs") {
+                out.insert(name.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Packages in `pkgs` plus their shared-library closure: every dependency in section `libs`,
+/// recursively. Other dependencies (debconf, udev, adduser, ...) are left out: the guest runs
+/// no package scripts.
+pub fn closure(pkgs: &[String]) -> Result<Vec<String>, VmError> {
+    let mut all: BTreeSet<String> = pkgs.iter().cloned().collect();
+    let mut frontier: Vec<String> = pkgs.to_vec();
+    while !frontier.is_empty() {
+        let new: Vec<String> =
+            depends(&frontier)?.into_iter().filter(|d| !all.contains(d)).collect();
+        let next: Vec<String> = libraries(&new)?.into_iter().collect();
+        all.extend(next.iter().cloned());
+        frontier = next;
+    }
+    Ok(all.into_iter().collect())
+}
+
+/// Download and unpack `pkgs` and their library closure; returns the unpacked trees.
+pub fn fetch_closure(cache: &Path, pkgs: &[String]) -> Result<Vec<PathBuf>, VmError> {
+    let all = closure(pkgs)?;
+    let debs = download(cache, &all)?;
+    debs.iter().map(|d| unpack(cache, d)).collect()
+}
+
+/// The bookworm kernel `linux-image-amd64` points at (the first one downloaded stays cached),
+/// unpacked, with `depmod -b` run on its modules.
+pub fn kernel(cache: &Path) -> Result<Kernel, VmError> {
+    let debs = cache.join("debs");
+    let existing = fs::read_dir(&debs).ok().and_then(|d| {
+        d.flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("linux-image-6.1.0-") && n.ends_with(".deb"))
+            .filter_map(|n| n.split('_').next().map(str::to_string))
+            .max()
+    });
+    let pkg = match existing {
+        Some(p) => p,
+        None => depends(&["linux-image-amd64".to_string()])?
+            .into_iter()
+            .find(|d| d.starts_with("linux-image-6.1.0-") && d.ends_with("-amd64"))
+            .ok_or_else(|| VmError::NotFound("linux-image-6.1.0-*-amd64 in apt".into()))?,
+    };
+    let deb = download(cache, std::slice::from_ref(&pkg))?.remove(0);
+    let tree = unpack(cache, &deb)?;
+    let boot = tree.join("boot");
+    let image = fs::read_dir(&boot)
+        .map_err(io_err(&boot))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-")))
+        .ok_or_else(|| VmError::NotFound(format!("vmlinuz in {}", boot.display())))?;
+    let version = image.file_name().unwrap().to_string_lossy()["vmlinuz-".len()..].to_string();
+    if !tree.join("lib/modules").join(&version).join("modules.dep").exists() {
+        output(Command::new("depmod").arg("-b").arg(&tree).arg(&version))?;
+    }
+    Ok(Kernel { image, version, tree })
+}
+
+/// The `.ko` files to load for `modules`, dependencies first, each once.
+pub fn module_files(kernel: &Kernel, modules: &[String]) -> Result<Vec<PathBuf>, VmError> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for m in modules {
+        let text = output(Command::new("modprobe").arg("-d").arg(&kernel.tree).args([
+            "-S",
+            &kernel.version,
+            "--show-depends",
+            m,
+        ]))?;
+        let mut any = false;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("insmod ") {
+                let path = PathBuf::from(rest.split_whitespace().next().unwrap_or_default());
+                if !out.contains(&path) {
+                    out.push(path);
+                }
+                any = true;
+            } else if line.starts_with("builtin ") {
+                any = true;
+            }
+        }
+        if !any {
+            return Err(VmError::NotFound(format!("kernel module {m}")));
+        }
+    }
+    Ok(out)
+}
