@@ -72,7 +72,8 @@ pub struct Report {
 }
 
 impl Report {
-    fn add(&mut self, name: &str, v: Verdict) {
+    /// Count one verdict.
+    pub fn add(&mut self, name: &str, v: Verdict) {
         match v {
             Verdict::Pass => self.passed += 1,
             Verdict::Fail(_) => self.failed += 1,

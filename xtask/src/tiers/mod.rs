@@ -2,8 +2,9 @@
 //! `cargo xtask test` runs them in order and prints one summary line.
 
 mod lint;
-mod rxe;
+mod nostd;
 mod unit;
+mod vectors;
 
 use crate::util;
 
@@ -42,7 +43,8 @@ impl Outcome {
 type Tier = fn() -> Outcome;
 
 /// Every tier, in the order `cargo xtask test` runs them.
-const TIERS: &[(&str, Tier)] = &[("unit", unit::run), ("lint", lint::run), ("rxe", rxe::run)];
+const TIERS: &[(&str, Tier)] =
+    &[("unit", unit::run), ("lint", lint::run), ("vectors", vectors::run), ("nostd", nostd::run)];
 
 /// Tier names, for usage text.
 pub fn names() -> Vec<&'static str> {
@@ -102,31 +104,17 @@ pub fn demo(_args: &[String]) -> bool {
 }
 
 /// `cargo xtask vectors FILE...`.
-pub fn vectors_cli(_args: &[String]) -> bool {
-    eprintln!("xtask: the vector runner is not built yet");
-    false
+pub fn vectors_cli(args: &[String]) -> bool {
+    vectors::cli(args)
 }
 
 /// `cargo xtask nostd`.
 pub fn nostd_cli() -> bool {
-    eprintln!("xtask: the no_std check is not built yet");
-    false
+    nostd::cli()
 }
 
-/// `cargo xtask bench post|rxe`.
-pub fn bench(args: &[String]) -> bool {
-    match args.first().map(String::as_str) {
-        Some("post") => bench_post(&args[1..]),
-        Some("rxe") => rxe::bench(&args[1..]),
-        _ => {
-            eprintln!("usage: cargo xtask bench post|rxe");
-            false
-        }
-    }
-}
-
-/// `cargo xtask bench post`.
-fn bench_post(_args: &[String]) -> bool {
+/// `cargo xtask bench ...`.
+pub fn bench(_args: &[String]) -> bool {
     eprintln!("xtask: benchmarks are not built yet");
     false
 }
