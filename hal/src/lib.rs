@@ -26,6 +26,8 @@ mod mmio;
 
 #[cfg(feature = "std")]
 pub mod mem;
+#[cfg(feature = "vfio")]
+pub mod vfio;
 
 #[cfg(feature = "std")]
 pub use clock::StdClock;

@@ -1,0 +1,185 @@
+//! PCI addresses, the sysfs files VFIO set-up reads, and the few config-space registers this
+//! backend touches (PCI Local Bus Specification 3.0, section 6.2; the kernel's
+//! `include/uapi/linux/pci_regs.h`).
+
+use core::fmt;
+use core::str::FromStr;
+
+use super::error::{GroupPeers, SysPath, VfioError};
+
+/// `PCI_VENDOR_ID`: 16-bit vendor id at config offset 0x00 (little-endian).
+pub const PCI_VENDOR_ID: u64 = 0x00;
+/// `PCI_DEVICE_ID`: 16-bit device id at config offset 0x02.
+pub const PCI_DEVICE_ID: u64 = 0x02;
+/// `PCI_COMMAND`: 16-bit command register at config offset 0x04.
+pub const PCI_COMMAND: u64 = 0x04;
+
+bitflags::bitflags! {
+    /// Bits of the command register this backend sets.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Command: u16 {
+        /// `PCI_COMMAND_MEMORY`: the device answers accesses to its memory BARs.
+        const MEMORY = 1 << 1;
+        /// `PCI_COMMAND_MASTER`: the device may issue DMA (bus mastering).
+        const MASTER = 1 << 2;
+        /// Bits not interpreted here, kept as read.
+        const _ = !0;
+    }
+}
+
+/// A PCI function address, `domain:bus:device.function` (`0000:3b:00.0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PciAddr {
+    /// PCI segment (domain).
+    pub domain: u16,
+    /// Bus number.
+    pub bus: u8,
+    /// Device number (0..32).
+    pub device: u8,
+    /// Function number (0..8).
+    pub function: u8,
+}
+
+impl FromStr for PciAddr {
+    type Err = VfioError;
+
+    /// `DDDD:BB:DD.F` or `BB:DD.F` (domain 0), hexadecimal.
+    fn from_str(s: &str) -> Result<Self, VfioError> {
+        let bad = || VfioError::BadPciAddr(SysPath::new(s));
+        let (rest, func) = s.rsplit_once('.').ok_or_else(bad)?;
+        let parts: Vec<&str> = rest.split(':').collect();
+        let (domain, bus, dev) = match parts.as_slice() {
+            [d, b, v] if d.len() <= 4 => (*d, *b, *v),
+            [b, v] => ("0", *b, *v),
+            _ => return Err(bad()),
+        };
+        let hex = |t: &str, max: u32| {
+            if t.is_empty() || t.len() > 4 || !t.bytes().all(|c| c.is_ascii_hexdigit()) {
+                return Err(bad());
+            }
+            u32::from_str_radix(t, 16).ok().filter(|v| *v <= max).ok_or_else(bad)
+        };
+        Ok(PciAddr {
+            domain: hex(domain, 0xffff)? as u16,
+            bus: hex(bus, 0xff)? as u8,
+            device: hex(dev, 0x1f)? as u8,
+            function: hex(func, 7)? as u8,
+        })
+    }
+}
+
+impl fmt::Display for PciAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04x}:{:02x}:{:02x}.{:x}", self.domain, self.bus, self.device, self.function)
+    }
+}
+
+/// Vendor and device id of a PCI function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PciIds {
+    /// Vendor id (`0x15b3` for Mellanox/NVIDIA).
+    pub vendor: u16,
+    /// Device id.
+    pub device: u16,
+}
+
+/// The sysfs directory of a PCI function.
+pub fn sysfs_dir(addr: PciAddr) -> String {
+    format!("/sys/bus/pci/devices/{addr}")
+}
+
+fn read_trimmed(path: &str) -> Result<String, VfioError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| VfioError::io("read", path, &e))
+}
+
+fn parse_hex_u16(path: &str) -> Result<u16, VfioError> {
+    let text = read_trimmed(path)?;
+    let digits = text.strip_prefix("0x").unwrap_or(&text);
+    u16::from_str_radix(digits, 16).map_err(|_| VfioError::BadSysfs { path: SysPath::new(path) })
+}
+
+/// Vendor and device id as sysfs reports them (`vendor`, `device`): the kernel's cached copy
+/// of config space, read without opening the device.
+pub fn sysfs_ids(addr: PciAddr) -> Result<PciIds, VfioError> {
+    let dir = sysfs_dir(addr);
+    Ok(PciIds {
+        vendor: parse_hex_u16(&format!("{dir}/vendor"))?,
+        device: parse_hex_u16(&format!("{dir}/device"))?,
+    })
+}
+
+/// The IOMMU group of a PCI function: the number at the end of the `iommu_group` link.
+pub fn iommu_group(addr: PciAddr) -> Result<u32, VfioError> {
+    let link = format!("{}/iommu_group", sysfs_dir(addr));
+    let target = std::fs::read_link(&link).map_err(|e| VfioError::io("readlink", &link, &e))?;
+    target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .ok_or(VfioError::BadSysfs { path: SysPath::new(&link) })
+}
+
+/// Devices of IOMMU group `group` other than `me` (sorted; the first four, and the count).
+pub fn group_peers(group: u32, me: PciAddr) -> Result<(GroupPeers, usize), VfioError> {
+    let dir = format!("/sys/kernel/iommu_groups/{group}/devices");
+    let mut all: Vec<PciAddr> = std::fs::read_dir(&dir)
+        .map_err(|e| VfioError::io("readdir", &dir, &e))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|a| *a != me)
+        .collect();
+    all.sort();
+    let mut peers: GroupPeers = [None; 4];
+    for (slot, a) in peers.iter_mut().zip(&all) {
+        *slot = Some(*a);
+    }
+    Ok((peers, all.len()))
+}
+
+/// The driver a PCI function is bound to, if any (`driver` link).
+pub fn bound_driver(addr: PciAddr) -> Option<String> {
+    let link = format!("{}/driver", sysfs_dir(addr));
+    std::fs::read_link(link).ok()?.file_name()?.to_str().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints_addresses() {
+        let a: PciAddr = "0000:3b:00.0".parse().unwrap();
+        assert_eq!(a, PciAddr { domain: 0, bus: 0x3b, device: 0, function: 0 });
+        assert_eq!(a.to_string(), "0000:3b:00.0");
+        let b: PciAddr = "af:1f.7".parse().unwrap();
+        assert_eq!(b.to_string(), "0000:af:1f.7");
+        assert_eq!("10000:00:00.0".parse::<PciAddr>().ok(), None);
+        for bad in
+            ["", "3b:00", "0000:3b:20.0", "0000:3b:00.8", "00:00:00:00.0", "zz:00.0", "0:+1:00.0"]
+        {
+            assert!(bad.parse::<PciAddr>().is_err(), "{bad:?} parsed");
+        }
+        let e = "3b:00".parse::<PciAddr>().unwrap_err().to_string();
+        assert!(e.contains("\"3b:00\" is not a PCI address"), "{e}");
+    }
+
+    #[test]
+    fn command_bits_are_the_spec_ones() {
+        // pci_regs.h: PCI_COMMAND_MEMORY 0x2, PCI_COMMAND_MASTER 0x4.
+        assert_eq!(Command::MEMORY.bits(), 0x2);
+        assert_eq!(Command::MASTER.bits(), 0x4);
+        assert_eq!((Command::from_bits_retain(0x0401) | Command::MASTER).bits(), 0x0405);
+    }
+
+    #[test]
+    fn missing_device_reports_the_sysfs_path() {
+        let a: PciAddr = "ffff:ff:1f.7".parse().unwrap();
+        let e = iommu_group(a).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOENT));
+        assert!(e
+            .to_string()
+            .starts_with("readlink on /sys/bus/pci/devices/ffff:ff:1f.7/iommu_group"));
+    }
+}
