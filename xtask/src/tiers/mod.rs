@@ -3,6 +3,7 @@
 
 mod lint;
 mod nostd;
+mod rxe;
 mod unit;
 mod vectors;
 
@@ -43,8 +44,13 @@ impl Outcome {
 type Tier = fn() -> Outcome;
 
 /// Every tier, in the order `cargo xtask test` runs them.
-const TIERS: &[(&str, Tier)] =
-    &[("unit", unit::run), ("lint", lint::run), ("vectors", vectors::run), ("nostd", nostd::run)];
+const TIERS: &[(&str, Tier)] = &[
+    ("unit", unit::run),
+    ("lint", lint::run),
+    ("rxe", rxe::run),
+    ("vectors", vectors::run),
+    ("nostd", nostd::run),
+];
 
 /// Tier names, for usage text.
 pub fn names() -> Vec<&'static str> {
@@ -113,8 +119,20 @@ pub fn nostd_cli() -> bool {
     nostd::cli()
 }
 
-/// `cargo xtask bench ...`.
-pub fn bench(_args: &[String]) -> bool {
+/// `cargo xtask bench post|rxe`.
+pub fn bench(args: &[String]) -> bool {
+    match args.first().map(String::as_str) {
+        Some("post") => bench_post(&args[1..]),
+        Some("rxe") => rxe::bench(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask bench post|rxe");
+            false
+        }
+    }
+}
+
+/// `cargo xtask bench post`.
+fn bench_post(_args: &[String]) -> bool {
     eprintln!("xtask: benchmarks are not built yet");
     false
 }
