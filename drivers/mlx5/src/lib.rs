@@ -45,13 +45,25 @@
 
 pub mod abi;
 pub mod control;
+pub mod cq;
 pub mod cqe;
+pub mod device;
 pub mod doorbell;
+#[cfg(test)]
+mod fake;
+pub mod mr;
 pub mod opcode;
+pub mod qp;
+pub mod rq;
+pub mod sq;
+pub mod uar;
 #[cfg(any(test, feature = "std"))]
 pub mod vectors;
 pub mod wqe;
 
 pub use cqe::{Cqe, CqeRepr};
+pub use device::{Mlx5, SharedDma};
+pub use mr::Region;
 pub use opcode::{CqeOpcode, FmCeSe, SendOpcode, Syndrome};
+pub use qp::{ConnectOpts, Qp, QpConfig, QpState};
 pub use wqe::{RawRing, SliceRing, WqeBuilder, WqeInfo, WqeShape, WqeSink};

@@ -1,0 +1,202 @@
+//! A completion queue ring in DMA memory and the polling loop over it.
+//!
+//! `2^log_size` entries of 64 bytes (`struct mlx5_cqe64`), all initialised with
+//! `op_own = 0xf0` (opcode `MLX5_CQE_INVALID`) as rdma-core's `cq.c` does, plus an 8-byte
+//! doorbell record (`[0]` consumer index, `[1]` arm; this poll-mode driver never arms).
+//!
+//! Polling follows `cq.c` `get_sw_cqe` / `mlx5_poll_cq`:
+//! 1. load the entry's `op_own` at consumer index `ci`; it is software's iff the opcode is not
+//!    `0xf` and the owner bit equals `!!(ci & cqe_cnt)` ([`crate::cqe::sw_owned`]);
+//! 2. [`barrier::from_device`], so the body is not read before the ownership byte;
+//! 3. copy the 64 bytes out (no reference into DMA memory is ever formed) and parse the copy;
+//! 4. after the batch, `dbrec[CQ_SET_CI] = htobe32(ci & 0xffffff)` hands the entries back.
+
+use rdma_pmd::{BusAddr, Error, Result};
+use rdma_pmd_hal::{barrier, Dma, DmaBuf};
+
+use crate::control::{CqParams, Uar};
+use crate::cqe::{self, OP_OWN_INVALID};
+use crate::doorbell::{cq_ci_dbrec, CQ_SET_CI};
+
+/// A completion queue's memory and consumer index.
+#[derive(Debug)]
+pub struct CqRing {
+    buf: DmaBuf,
+    dbrec: DmaBuf,
+    log_size: u8,
+    ci: u32,
+    /// Consumer index last written to the doorbell record.
+    published: u32,
+}
+
+/// `op_own` of an unwritten entry, as the last 8-byte word of the entry in memory order.
+const INVALID_WORD: u64 = u64::from_ne_bytes([0, 0, 0, 0, 0, 0, 0, OP_OWN_INVALID]);
+
+impl CqRing {
+    /// Allocate and initialise a ring of `2^log_size` entries and its doorbell record.
+    pub fn alloc<D: Dma>(dma: &D, log_size: u8) -> Result<Self> {
+        if log_size > 24 {
+            return Err(Error::InvalidArgument("CQ log size above 24"));
+        }
+        let entries = 1usize << log_size;
+        let buf = dma.alloc(entries * cqe::LEN, dma.page_size().max(cqe::LEN))?;
+        let dbrec = match dma.alloc(64, 64) {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: the block was never handed to the device.
+                unsafe { dma.free(buf) };
+                return Err(e.into());
+            }
+        };
+        for i in 0..entries {
+            buf.write_u64(i * cqe::LEN + 56, INVALID_WORD);
+        }
+        Ok(CqRing { buf, dbrec, log_size, ci: 0, published: 0 })
+    }
+
+    /// The `CREATE_CQ` fields for this ring on `uar`.
+    pub fn params(&self, uar: Uar) -> CqParams {
+        CqParams { log_size: self.log_size, buf: self.buf.bus(), dbrec: self.dbrec.bus(), uar }
+    }
+
+    /// Number of entries.
+    pub fn size(&self) -> u32 {
+        1 << self.log_size
+    }
+
+    /// The consumer index (free-running).
+    pub fn ci(&self) -> u32 {
+        self.ci
+    }
+
+    /// Bus address of the entries.
+    pub fn bus(&self) -> BusAddr {
+        self.buf.bus()
+    }
+
+    /// Take the next entry if software owns it: a copy of its 64 bytes. Advances the
+    /// consumer index; call [`publish`](Self::publish) after a batch.
+    #[inline]
+    pub fn pop(&mut self) -> Option<[u8; 64]> {
+        let size = 1u32 << self.log_size;
+        let off = (self.ci & (size - 1)) as usize * cqe::LEN;
+        let op_own = self.buf.read_u64(off + 56).to_ne_bytes()[7];
+        if !cqe::sw_owned(op_own, self.ci, size) {
+            return None;
+        }
+        // The rest of the entry must not be read before its ownership byte said it is
+        // complete (udma_from_device_barrier).
+        barrier::from_device();
+        let mut out = [0u8; 64];
+        for (k, chunk) in out.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&self.buf.read_u64(off + 8 * k).to_ne_bytes());
+        }
+        self.ci = self.ci.wrapping_add(1);
+        Some(out)
+    }
+
+    /// Tell the device every entry before the consumer index is free
+    /// (`dbrec[CQ_SET_CI] = htobe32(ci & 0xffffff)`), if it moved.
+    #[inline]
+    pub fn publish(&mut self) {
+        if self.published != self.ci {
+            // The entries' loads come before the store that lets the device overwrite them.
+            barrier::to_device();
+            self.dbrec.write_u32(CQ_SET_CI * 4, u32::from_ne_bytes(cq_ci_dbrec(self.ci)));
+            self.published = self.ci;
+        }
+    }
+
+    /// Give the memory back.
+    ///
+    /// # Safety
+    /// The device must no longer write the ring: the CQ was destroyed (or never created).
+    pub unsafe fn free<D: Dma>(self, dma: &D) {
+        // SAFETY: forwarded to our caller.
+        unsafe {
+            dma.free(self.buf);
+            dma.free(self.dbrec);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cqe::Cqe;
+    use crate::opcode::{CqeOpcode, SendOpcode};
+    use rdma_pmd::QpNum;
+    use rdma_pmd_hal::mem::HeapDma;
+
+    /// Write a CQE as the device would at consumer index `idx`.
+    pub(crate) fn put_cqe(dma: &HeapDma, ring: &CqRing, idx: u32, op: CqeOpcode, counter: u16) {
+        let mut b = [0u8; 64];
+        let mut c = Cqe::new_unchecked(&mut b[..]);
+        c.set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, QpNum(7));
+        c.set_wqe_counter(counter);
+        let owner = (idx & ring.size() != 0) as u8;
+        c.set_op_own(u8::from(op) << 4 | owner);
+        let slot = idx & (ring.size() - 1);
+        assert!(dma.write(ring.bus().add(slot as u64 * 64), &b));
+    }
+
+    fn dbrec(dma: &HeapDma, ring: &CqRing) -> [u8; 4] {
+        let mut b = [0u8; 4];
+        assert!(dma.read(ring.params(Uar { index: 0, bar_offset: 0 }).dbrec, &mut b));
+        b
+    }
+
+    #[test]
+    fn fresh_ring_is_all_invalid_and_empty() {
+        let dma = HeapDma::new();
+        let mut r = CqRing::alloc(&*dma, 3).unwrap();
+        for i in 0..8u64 {
+            let mut b = [0u8; 64];
+            assert!(dma.read(r.bus().add(i * 64), &mut b));
+            assert_eq!(b[63], 0xf0);
+        }
+        assert!(r.pop().is_none());
+        // SAFETY: no device.
+        unsafe { r.free(&*dma) };
+        assert_eq!(dma.live_blocks(), 0);
+    }
+
+    #[test]
+    fn ownership_flips_each_lap_and_ci_is_published() {
+        let dma = HeapDma::new();
+        let mut r = CqRing::alloc(&*dma, 2).unwrap();
+        for idx in 0..4 * 4 + 2 {
+            // Not yet written for this lap: the old entry (previous lap's owner) is refused.
+            assert!(r.pop().is_none(), "idx {idx}");
+            put_cqe(&dma, &r, idx, CqeOpcode::Req, idx as u16);
+            let c = r.pop().expect("owned");
+            assert_eq!(Cqe::new_unchecked(&c[..]).wqe_counter(), idx as u16);
+            assert_eq!(r.ci(), idx + 1);
+            assert_eq!(dbrec(&dma, &r), idx.to_be_bytes(), "published only on demand");
+            r.publish();
+            assert_eq!(dbrec(&dma, &r), (idx + 1).to_be_bytes());
+        }
+        // An entry with the right owner bit but the invalid opcode is not software's.
+        let idx = r.ci();
+        let slot = idx & 3;
+        let owner = (idx & 4 != 0) as u8;
+        assert!(dma.write(r.bus().add(slot as u64 * 64 + 63), &[0xf0 | owner]));
+        assert!(r.pop().is_none());
+        // SAFETY: no device.
+        unsafe { r.free(&*dma) };
+    }
+
+    #[test]
+    fn ci_doorbell_keeps_24_bits() {
+        let dma = HeapDma::new();
+        let mut r = CqRing::alloc(&*dma, 0).unwrap();
+        r.ci = 0x0100_0000 - 1;
+        r.published = 0;
+        put_cqe(&dma, &r, r.ci, CqeOpcode::Req, 1);
+        assert!(r.pop().is_some());
+        r.publish();
+        assert_eq!(dbrec(&dma, &r), [0, 0, 0, 0]);
+        // SAFETY: no device.
+        unsafe { r.free(&*dma) };
+    }
+}

@@ -1,0 +1,150 @@
+//! The device context: what every region, completion queue and queue pair is created from.
+//!
+//! [`Mlx5`] owns the three platform handles the driver reaches hardware through (the BAR as
+//! [`Mmio`], device-visible memory as [`Dma`], firmware as [`Control`]), and the resources that
+//! live as long as the device is open: the protection domain every key and QP belongs to, and
+//! the UAR page completion queues are created on. Regions ([`crate::mr::Region`]) and queue
+//! pairs ([`crate::qp::Qp`]) borrow it, so it is closed (PD and UAR given back) only after they
+//! are gone.
+//!
+//! [`Control`] takes `&mut self`; it is used only on the setup and teardown paths, through a
+//! `RefCell` (no lock, no atomics), never while posting or polling.
+
+use core::cell::{RefCell, RefMut};
+
+use rdma_pmd::{Error, Result};
+use rdma_pmd_hal::{Dma, Mmio};
+
+use crate::control::{Control, DeviceCaps, Pdn, Uar};
+use crate::uar::BF_OFFSET;
+
+/// An open mlx5 device. See the module docs.
+pub struct Mlx5<M: Mmio, D: Dma, C: Control> {
+    mmio: M,
+    dma: D,
+    ctl: RefCell<C>,
+    caps: DeviceCaps,
+    uar: Uar,
+    pd: Pdn,
+}
+
+impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
+    /// Open the device: read its limits, allocate the UAR page for completion queues and the
+    /// protection domain.
+    pub fn open(mmio: M, dma: D, mut ctl: C) -> Result<Self> {
+        let caps = ctl.caps();
+        let uar = ctl.alloc_uar()?;
+        if let Err(e) = check_uar(&mmio, uar, &caps) {
+            let _ = ctl.dealloc_uar(uar);
+            return Err(e);
+        }
+        let pd = match ctl.alloc_pd() {
+            Ok(pd) => pd,
+            Err(e) => {
+                let _ = ctl.dealloc_uar(uar);
+                return Err(e);
+            }
+        };
+        Ok(Mlx5 { mmio, dma, ctl: RefCell::new(ctl), caps, uar, pd })
+    }
+
+    /// The device's limits (`QUERY_HCA_CAP`).
+    pub fn caps(&self) -> DeviceCaps {
+        self.caps
+    }
+
+    /// The protection domain of every region and QP created here.
+    pub fn pd(&self) -> Pdn {
+        self.pd
+    }
+
+    /// The UAR page completion queues are created on.
+    pub fn cq_uar(&self) -> Uar {
+        self.uar
+    }
+
+    /// The BAR.
+    pub fn mmio(&self) -> &M {
+        &self.mmio
+    }
+
+    /// The DMA allocator.
+    pub fn dma(&self) -> &D {
+        &self.dma
+    }
+
+    /// The firmware seam, for setup and teardown only.
+    ///
+    /// # Panics
+    /// If called while another borrow is live (a `Control` implementation calling back into
+    /// the device).
+    pub fn control(&self) -> RefMut<'_, C> {
+        self.ctl.borrow_mut()
+    }
+
+    /// Half of the BlueFlame register (`mlx5dv_qp.bf.size`): `(1 << log_bf_reg_size) / 2`,
+    /// 0 when the device has none.
+    pub fn bf_half(&self) -> usize {
+        bf_half(&self.caps)
+    }
+}
+
+/// `(1 << log_bf_reg_size) / 2`; 0 when the register size is 0 or 1 byte (no BlueFlame).
+pub(crate) fn bf_half(caps: &DeviceCaps) -> usize {
+    if caps.log_bf_reg_size == 0 || caps.log_bf_reg_size >= 16 {
+        0
+    } else {
+        (1usize << caps.log_bf_reg_size) / 2
+    }
+}
+
+/// The UAR's doorbell/BlueFlame register (both halves) lies inside the BAR.
+pub(crate) fn check_uar<M: Mmio>(mmio: &M, uar: Uar, caps: &DeviceCaps) -> Result<()> {
+    let end = uar
+        .bar_offset
+        .checked_add(BF_OFFSET)
+        .and_then(|o| o.checked_add((2 * bf_half(caps)).max(8)));
+    match end {
+        Some(end) if end <= mmio.size() => Ok(()),
+        _ => Err(Error::InvalidArgument("UAR page outside the BAR")),
+    }
+}
+
+impl<M: Mmio, D: Dma, C: Control> Drop for Mlx5<M, D, C> {
+    fn drop(&mut self) {
+        let ctl = self.ctl.get_mut();
+        // Every region and QP borrowed the device and is gone; nothing uses the PD or UAR.
+        let _ = ctl.dealloc_pd(self.pd);
+        let _ = ctl.dealloc_uar(self.uar);
+    }
+}
+
+/// A shared handle to a DMA allocator (`&D`, `Arc<D>`, ...) used as the allocator itself, so a
+/// device model and the driver can draw from the same space.
+#[derive(Clone, Debug)]
+pub struct SharedDma<P>(pub P);
+
+// SAFETY: every call is forwarded unchanged to the allocator behind the handle, which upholds
+// the contract itself.
+unsafe impl<P> Dma for SharedDma<P>
+where
+    P: core::ops::Deref,
+    P::Target: Dma,
+{
+    fn alloc(
+        &self,
+        len: usize,
+        align: usize,
+    ) -> Result<rdma_pmd_hal::DmaBuf, rdma_pmd_hal::HalError> {
+        self.0.alloc(len, align)
+    }
+
+    unsafe fn free(&self, buf: rdma_pmd_hal::DmaBuf) {
+        // SAFETY: forwarded to our caller.
+        unsafe { self.0.free(buf) }
+    }
+
+    fn page_size(&self) -> usize {
+        self.0.page_size()
+    }
+}

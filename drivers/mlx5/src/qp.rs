@@ -1,0 +1,542 @@
+//! An RC queue pair: the send ring with its completion queue, a small receive ring with its
+//! own, the state machine, and teardown.
+//!
+//! [`Qp`] implements [`rdma_pmd::SendQueue`], so every posting form of [`rdma_pmd::PostWrite`]
+//! (`post_writev`, `post_write`, `post_write_imm`, `post_write_inline`, `post_writev_raw`,
+//! `batch`) works on it. The four primitives map onto mlx5 as:
+//!
+//! * `push`: the QP must be in RTS ([`Error::NotConnected`] otherwise); the request is checked
+//!   against the QP's [`Caps`] and the ring's free blocks ([`Error::QueueFull`], ENOMEM) and
+//!   written into the ring by the [`WqeBuilder`]; the regions its buffers come from are
+//!   counted busy. A refused request changes nothing.
+//! * `commit`: the doorbell sequence of `post_send_db` ([`crate::uar`]), once per batch.
+//! * `abort`: the WQEs since the last commit are forgotten and their regions released.
+//! * `poll`: send CQEs are copied out and turned into completions as [`crate::sq`] describes
+//!   (selective signalling; error, then flush of everything outstanding, each reported once).
+//!
+//! The receive side ([`Qp::post_recv`], [`Qp::poll_recv`]) exists for the target of an RDMA
+//! WRITE WITH IMMEDIATE: each such write consumes one posted receive and completes it with
+//! [`rdma_pmd::WcOpcode::RecvRdmaWithImm`] and [`Completion::imm`].
+//!
+//! The QP borrows its device and may read any region whose buffers it was given for `'r`; it
+//! is dropped before them. Dropping it moves it to ERR and RST, destroys it and its CQs, and
+//! only then releases the regions of requests that never completed and frees its memory.
+
+use core::mem::ManuallyDrop;
+
+use rdma_pmd::{Caps, Completion, Errno, Error, QpNum, Result, SendQueue, WriteRequest};
+use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
+
+use crate::control::{Access, Control, Cqn, Path, QpParams, Transition, Uar};
+use crate::cq::CqRing;
+use crate::cqe::{Cqe, CqeRepr};
+use crate::device::{check_uar, Mlx5};
+use crate::opcode::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
+use crate::rq::{RecvRing, STRIDE};
+use crate::sq::SendRing;
+use crate::uar::{RingAt, SqDoorbell};
+use crate::wqe::{inline, RawRing, WqeBuilder};
+
+/// Where a QP is in its life (`ibv_qp_state`, the states this driver moves through).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// Created, not yet initialised.
+    Reset,
+    /// `RST2INIT` done: receives may be posted.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send: posting allowed.
+    Rts,
+    /// In error: outstanding requests are flushed; nothing can be posted.
+    Error,
+}
+
+/// How a QP is created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpConfig {
+    /// Every request asks for a completion (`sq_sig_all`).
+    pub sq_sig_all: bool,
+    /// Lower the SGE limit below what the device and ring allow.
+    pub max_send_sge: Option<u32>,
+    /// Lower the inline limit below what the device and ring allow.
+    pub max_inline: Option<u32>,
+}
+
+/// The fields of the `RST2INIT`, `INIT2RTR` and `RTR2RTS` transitions that do not depend on
+/// the peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectOpts {
+    /// Physical port (1-based).
+    pub port: u8,
+    /// Remote access the QP grants as a responder.
+    pub access: Access,
+    /// Path MTU as an `ibv_mtu` value (1 = 256 ... 5 = 4096).
+    pub mtu: u8,
+    /// Expected first receive PSN (the peer's `sq_psn`).
+    pub rq_psn: u32,
+    /// First send PSN.
+    pub sq_psn: u32,
+    /// Local ACK timeout exponent (4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7: infinite).
+    pub rnr_retry: u8,
+}
+
+impl Default for ConnectOpts {
+    /// Port 1, remote write allowed, MTU 1024, PSNs 0, timeout 14 (≈ 67 ms), 7 retries.
+    fn default() -> Self {
+        ConnectOpts {
+            port: 1,
+            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            mtu: 3,
+            rq_psn: 0,
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        }
+    }
+}
+
+/// The device memory a QP owns.
+struct Mem {
+    /// Receive ring, then send ring (PRM order).
+    wq: DmaBuf,
+    /// `[RCV_DBR]`, `[SND_DBR]`.
+    dbrec: DmaBuf,
+    scq: CqRing,
+    rcq: CqRing,
+}
+
+/// An RC queue pair with `SQ` send blocks and `RQ` receive WQEs. See the module docs.
+pub struct Qp<'r, M: Mmio, D: Dma, C: Control, const SQ: usize = 256, const RQ: usize = 16> {
+    dev: &'r Mlx5<M, D, C>,
+    qpn: QpNum,
+    state: QpState,
+    caps: Caps,
+    uar: Uar,
+    scqn: Cqn,
+    rcqn: Cqn,
+    db: SqDoorbell,
+    sq_off: usize,
+    sq: SendRing<'r, SQ>,
+    rq: RecvRing<RQ>,
+    mem: ManuallyDrop<Mem>,
+}
+
+impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
+    /// Create an RC QP with `SQ` send blocks (a power of two up to 2^15) and `RQ` receive WQEs
+    /// (a power of two, at least 4), each with its own completion queue. It starts in RESET;
+    /// [`Qp::connect`] brings it to RTS.
+    pub fn create_qp<const SQ: usize, const RQ: usize>(
+        &self,
+        cfg: &QpConfig,
+    ) -> Result<Qp<'_, M, D, C, SQ, RQ>> {
+        Qp::create(self, cfg)
+    }
+}
+
+/// Undoes a half-built QP on early return.
+struct Building<'a, M: Mmio, D: Dma, C: Control> {
+    dev: &'a Mlx5<M, D, C>,
+    uar: Option<Uar>,
+    scq: Option<CqRing>,
+    scqn: Option<Cqn>,
+    rcq: Option<CqRing>,
+    rcqn: Option<Cqn>,
+    wq: Option<DmaBuf>,
+    dbrec: Option<DmaBuf>,
+}
+
+impl<M: Mmio, D: Dma, C: Control> Drop for Building<'_, M, D, C> {
+    fn drop(&mut self) {
+        let mut ctl = self.dev.control();
+        let dma = self.dev.dma();
+        let scq_gone = self.scqn.is_none_or(|n| ctl.destroy_cq(n).is_ok());
+        let rcq_gone = self.rcqn.is_none_or(|n| ctl.destroy_cq(n).is_ok());
+        if let Some(u) = self.uar.take() {
+            let _ = ctl.dealloc_uar(u);
+        }
+        // A CQ whose destroy failed keeps its ring (leaked): the device may still write it.
+        if let (Some(r), true) = (self.scq.take(), scq_gone) {
+            // SAFETY: the CQ is destroyed (or was never created); no QP was created over it.
+            unsafe { r.free(dma) };
+        }
+        if let (Some(r), true) = (self.rcq.take(), rcq_gone) {
+            // SAFETY: as above.
+            unsafe { r.free(dma) };
+        }
+        if let Some(b) = self.wq.take() {
+            // SAFETY: no QP was created over this block.
+            unsafe { dma.free(b) };
+        }
+        if let Some(b) = self.dbrec.take() {
+            // SAFETY: no QP was created over this block.
+            unsafe { dma.free(b) };
+        }
+    }
+}
+
+fn log2(n: usize) -> u8 {
+    n.trailing_zeros() as u8
+}
+
+impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M, D, C, SQ, RQ> {
+    const GEOMETRY: () = assert!(
+        SQ.is_power_of_two() && SQ <= 1 << 15 && RQ.is_power_of_two() && RQ >= 4 && RQ <= 1 << 15,
+        "SQ: power of two up to 2^15; RQ: power of two in 4..=2^15"
+    );
+
+    fn create(dev: &'r Mlx5<M, D, C>, cfg: &QpConfig) -> Result<Self> {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::GEOMETRY;
+        let dcaps = dev.caps();
+        if log2(SQ) > dcaps.log_max_qp_sz || log2(RQ) > dcaps.log_max_qp_sz {
+            return Err(Error::InvalidArgument("queue larger than the device's log_max_qp_sz"));
+        }
+        if log2(SQ) > dcaps.log_max_cq_sz {
+            return Err(Error::InvalidArgument("send CQ larger than the device's log_max_cq_sz"));
+        }
+        let caps = qp_caps(dcaps.max_wqe_sz_sq, SQ, cfg)?;
+
+        let mut b = Building {
+            dev,
+            uar: None,
+            scq: None,
+            scqn: None,
+            rcq: None,
+            rcqn: None,
+            wq: None,
+            dbrec: None,
+        };
+        let uar = dev.control().alloc_uar()?;
+        b.uar = Some(uar);
+        check_uar(dev.mmio(), uar, &dcaps)?;
+
+        let scq = b.scq.insert(CqRing::alloc(dev.dma(), log2(SQ))?);
+        b.scqn = Some(dev.control().create_cq(&scq.params(dev.cq_uar()))?);
+        let rcq = b.rcq.insert(CqRing::alloc(dev.dma(), log2(RQ))?);
+        b.rcqn = Some(dev.control().create_cq(&rcq.params(dev.cq_uar()))?);
+
+        let sq_off = RQ * STRIDE;
+        let page = dev.dma().page_size().max(SEND_WQE_BB);
+        let wq = b.wq.insert(dev.dma().alloc(sq_off + SQ * SEND_WQE_BB, page)?);
+        let dbrec = b.dbrec.insert(dev.dma().alloc(64, 64)?);
+        let params = QpParams {
+            pd: dev.pd(),
+            send_cq: b.scqn.expect("set above"),
+            recv_cq: b.rcqn.expect("set above"),
+            log_sq_size: log2(SQ),
+            log_rq_size: Some(log2(RQ)),
+            log_rq_stride: log2(STRIDE),
+            buf: wq.bus(),
+            dbrec: dbrec.bus(),
+            uar,
+        };
+        let cpu = wq.cpu();
+        let qpn = dev.control().create_qp(&params)?;
+
+        // SAFETY: the send ring is `SQ * 64` bytes at `sq_off` (a multiple of 64) of the block,
+        // which the QP owns until its drop, after the RawRing (a field of the same QP) is last
+        // used; nothing forms a reference into it.
+        let sink = unsafe {
+            RawRing::new(core::ptr::NonNull::new_unchecked(cpu.as_ptr().add(sq_off)), SQ as u32)
+        };
+        let sink = match sink {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = dev.control().destroy_qp(qpn);
+                return Err(e);
+            }
+        };
+        let builder = WqeBuilder::new(qpn)
+            .sq_sig_all(cfg.sq_sig_all)
+            .max_sge(caps.max_sge)
+            .max_inline(caps.max_inline);
+        let sq = match SendRing::new(sink, builder) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = dev.control().destroy_qp(qpn);
+                return Err(e);
+            }
+        };
+        let mem = Mem {
+            wq: b.wq.take().expect("set above"),
+            dbrec: b.dbrec.take().expect("set above"),
+            scq: b.scq.take().expect("set above"),
+            rcq: b.rcq.take().expect("set above"),
+        };
+        let qp = Qp {
+            dev,
+            qpn,
+            state: QpState::Reset,
+            caps,
+            uar,
+            scqn: b.scqn.take().expect("set above"),
+            rcqn: b.rcqn.take().expect("set above"),
+            db: SqDoorbell::new(uar, dev.bf_half()),
+            sq_off,
+            sq,
+            rq: RecvRing::new(0),
+            mem: ManuallyDrop::new(mem),
+        };
+        b.uar = None;
+        Ok(qp)
+    }
+
+    /// The QP's state as this driver last moved it (or saw it fail).
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The UAR page whose BlueFlame register this QP rings.
+    pub fn uar(&self) -> Uar {
+        self.uar
+    }
+
+    /// Send and receive CQ numbers.
+    pub fn cq_nums(&self) -> (Cqn, Cqn) {
+        (self.scqn, self.rcqn)
+    }
+
+    /// The send ring's WQE counter (the next free block).
+    pub fn sq_pi(&self) -> u16 {
+        self.sq.pi()
+    }
+
+    /// Free blocks in the send ring.
+    pub fn sq_room(&self) -> u32 {
+        self.sq.room()
+    }
+
+    /// Receive WQEs posted and not completed.
+    pub fn rq_outstanding(&self) -> u32 {
+        self.rq.outstanding()
+    }
+
+    fn modify(&mut self, t: Transition, to: QpState) -> Result<()> {
+        self.dev.control().modify_qp(self.qpn, &t)?;
+        self.state = to;
+        Ok(())
+    }
+
+    /// `RST2INIT`: lets receives be posted before the peer is known.
+    pub fn init(&mut self, opts: &ConnectOpts) -> Result<()> {
+        if self.state != QpState::Reset {
+            return Err(Error::InvalidArgument("QP not in RESET"));
+        }
+        self.modify(Transition::RstToInit { port: opts.port, access: opts.access }, QpState::Init)
+    }
+
+    /// Bring the QP to RTS facing `remote` over `path`: `RST2INIT` (unless already in INIT),
+    /// `INIT2RTR`, `RTR2RTS`.
+    pub fn connect(&mut self, remote: QpNum, path: Path, opts: &ConnectOpts) -> Result<()> {
+        if self.state == QpState::Reset {
+            self.init(opts)?;
+        }
+        if self.state != QpState::Init {
+            return Err(Error::InvalidArgument("QP not in RESET or INIT"));
+        }
+        self.modify(
+            Transition::InitToRtr { remote_qpn: remote, path, mtu: opts.mtu, rq_psn: opts.rq_psn },
+            QpState::Rtr,
+        )?;
+        self.modify(
+            Transition::RtrToRts {
+                sq_psn: opts.sq_psn,
+                timeout: opts.timeout,
+                retry_cnt: opts.retry_cnt,
+                rnr_retry: opts.rnr_retry,
+            },
+            QpState::Rts,
+        )
+    }
+
+    /// Connect to a QP on the same port, with default options.
+    pub fn connect_loopback(&mut self, remote: QpNum) -> Result<()> {
+        self.connect(remote, Path::Loopback, &ConnectOpts::default())
+    }
+
+    /// Connect over RoCE v2 to the peer QP `remote` at `dgid`/`dmac`, from source GID index
+    /// `sgid_index`, with UDP source port `udp_sport`.
+    pub fn connect_roce_v2(
+        &mut self,
+        remote: QpNum,
+        dgid: [u8; 16],
+        dmac: [u8; 6],
+        sgid_index: u8,
+        udp_sport: u16,
+        opts: &ConnectOpts,
+    ) -> Result<()> {
+        self.connect(remote, Path::RoceV2 { dgid, dmac, sgid_index, udp_sport }, opts)
+    }
+
+    /// Move the QP to ERR (`2ERR_QP`): the device flushes every outstanding request, and each
+    /// is reported once with `WrFlushErr` by [`poll`](SendQueue::poll) (receives by
+    /// [`poll_recv`](Self::poll_recv)).
+    pub fn to_error(&mut self) -> Result<()> {
+        self.modify(Transition::ToErr, QpState::Error)
+    }
+
+    /// Post a receive WQE (no buffer) for an incoming RDMA WRITE WITH IMMEDIATE; `wr_id` comes
+    /// back in its completion. Allowed from INIT on.
+    pub fn post_recv(&mut self, wr_id: u64) -> Result<()> {
+        if !matches!(self.state, QpState::Init | QpState::Rtr | QpState::Rts) {
+            return Err(Error::NotConnected);
+        }
+        self.rq.post(&self.mem.wq, &self.mem.dbrec, wr_id)
+    }
+
+    /// Reap receive completions into `out`; returns how many were written. Never blocks.
+    pub fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let mut n = 0;
+        let mut res = Ok(());
+        while n < out.len() {
+            let Some(raw) = self.mem.rcq.pop() else { break };
+            match self.rq.complete(&raw, self.qpn) {
+                Ok(c) => {
+                    out[n] = c;
+                    n += 1;
+                }
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        self.mem.rcq.publish();
+        res.map(|()| n)
+    }
+}
+
+/// The limits of a QP of `sq` blocks on a device whose largest send WQE is `max_wqe_sz`.
+fn qp_caps(max_wqe_sz: u32, sq: usize, cfg: &QpConfig) -> Result<Caps> {
+    let bytes = (max_wqe_sz as usize).min(sq * SEND_WQE_BB);
+    let units = (bytes / SEND_WQE_DS).min(MAX_DS as usize);
+    if units < 3 {
+        return Err(Error::Unsupported("send WQEs too small for one data segment"));
+    }
+    let max_sge = (units - 2) as u32;
+    let max_inline = ((units - 2) * SEND_WQE_DS - inline::HEADER_LEN) as u32;
+    Ok(Caps {
+        max_send_wr: sq as u32,
+        max_sge: cfg.max_send_sge.map_or(max_sge, |n| n.min(max_sge)),
+        max_inline: cfg.max_inline.map_or(max_inline, |n| n.min(max_inline)),
+    })
+}
+
+impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueue<'r>
+    for Qp<'r, M, D, C, SQ, RQ>
+{
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    fn qp_num(&self) -> QpNum {
+        self.qpn
+    }
+
+    #[inline]
+    fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        if self.state != QpState::Rts {
+            return Err(Error::NotConnected);
+        }
+        self.sq.push(req)
+    }
+
+    #[inline]
+    fn commit(&mut self) {
+        if let Some((last, nreq)) = self.sq.commit() {
+            let ring = RingAt { buf: &self.mem.wq, off: self.sq_off, wqe_cnt: SQ as u32 };
+            self.db.ring(self.dev.mmio(), &self.mem.dbrec, ring, &last, nreq, self.sq.pi());
+        }
+    }
+
+    fn abort(&mut self) {
+        self.sq.abort();
+    }
+
+    #[inline]
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let mut n = 0;
+        let res = loop {
+            match self.sq.drain(&mut out[n..], self.qpn) {
+                Ok(k) => n += k,
+                Err(e) => break Err(e),
+            }
+            if n == out.len() || self.sq.has_pending() {
+                break Ok(n);
+            }
+            let Some(raw) = self.mem.scq.pop() else { break Ok(n) };
+            let cqe = match CqeRepr::parse(&Cqe::new_unchecked(&raw[..])) {
+                Ok(c) => c,
+                Err(e) => break Err(e),
+            };
+            if cqe.qpn != self.qpn {
+                break Err(Error::Device(Errno::EIO));
+            }
+            if let Err(e) = self.sq.on_cqe(&cqe) {
+                break Err(e);
+            }
+        };
+        self.mem.scq.publish();
+        if self.sq.in_error() {
+            self.state = QpState::Error;
+        }
+        res
+    }
+
+    fn outstanding(&self) -> u32 {
+        self.sq.outstanding()
+    }
+}
+
+impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Drop
+    for Qp<'_, M, D, C, SQ, RQ>
+{
+    fn drop(&mut self) {
+        let dev = self.dev;
+        let (qp_gone, scq_gone, rcq_gone) = {
+            let mut ctl = dev.control();
+            if self.state != QpState::Reset {
+                let _ = ctl.modify_qp(self.qpn, &Transition::ToErr);
+                let _ = ctl.modify_qp(self.qpn, &Transition::ToRst);
+            }
+            let qp_gone = ctl.destroy_qp(self.qpn).is_ok();
+            let scq_gone = ctl.destroy_cq(self.scqn).is_ok();
+            let rcq_gone = ctl.destroy_cq(self.rcqn).is_ok();
+            let _ = ctl.dealloc_uar(self.uar);
+            (qp_gone, scq_gone, rcq_gone)
+        };
+        // SAFETY: `mem` is taken exactly once, here, and not used afterwards.
+        let mem = unsafe { ManuallyDrop::take(&mut self.mem) };
+        if !qp_gone {
+            // The device may still read the ring and the regions it names: keep both (the
+            // regions stay busy, so their memory is kept too).
+            return;
+        }
+        // The QP no longer exists, so nothing reads the regions of requests that never
+        // completed: release them.
+        self.sq.release_everything();
+        let dma = dev.dma();
+        // SAFETY: the QP is destroyed: the device no longer reads its rings or doorbell record.
+        unsafe {
+            dma.free(mem.wq);
+            dma.free(mem.dbrec);
+        }
+        if scq_gone {
+            // SAFETY: the CQ is destroyed.
+            unsafe { mem.scq.free(dma) };
+        }
+        if rcq_gone {
+            // SAFETY: the CQ is destroyed.
+            unsafe { mem.rcq.free(dma) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,546 @@
+//! Unit tests of the data path against a fake `Control`, a recording BAR and heap DMA: the
+//! test plays the device, reading the rings and writing CQEs by hand.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::vec::Vec;
+
+use rdma_pmd::{
+    BusAddr, Completion, Errno, Error, PostWrite, QpNum, RemoteBuf, Rkey, SendFlags, SendQueue,
+    WcOpcode, WcStatus,
+};
+use rdma_pmd_hal::mem::{HeapDma, MemBar};
+
+use super::*;
+use crate::control::{CqParams, Translation};
+use crate::device::SharedDma;
+use crate::fake::{self, FakeControl, Log, Recorder};
+use crate::opcode::{CqeOpcode, SendOpcode, Syndrome};
+use crate::wqe::CtrlSeg;
+
+type Dev = Mlx5<MemBar, SharedDma<Arc<HeapDma>>, FakeControl>;
+
+struct Rig {
+    dev: Dev,
+    dma: Arc<HeapDma>,
+    log: Rc<RefCell<Log>>,
+    bar: Arc<Recorder>,
+}
+
+fn rig(log_bf_reg_size: u8) -> Rig {
+    let (bar, rec) = fake::bar();
+    let dma = HeapDma::new();
+    let (ctl, log) = FakeControl::new(log_bf_reg_size);
+    let dev = Mlx5::open(bar, SharedDma(dma.clone()), ctl).unwrap();
+    Rig { dev, dma, log, bar: rec }
+}
+
+const REMOTE: RemoteBuf = RemoteBuf::new(0x7000_0000, Rkey(0x99));
+
+/// The device side of one QP.
+struct Hw {
+    dma: Arc<HeapDma>,
+    qp: QpParams,
+    qpn: QpNum,
+    scq: CqParams,
+    rcq: CqParams,
+    sci: u32,
+    rci: u32,
+    rq_bytes: usize,
+}
+
+impl Hw {
+    fn of(r: &Rig, qpn: QpNum) -> Hw {
+        let log = r.log.borrow();
+        let qp = log.qps.iter().find(|(n, _)| *n == qpn).unwrap().1;
+        let cq = |n| log.cqs.iter().find(|(c, _)| *c == n).unwrap().1;
+        let rq_bytes = (1usize << qp.log_rq_size.unwrap()) << qp.log_rq_stride;
+        Hw {
+            dma: r.dma.clone(),
+            qp,
+            qpn,
+            scq: cq(qp.send_cq),
+            rcq: cq(qp.recv_cq),
+            sci: 0,
+            rci: 0,
+            rq_bytes,
+        }
+    }
+
+    fn sq_block(&self, counter: u32) -> [u8; 64] {
+        let slot = counter & ((1 << self.qp.log_sq_size) - 1);
+        let mut b = [0u8; 64];
+        let at = self.qp.buf.add(self.rq_bytes as u64 + slot as u64 * 64);
+        assert!(self.dma.read(at, &mut b));
+        b
+    }
+
+    fn be32(&self, at: BusAddr) -> u32 {
+        let mut b = [0u8; 4];
+        assert!(self.dma.read(at, &mut b));
+        u32::from_be_bytes(b)
+    }
+
+    /// `dbrec[RCV_DBR]`, `dbrec[SND_DBR]`.
+    fn qp_dbrec(&self) -> (u32, u32) {
+        (self.be32(self.qp.dbrec), self.be32(self.qp.dbrec.add(4)))
+    }
+
+    fn put(&self, cq: &CqParams, idx: u32, b: &mut [u8; 64], op: CqeOpcode) {
+        let size = 1u32 << cq.log_size;
+        let owner = (idx & size != 0) as u8;
+        Cqe::new_unchecked(&mut b[..]).set_op_own(u8::from(op) << 4 | owner);
+        let at = cq.buf.add((idx & (size - 1)) as u64 * 64);
+        assert!(self.dma.write(at, &b[..]));
+    }
+
+    fn send_cqe(&mut self, counter: u16, error: Option<(Syndrome, u8)>) {
+        let mut b = [0u8; 64];
+        let mut c = Cqe::new_unchecked(&mut b[..]);
+        c.set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, self.qpn);
+        c.set_wqe_counter(counter);
+        let op = match error {
+            Some((s, v)) => {
+                c.set_error(s, v);
+                CqeOpcode::ReqErr
+            }
+            None => CqeOpcode::Req,
+        };
+        let scq = self.scq;
+        self.put(&scq, self.sci, &mut b, op);
+        self.sci += 1;
+    }
+
+    fn recv_cqe(&mut self, imm: u32, byte_cnt: u32) {
+        let mut b = [0u8; 64];
+        b[36..40].copy_from_slice(&imm.to_be_bytes());
+        let mut c = Cqe::new_unchecked(&mut b[..]);
+        c.set_byte_cnt(byte_cnt);
+        c.set_s_wqe_opcode_qpn(SendOpcode::Nop, self.qpn);
+        c.set_wqe_counter(self.rci as u16);
+        let rcq = self.rcq;
+        self.put(&rcq, self.rci, &mut b, CqeOpcode::RespWrImm);
+        self.rci += 1;
+    }
+
+    fn scq_ci(&self) -> u32 {
+        self.be32(self.scq.dbrec)
+    }
+}
+
+fn connected<const SQ: usize>(
+    r: &Rig,
+) -> (Qp<'_, MemBar, SharedDma<Arc<HeapDma>>, FakeControl, SQ, 16>, Hw) {
+    let mut qp = r.dev.create_qp::<SQ, 16>(&QpConfig::default()).unwrap();
+    qp.connect_loopback(QpNum(0x777)).unwrap();
+    let hw = Hw::of(r, qp.qp_num());
+    (qp, hw)
+}
+
+fn poll_all<'r, Q: SendQueue<'r>>(q: &mut Q) -> Vec<Completion> {
+    let mut v = Vec::new();
+    let mut out = [Completion::default(); 3];
+    loop {
+        let n = q.poll(&mut out).unwrap();
+        if n == 0 {
+            return v;
+        }
+        v.extend_from_slice(&out[..n]);
+    }
+}
+
+#[test]
+fn single_posts_use_blueflame_and_alternate_halves_batches_ring_the_doorbell() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, hw) = connected::<64>(&r);
+    let bf = qp.uar().bar_offset + 0x800;
+    r.bar.take();
+
+    qp.post_write(1, region.slice(0, 64).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+    let s = r.bar.take();
+    assert_eq!(s.len(), 1);
+    assert_eq!((s[0].off, s[0].bytes.as_slice()), (bf, &hw.sq_block(0)[..]));
+    assert_eq!(hw.qp_dbrec().1, 1);
+    let ctrl = CtrlSeg::new_checked(&s[0].bytes[..]).unwrap();
+    assert_eq!((ctrl.wqe_index(), ctrl.ds(), ctrl.qpn()), (0, 3, qp.qp_num()));
+
+    qp.post_write(2, region.slice(64, 64).unwrap(), SendFlags::empty(), REMOTE).unwrap();
+    let s = r.bar.take();
+    assert_eq!((s.len(), s[0].off, s[0].bytes.len()), (1, bf + 256, 64));
+
+    let mut b = qp.batch();
+    b.writev(3, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
+    b.writev(4, &[region.slice(8, 8).unwrap()], SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!(b.commit(), 2);
+    let s = r.bar.take();
+    assert_eq!(s.len(), 1, "one doorbell per batch");
+    assert_eq!((s[0].off, s[0].bytes.as_slice()), (bf, &hw.sq_block(3)[..8]));
+    assert_eq!(hw.qp_dbrec().1, 4);
+    assert_eq!(region.usage().in_flight(), 4);
+}
+
+#[test]
+fn blueflame_copy_follows_a_wqe_across_the_ring_end() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<8>(&r);
+    for i in 0..7 {
+        let f = if i == 6 { SendFlags::SIGNALED } else { SendFlags::empty() };
+        qp.post_write(i, region.slice(0, 8).unwrap(), f, REMOTE).unwrap();
+    }
+    hw.send_cqe(6, None);
+    assert_eq!(poll_all(&mut qp).len(), 1);
+    r.bar.take();
+    // 200 inline bytes: ds = 2 + 13 = 15, four blocks at slots 7, 0, 1, 2; BlueFlame copies
+    // 256 bytes (15 * 16 <= 256).
+    let data: Vec<u8> = (0..200u8).collect();
+    qp.post_write_inline(9, &[&data], SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!(qp.sq_pi(), 11);
+    let s = r.bar.take();
+    // Seven doorbells so far: this one goes to the second half.
+    let at = qp.uar().bar_offset + 0x800 + 256;
+    assert_eq!(s.len(), 4);
+    for (i, st) in s.iter().enumerate() {
+        assert_eq!(st.off, at + 64 * i);
+        assert_eq!(st.bytes.as_slice(), &hw.sq_block(7 + i as u32)[..], "chunk {i}");
+    }
+    assert_eq!(&s[0].bytes[36..64], &data[..28]);
+    assert_eq!(&s[1].bytes[..64], &data[28..92]);
+}
+
+#[test]
+fn without_blueflame_every_doorbell_is_one_8_byte_store_at_the_same_offset() {
+    let r = rig(0);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, hw) = connected::<64>(&r);
+    let bf = qp.uar().bar_offset + 0x800;
+    r.bar.take();
+    for i in 0..3u16 {
+        qp.post_write(i as u64, region.slice(0, 64).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+        let s = r.bar.take();
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].off, s[0].bytes.as_slice()), (bf, &hw.sq_block(i as u32)[..8]));
+    }
+}
+
+#[test]
+fn full_ring_refuses_with_enomem_and_changes_nothing() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<8>(&r);
+    for i in 0..8 {
+        let f = if i == 7 { SendFlags::SIGNALED } else { SendFlags::empty() };
+        qp.post_write(i, region.slice(0, 8).unwrap(), f, REMOTE).unwrap();
+    }
+    r.bar.take();
+    let e = qp.post_write(8, region.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE);
+    assert_eq!(e, Err(Error::QueueFull { needed: 1, free: 0 }));
+    assert_eq!(e.unwrap_err().errno(), Errno::ENOMEM);
+    assert!(r.bar.take().is_empty(), "no doorbell for a refused post");
+    assert_eq!((qp.sq_pi(), qp.outstanding(), region.usage().in_flight()), (8, 8, 8));
+    assert_eq!(hw.qp_dbrec().1, 8);
+
+    hw.send_cqe(7, None);
+    let c = poll_all(&mut qp);
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].wr_id, c[0].status, c[0].opcode), (7, WcStatus::Success, WcOpcode::RdmaWrite));
+    assert_eq!((qp.outstanding(), qp.sq_room(), region.usage().in_flight()), (0, 8, 0));
+    assert_eq!(hw.scq_ci(), 1);
+    qp.post_write(8, region.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+}
+
+#[test]
+fn selective_signalling_retires_multi_block_wqes_and_their_regions() {
+    let r = rig(9);
+    let a = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let b = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<64>(&r);
+    // a, b, a, b: four runs, ds = 6, two blocks each; WR k starts at counter 2k.
+    let sgl = [
+        a.slice(0, 16).unwrap(),
+        b.slice(0, 16).unwrap(),
+        a.slice(16, 16).unwrap(),
+        b.slice(16, 16).unwrap(),
+    ];
+    for i in 0..6u64 {
+        let f = if i == 2 || i == 5 { SendFlags::SIGNALED } else { SendFlags::empty() };
+        qp.post_writev(i, &sgl, f, REMOTE).unwrap();
+    }
+    assert_eq!((a.usage().in_flight(), b.usage().in_flight()), (12, 12));
+    assert_eq!(qp.sq_pi(), 12);
+    hw.send_cqe(4, None);
+    let c = poll_all(&mut qp);
+    assert_eq!(c.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [2]);
+    assert_eq!((a.usage().in_flight(), b.usage().in_flight(), qp.outstanding()), (6, 6, 3));
+    hw.send_cqe(10, None);
+    let c = poll_all(&mut qp);
+    assert_eq!(c.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [5]);
+    assert_eq!((a.usage().in_flight(), b.usage().in_flight(), qp.outstanding()), (0, 0, 0));
+}
+
+#[test]
+fn error_then_flushes_report_every_outstanding_request_once() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<64>(&r);
+    for i in 0..6 {
+        let f = if i == 5 { SendFlags::SIGNALED } else { SendFlags::empty() };
+        qp.post_write(i, region.slice(0, 8).unwrap(), f, REMOTE).unwrap();
+    }
+    // WR 1 fails at the responder; WR 0 had completed (unsignalled: silent).
+    hw.send_cqe(1, Some((Syndrome::RemoteAccessErr, 0x88)));
+    let mut out = [Completion::default(); 1];
+    assert_eq!(qp.poll(&mut out).unwrap(), 1);
+    assert_eq!((out[0].wr_id, out[0].status, out[0].vendor_err), (1, WcStatus::RemAccessErr, 0x88));
+    assert_eq!(qp.state(), QpState::Error);
+    assert_eq!(
+        qp.post_write(9, region.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE),
+        Err(Error::NotConnected)
+    );
+    // Flushes: one for WR 2, then one for WR 5 that covers 3 and 4 as well.
+    hw.send_cqe(2, Some((Syndrome::WrFlushErr, 0)));
+    hw.send_cqe(5, Some((Syndrome::WrFlushErr, 0)));
+    let mut got = Vec::new();
+    loop {
+        // One slot at a time: a CQE that reports several requests resumes on the next poll.
+        let n = qp.poll(&mut out).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.push((out[0].wr_id, out[0].status));
+    }
+    let flushed = WcStatus::WrFlushErr;
+    assert_eq!(got, [(2, flushed), (3, flushed), (4, flushed), (5, flushed)]);
+    assert_eq!((qp.outstanding(), region.usage().in_flight()), (0, 0));
+    assert!(poll_all(&mut qp).is_empty());
+}
+
+#[test]
+fn first_flush_after_a_requested_error_keeps_executed_requests_silent() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<64>(&r);
+    for i in 0..3 {
+        qp.post_write(i, region.slice(0, 8).unwrap(), SendFlags::empty(), REMOTE).unwrap();
+    }
+    qp.to_error().unwrap();
+    // WR 0 had executed; the device flushes 1 and 2.
+    hw.send_cqe(1, Some((Syndrome::WrFlushErr, 0)));
+    hw.send_cqe(2, Some((Syndrome::WrFlushErr, 0)));
+    let c = poll_all(&mut qp);
+    let ids: Vec<_> = c.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(ids, [(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]);
+    assert_eq!((qp.outstanding(), region.usage().in_flight()), (0, 0));
+}
+
+#[test]
+fn completions_for_requests_not_outstanding_are_refused() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<64>(&r);
+    let sgl =
+        [region.slice(0, 8).unwrap(), region.slice(8, 8).unwrap(), region.slice(16, 8).unwrap()];
+    qp.post_writev(0, &sgl, SendFlags::SIGNALED, REMOTE).unwrap(); // 2 blocks
+    hw.send_cqe(5, None);
+    assert_eq!(poll_all_err(&mut qp), Error::Device(Errno::EIO));
+    hw.send_cqe(1, None); // inside WR 0, not its first block
+    assert_eq!(poll_all_err(&mut qp), Error::Device(Errno::EIO));
+}
+
+fn poll_all_err<'r, Q: SendQueue<'r>>(q: &mut Q) -> Error {
+    let mut out = [Completion::default(); 4];
+    loop {
+        match q.poll(&mut out) {
+            Ok(0) => panic!("no error"),
+            Ok(_) => {}
+            Err(e) => return e,
+        }
+    }
+}
+
+#[test]
+fn dropped_batch_and_failed_push_roll_back() {
+    let r = rig(9);
+    let a = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let gone = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let stale = gone.slice(0, 8).unwrap();
+    gone.dereg().unwrap();
+    let (mut qp, hw) = connected::<64>(&r);
+    r.bar.take();
+    {
+        let mut b = qp.batch();
+        for i in 0..3 {
+            b.writev(i, &[a.slice(0, 8).unwrap()], SendFlags::SIGNALED, REMOTE).unwrap();
+        }
+        assert_eq!(a.usage().in_flight(), 3);
+    }
+    assert_eq!((qp.sq_pi(), a.usage().in_flight(), qp.outstanding()), (0, 0, 0));
+    assert!(r.bar.take().is_empty());
+    assert_eq!(hw.qp_dbrec().1, 0);
+
+    let mut b = qp.batch();
+    b.writev(0, &[a.slice(0, 8).unwrap()], SendFlags::SIGNALED, REMOTE).unwrap();
+    let e = b.writev(1, &[a.slice(0, 8).unwrap(), stale], SendFlags::SIGNALED, REMOTE);
+    assert_eq!(e, Err(Error::BadLkey));
+    assert_eq!(a.usage().in_flight(), 1, "the refused request released what it took");
+    assert_eq!(b.commit(), 1);
+    assert_eq!((qp.sq_pi(), qp.outstanding()), (1, 1));
+    assert_eq!(hw.qp_dbrec().1, 1);
+}
+
+#[test]
+fn dereg_is_refused_while_requests_use_the_region() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<64>(&r);
+    qp.post_write(1, region.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+    let e = region.dereg().unwrap_err();
+    assert_eq!((e, e.errno()), (Error::RegionBusy { in_flight: 1 }, Errno::EBUSY));
+    assert!(region.is_registered());
+    hw.send_cqe(0, None);
+    assert_eq!(poll_all(&mut qp).len(), 1);
+    region.dereg().unwrap();
+    assert_eq!(r.log.borrow().destroyed_mkeys, [region.mkey()]);
+    assert_eq!(region.slice(0, 8).unwrap_err(), Error::BadLkey);
+    region.dereg().unwrap();
+    assert_eq!(r.log.borrow().destroyed_mkeys.len(), 1, "second dereg is a no-op");
+}
+
+#[test]
+fn posting_needs_rts_and_connect_walks_the_transitions() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let mut qp = r.dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+    let buf = region.slice(0, 8).unwrap();
+    assert_eq!(qp.post_write(1, buf, SendFlags::SIGNALED, REMOTE), Err(Error::NotConnected));
+    assert_eq!(qp.post_recv(1), Err(Error::NotConnected));
+    qp.connect_loopback(QpNum(0x55)).unwrap();
+    assert_eq!(qp.state(), QpState::Rts);
+    let t: Vec<_> = r.log.borrow().transitions.iter().map(|(_, t)| *t).collect();
+    assert!(matches!(t[0], Transition::RstToInit { port: 1, .. }));
+    assert!(matches!(
+        t[1],
+        Transition::InitToRtr { remote_qpn: QpNum(0x55), path: Path::Loopback, .. }
+    ));
+    assert!(matches!(t[2], Transition::RtrToRts { .. }));
+    assert!(qp.connect_loopback(QpNum(0x55)).is_err());
+    qp.post_write(1, buf, SendFlags::SIGNALED, REMOTE).unwrap();
+}
+
+#[test]
+fn caps_follow_the_device_and_are_enforced() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, _hw) = connected::<64>(&r);
+    // max_wqe_sz_sq = 1024: 64 units, capped at the 6-bit ds (63): 61 SGEs, 61*16-4 inline.
+    let caps = qp.caps();
+    assert_eq!((caps.max_send_wr, caps.max_sge, caps.max_inline), (64, 61, 972));
+    let bufs: Vec<_> = (0..62).map(|i| region.slice(i * 16, 16).unwrap()).collect();
+    assert_eq!(
+        qp.post_writev(1, &bufs, SendFlags::SIGNALED, REMOTE),
+        Err(Error::TooManySges { given: 62, max: 61 })
+    );
+    qp.post_writev(1, &bufs[..61], SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!(qp.sq_pi(), 16, "ds 63 takes 16 blocks");
+    let big = [0u8; 973];
+    assert_eq!(
+        qp.post_write_inline(2, &[&big], SendFlags::empty(), REMOTE),
+        Err(Error::InlineTooLarge { len: 973, max: 972 })
+    );
+    let small = r
+        .dev
+        .create_qp::<4, 16>(&QpConfig { max_send_sge: Some(2), ..QpConfig::default() })
+        .unwrap();
+    assert_eq!(small.caps().max_sge, 2);
+    assert_eq!(small.caps().max_inline, 4 * 64 - 36);
+}
+
+#[test]
+fn write_with_immediate_target_reaps_the_immediate() {
+    let r = rig(9);
+    let mut qp = r.dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+    let mut hw = Hw::of(&r, qp.qp_num());
+    qp.init(&ConnectOpts::default()).unwrap();
+    qp.post_recv(77).unwrap();
+    qp.post_recv(78).unwrap();
+    assert_eq!(hw.qp_dbrec().0, 2);
+    let mut wqe = [0u8; 16];
+    assert!(r.dma.read(hw.qp.buf, &mut wqe));
+    assert_eq!(wqe, [0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    qp.connect_loopback(QpNum(0x55)).unwrap();
+    hw.recv_cqe(0xdead_beef, 64);
+    let mut out = [Completion::default(); 4];
+    assert_eq!(qp.poll_recv(&mut out).unwrap(), 1);
+    let c = out[0];
+    assert_eq!((c.wr_id, c.status, c.opcode), (77, WcStatus::Success, WcOpcode::RecvRdmaWithImm));
+    assert_eq!((c.imm, c.byte_len, c.qp_num), (Some(0xdead_beef), 64, qp.qp_num()));
+    assert_eq!(qp.rq_outstanding(), 1);
+    for i in 0..15 {
+        qp.post_recv(100 + i).unwrap();
+    }
+    assert_eq!(qp.post_recv(200), Err(Error::QueueFull { needed: 1, free: 0 }));
+}
+
+#[test]
+fn drop_tears_down_and_leaves_regions_and_memory_consistent() {
+    let r = rig(9);
+    {
+        let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+        {
+            let (mut qp, _hw) = connected::<64>(&r);
+            for i in 0..3 {
+                qp.post_write(i, region.slice(0, 8).unwrap(), SendFlags::empty(), REMOTE).unwrap();
+            }
+            let mut b = qp.batch();
+            b.writev(9, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
+            core::mem::forget(b);
+            assert_eq!(region.usage().in_flight(), 4);
+        }
+        assert_eq!(region.usage().in_flight(), 0);
+        let log = r.log.borrow();
+        let t: Vec<_> = log.transitions.iter().map(|(_, t)| *t).collect();
+        assert_eq!(t[3..], [Transition::ToErr, Transition::ToRst]);
+        assert_eq!((log.destroyed_qps.len(), log.destroyed_cqs.len()), (1, 2));
+    }
+    assert_eq!(r.log.borrow().destroyed_mkeys.len(), 1);
+    let dma = r.dma.clone();
+    let log = r.log.clone();
+    drop(r);
+    assert_eq!(dma.live_blocks(), 0);
+    assert_eq!((log.borrow().live_uars, log.borrow().live_pds), (0, 0));
+}
+
+#[test]
+fn regions_register_in_mtt_or_physical_mode_and_copy_bytes() {
+    let r = rig(9);
+    let m = r.dev.reg(10_000, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+    let p = r.dev.reg_physical(100, Access::LOCAL_WRITE).unwrap();
+    let log = r.log.borrow();
+    let (km, pm) = log.mkeys[0];
+    assert_eq!(km, m.mkey());
+    assert_eq!((pm.start, pm.len, pm.pd), (m.addr(), 10_000, r.dev.pd()));
+    assert!(matches!(pm.translation, Translation::Mtt { page_shift: 12, .. }));
+    let Translation::Mtt { base, .. } = pm.translation else { unreachable!() };
+    let (_, pp) = log.mkeys[1];
+    assert_eq!(pp.translation, Translation::Physical);
+    assert_eq!(pp.start, p.addr());
+    drop(log);
+
+    let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    m.fill(0xee);
+    m.write(13, &data).unwrap();
+    let mut back = std::vec![0u8; 302];
+    m.read(12, &mut back).unwrap();
+    assert_eq!((back[0], back[301]), (0xee, 0xee));
+    assert_eq!(&back[1..301], &data[..]);
+    let mut via_bus = [0u8; 300];
+    assert!(r.dma.read(base.add(13), &mut via_bus));
+    assert_eq!(&via_bus[..], &data[..]);
+    assert_eq!(m.write(9_990, &data), Err(Error::OutOfBounds));
+    let s = m.slice(100, 50).unwrap();
+    assert_eq!((s.sge().addr, s.sge().length, s.sge().lkey), (m.addr() + 100, 50, m.lkey()));
+    assert_eq!(m.slice(9_999, 2).unwrap_err(), Error::OutOfBounds);
+    assert_eq!(m.remote(8), RemoteBuf::new(m.addr() + 8, m.rkey()));
+}

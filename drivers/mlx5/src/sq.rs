@@ -1,0 +1,330 @@
+//! The send ring's bookkeeping: which WQE sits where, what it borrowed, and how completions
+//! retire it.
+//!
+//! The ring is `N` WQE basic blocks of 64 bytes (a power of two, at most 2^15 so that the
+//! 16-bit WQE counter tells a full ring from an empty one). Three 16-bit counters run over it:
+//!
+//! ```text
+//!   tail ........ committed ........ pi
+//!   oldest WQE    first WQE not yet  next free block
+//!   not retired   rung (batch)
+//! ```
+//!
+//! Per WQE, its first block's slot records the `wr_id`, its size in blocks, whether it asked
+//! for a completion, and how many region references it holds; the references themselves are
+//! stored four per block across the WQE's blocks. A WQE with `n` non-empty SGEs has
+//! `ds = 2 + n` and so `ceil((2 + n) / 4)` blocks, and references at most `n` regions (one per
+//! run of SGEs from the same region), so four per block always suffice. Inline requests copy
+//! their bytes into the WQE and hold no reference.
+//!
+//! # What a completion retires (rdma-core `providers/mlx5/cq.c` semantics)
+//!
+//! A requester CQE names one WQE by its counter (`wqe_counter`); every WQE before it is retired
+//! too (their regions are released, their blocks freed). What the user sees:
+//!
+//! * **success CQE** for WQE *w*: one completion for *w*. Earlier WQEs completed successfully
+//!   (an RC send queue completes in order) and, being unsignalled, report nothing — as in
+//!   `mlx5_parse_cqe`, which moves `tail` past them (`wq->tail = wq->wqe_head[idx] + 1`).
+//! * **error CQE** for *w* (not a flush): *w* is reported with the syndrome's status and the
+//!   vendor syndrome, signalled or not; earlier WQEs succeeded and are retired silently. The
+//!   QP is now in error and refuses new posts ([`rdma_pmd::Error::NotConnected`]).
+//! * **flush CQE** (`WR_FLUSH_ERR`): the device flushes every WQE still outstanding after an
+//!   error, each with its own CQE whether signalled or not, and each is reported once with
+//!   `WrFlushErr`. Should a device flush several WQEs with one CQE, the WQEs it skips after the
+//!   QP entered error were not executed either, so each of them is reported as flushed too:
+//!   every outstanding request completes exactly once. (Before any error, i.e. the first flush
+//!   after a user-requested move to ERR, skipped WQEs had executed and stay silent.)
+//!
+//! A signalled WQE skipped by a later success CQE (which a conforming device does not
+//! produce) is still reported, as a success, so no signalled request is ever lost.
+
+use core::ptr;
+
+use rdma_pmd::post::SourceKind;
+use rdma_pmd::{
+    Completion, Errno, Error, LocalBuf, QpNum, RegionUse, Result, WcOpcode, WcStatus, WriteRequest,
+};
+
+use crate::cqe::CqeRepr;
+use crate::opcode::CqeOpcode;
+use crate::wqe::{RawRing, WqeBuilder, WqeInfo};
+
+/// Region references stored per ring block.
+const REFS_PER_BB: usize = 4;
+
+/// What the ring remembers about the WQE starting at a slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct Meta {
+    wqebbs: u8,
+    signaled: bool,
+    nregions: u8,
+}
+
+/// A CQE being turned into completions: retire WQEs from `tail` up to `target`.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    target: u16,
+    status: WcStatus,
+    vendor_err: u32,
+    opcode: WcOpcode,
+    /// Report WQEs skipped on the way as flushed.
+    flush_skipped: bool,
+}
+
+/// The send ring of one QP. See the module docs.
+pub struct SendRing<'r, const N: usize> {
+    sink: RawRing,
+    builder: WqeBuilder,
+    pi: u16,
+    committed: u16,
+    tail: u16,
+    /// Requests pushed since the last commit.
+    pushed: u32,
+    /// The last request pushed since the last commit.
+    last: Option<WqeInfo>,
+    /// Committed requests not retired yet.
+    outstanding: u32,
+    in_error: bool,
+    pending: Option<Pending>,
+    wr_id: [u64; N],
+    meta: [Meta; N],
+    regions: [[Option<&'r RegionUse>; REFS_PER_BB]; N],
+}
+
+impl<'r, const N: usize> SendRing<'r, N> {
+    const GEOMETRY: () = assert!(
+        N.is_power_of_two() && N <= 1 << 15,
+        "send ring size must be a power of two up to 2^15 blocks"
+    );
+    const MASK: usize = N - 1;
+
+    /// A ring writing through `sink` (which must have `N` slots) with `builder`.
+    pub fn new(sink: RawRing, builder: WqeBuilder) -> Result<Self> {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::GEOMETRY;
+        if crate::wqe::WqeSink::wqe_cnt(&sink) as usize != N {
+            return Err(Error::InvalidArgument("sink size differs from the ring's"));
+        }
+        Ok(SendRing {
+            sink,
+            builder,
+            pi: 0,
+            committed: 0,
+            tail: 0,
+            pushed: 0,
+            last: None,
+            outstanding: 0,
+            in_error: false,
+            pending: None,
+            wr_id: [0; N],
+            meta: [Meta::default(); N],
+            regions: [[None; REFS_PER_BB]; N],
+        })
+    }
+
+    /// The WQE counter of the next free block.
+    pub fn pi(&self) -> u16 {
+        self.pi
+    }
+
+    /// The counter of the oldest WQE not retired.
+    pub fn tail(&self) -> u16 {
+        self.tail
+    }
+
+    /// Free blocks.
+    #[inline]
+    pub fn room(&self) -> u32 {
+        N as u32 - self.pi.wrapping_sub(self.tail) as u32
+    }
+
+    /// Committed requests not retired yet.
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding
+    }
+
+    /// Requests pushed since the last commit.
+    pub fn pushed(&self) -> u32 {
+        self.pushed
+    }
+
+    /// Whether an error CQE was seen (the QP is in error).
+    pub fn in_error(&self) -> bool {
+        self.in_error
+    }
+
+    /// Write `req` into the ring after the last pushed WQE, and count the regions it reads.
+    /// Changes nothing on error.
+    #[inline]
+    pub fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        let room = self.room();
+        let info = self.builder.write(&mut self.sink, self.pi, room, req)?;
+        // The bytes are in free blocks that the device does not read until `pi` is published, so
+        // a refusal below leaves the ring as it was.
+        let slot = self.pi as usize & Self::MASK;
+        let mut nregions = 0;
+        if let SourceKind::Sgl(bufs) = *req.source.kind() {
+            if !req.is_inline() {
+                nregions = self.acquire(slot, bufs)?;
+            }
+        }
+        self.meta[slot] = Meta { wqebbs: info.shape.wqebbs, signaled: info.signaled(), nregions };
+        self.wr_id[slot] = req.wr_id;
+        self.pi = info.next_pi();
+        self.pushed += 1;
+        self.last = Some(info);
+        Ok(())
+    }
+
+    /// Acquire each run of non-empty buffers from the same region, storing the references in
+    /// the WQE's blocks from `slot` on. On failure nothing stays acquired.
+    #[inline]
+    fn acquire(&mut self, slot: usize, bufs: &[LocalBuf<'r>]) -> Result<u8> {
+        let mut n = 0usize;
+        let mut prev: *const RegionUse = ptr::null();
+        for b in bufs {
+            // An empty element is not in the WQE (the builder skips it): nothing reads it.
+            if b.is_empty() {
+                continue;
+            }
+            let r = b.region();
+            if ptr::eq(r, prev) {
+                continue;
+            }
+            if let Err(e) = r.acquire() {
+                self.release(slot, n);
+                return Err(e);
+            }
+            // n < non-empty elements <= 4 * wqebbs - 2: inside this WQE's blocks.
+            self.regions[(slot + n / REFS_PER_BB) & Self::MASK][n % REFS_PER_BB] = Some(r);
+            n += 1;
+            prev = r;
+        }
+        Ok(n as u8)
+    }
+
+    #[inline]
+    fn release(&self, slot: usize, n: usize) {
+        for j in 0..n {
+            if let Some(r) = self.regions[(slot + j / REFS_PER_BB) & Self::MASK][j % REFS_PER_BB] {
+                r.release();
+            }
+        }
+    }
+
+    /// Close the batch: returns the last WQE pushed and how many were pushed, for the
+    /// doorbell, or `None` if nothing was pushed.
+    #[inline]
+    pub fn commit(&mut self) -> Option<(WqeInfo, u32)> {
+        let last = self.last.take()?;
+        let n = self.pushed;
+        self.pushed = 0;
+        self.committed = self.pi;
+        self.outstanding += n;
+        Some((last, n))
+    }
+
+    /// Forget every WQE pushed since the last commit, releasing its regions.
+    pub fn abort(&mut self) {
+        let mut p = self.committed;
+        while p != self.pi {
+            let slot = p as usize & Self::MASK;
+            let m = self.meta[slot];
+            self.release(slot, m.nregions as usize);
+            p = p.wrapping_add(m.wqebbs as u16);
+        }
+        self.pi = self.committed;
+        self.pushed = 0;
+        self.last = None;
+    }
+
+    /// Whether a CQE is still being turned into completions.
+    pub fn has_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Take a requester CQE. Its completions come out of [`drain`](Self::drain).
+    pub fn on_cqe(&mut self, cqe: &CqeRepr) -> Result<()> {
+        debug_assert!(self.pending.is_none());
+        if !matches!(cqe.opcode, CqeOpcode::Req | CqeOpcode::ReqErr) {
+            return Err(Error::Device(Errno::EIO));
+        }
+        let inflight = self.committed.wrapping_sub(self.tail);
+        if cqe.wqe_counter.wrapping_sub(self.tail) >= inflight {
+            // A completion for a WQE that is not outstanding.
+            return Err(Error::Device(Errno::EIO));
+        }
+        let status = cqe.status();
+        self.pending = Some(Pending {
+            target: cqe.wqe_counter,
+            status,
+            vendor_err: cqe.vendor_err(),
+            opcode: cqe.s_wqe_opcode.wc_opcode().unwrap_or(WcOpcode::RdmaWrite),
+            flush_skipped: status == WcStatus::WrFlushErr && self.in_error,
+        });
+        if status != WcStatus::Success {
+            self.in_error = true;
+        }
+        Ok(())
+    }
+
+    /// Retire WQEs for the pending CQE, writing the completions the user sees into `out`.
+    /// Returns how many were written; stops early when `out` is full (the rest follows on the
+    /// next call).
+    #[inline]
+    pub fn drain(&mut self, out: &mut [Completion], qpn: QpNum) -> Result<usize> {
+        let mut n = 0;
+        while let Some(p) = self.pending {
+            if n == out.len() {
+                break;
+            }
+            let head = self.tail;
+            let slot = head as usize & Self::MASK;
+            let m = self.meta[slot];
+            let report = if head == p.target {
+                self.pending = None;
+                if m.signaled || p.status != WcStatus::Success {
+                    Some((p.status, p.vendor_err, p.opcode))
+                } else {
+                    None
+                }
+            } else if p.target.wrapping_sub(head) < m.wqebbs as u16 {
+                // The CQE names a block inside this WQE, not its start.
+                self.pending = None;
+                return Err(Error::Device(Errno::EIO));
+            } else if p.flush_skipped {
+                Some((WcStatus::WrFlushErr, 0, WcOpcode::RdmaWrite))
+            } else if m.signaled {
+                Some((WcStatus::Success, 0, WcOpcode::RdmaWrite))
+            } else {
+                None
+            };
+            if let Some((status, vendor_err, opcode)) = report {
+                let mut c = Completion::new(self.wr_id[slot], status, opcode, qpn);
+                c.vendor_err = vendor_err;
+                out[n] = c;
+                n += 1;
+            }
+            self.release(slot, m.nregions as usize);
+            self.tail = head.wrapping_add(m.wqebbs as u16);
+            self.outstanding -= 1;
+        }
+        Ok(n)
+    }
+
+    /// Release every region still referenced by a pushed or committed WQE and forget them all:
+    /// for teardown, once the device can no longer read the ring (the QP is destroyed).
+    pub fn release_everything(&mut self) {
+        self.abort();
+        let mut p = self.tail;
+        while p != self.committed {
+            let slot = p as usize & Self::MASK;
+            let m = self.meta[slot];
+            self.release(slot, m.nregions as usize);
+            p = p.wrapping_add(m.wqebbs as u16);
+        }
+        self.tail = self.committed;
+        self.outstanding = 0;
+        self.pending = None;
+    }
+}
