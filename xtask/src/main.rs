@@ -4,10 +4,12 @@
 //! * `test [--tier NAME]` — every test tier, or one, ending with a `N passed, N failed` line;
 //! * `vectors FILE...` — run mlx5 conformance vector files through the project's builders;
 //! * `nostd` — build and run the freestanding no_std link check;
-//! * `bench post|rxe` — side-by-side benchmarks.
+//! * `bench post|rxe` — side-by-side benchmarks;
+//! * `ifc [--header PATH] [--check]` — regenerate the mlx5 command layouts from `mlx5_ifc.h`.
 
 #![allow(dead_code)] // helpers shared by tiers that are added over time
 
+mod ifc;
 mod tiers;
 mod util;
 mod vm;
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
         "vectors" => tiers::vectors_cli(rest),
         "nostd" => tiers::nostd_cli(),
         "bench" => tiers::bench(rest),
+        "ifc" => ifc::run(rest),
         _ => return usage(),
     };
     if ok {

@@ -44,6 +44,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod abi;
+pub mod cmd;
 pub mod control;
 pub mod cq;
 pub mod cqe;
@@ -51,6 +52,8 @@ pub mod device;
 pub mod doorbell;
 #[cfg(test)]
 mod fake;
+pub mod ifc;
+pub mod init_seg;
 pub mod mr;
 pub mod opcode;
 pub mod qp;
