@@ -1,0 +1,7 @@
+//! Compile the C reference loops of `bench_post` (they use rdma-core's public `mlx5dv.h`,
+//! shipped by Debian's `libibverbs-dev`).
+
+fn main() {
+    println!("cargo:rerun-if-changed=c/post_mlx5dv.c");
+    cc::Build::new().file("c/post_mlx5dv.c").opt_level(2).warnings(true).compile("postc");
+}
