@@ -1,0 +1,516 @@
+//! What the model observed: counters, a log of every validation failure with its reason, and
+//! asynchronous events. Tests read these to check that the driver did what it claims.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::codes::Syndrome;
+
+/// Why the model refused or remarked on something the driver wrote.
+///
+/// Reasons marked *fatal* end the WQE with an error CQE (syndrome [`Reason::syndrome`]) and move
+/// the QP to ERR, as the HCA does. The others are *notes*: hardware would carry on, so the model
+/// does too, but a correct driver never triggers them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Fatal: opcode other than RDMA WRITE (0x08) / RDMA WRITE WITH IMM (0x09).
+    UnsupportedOpcode {
+        /// The opcode byte.
+        opcode: u8,
+    },
+    /// Fatal: opmod must be 0 for RDMA operations.
+    BadOpmod {
+        /// The opmod byte.
+        opmod: u8,
+    },
+    /// Fatal: the control segment's WQE index is not the send queue's counter.
+    WrongWqeIndex {
+        /// The counter the HCA was at.
+        expected: u16,
+        /// The index in the WQE.
+        found: u16,
+    },
+    /// Fatal: the control segment names another QP.
+    WrongQpn {
+        /// This QP.
+        expected: u32,
+        /// The QPN in the WQE.
+        found: u32,
+    },
+    /// Fatal: DS below 2 (control + remote address segments are mandatory for a write).
+    DsTooSmall {
+        /// The DS.
+        ds: u8,
+    },
+    /// Fatal: the WQE is larger than `max_wqe_sz_sq` or than the send queue.
+    WqeTooLarge {
+        /// Bytes (DS × 16).
+        bytes: u32,
+    },
+    /// Fatal: an inline segment's payload runs past DS.
+    InlineOverrun {
+        /// Inline length.
+        len: u32,
+        /// The WQE's DS.
+        ds: u8,
+    },
+    /// Fatal: the WQE extends past the doorbell record's counter (the record was advanced by
+    /// fewer WQEBBs than the WQE uses).
+    WqePastDoorbellRecord {
+        /// WQEBBs of the WQE.
+        wqebbs: u32,
+        /// WQEBBs the record still covered.
+        covered: u32,
+    },
+    /// Fatal (syndrome 0x01): the gather list is longer than 2^31 bytes.
+    MessageTooLong {
+        /// Total length.
+        len: u64,
+    },
+    /// Fatal (0x04): the lkey names no memory key.
+    UnknownLkey {
+        /// The lkey.
+        lkey: u32,
+    },
+    /// Fatal (0x04): the lkey belongs to another protection domain.
+    LkeyPdMismatch {
+        /// The lkey.
+        lkey: u32,
+    },
+    /// Fatal (0x04): the data segment is outside the lkey's range.
+    LkeyOutOfBounds {
+        /// The lkey.
+        lkey: u32,
+        /// Segment address.
+        addr: u64,
+        /// Segment length.
+        len: u64,
+    },
+    /// Fatal: a bus address did not translate (IOMMU fault) while reading or writing data.
+    DmaFault {
+        /// The bus address.
+        bus: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// Fatal (0x13): the rkey names no memory key on the target.
+    UnknownRkey {
+        /// The rkey.
+        rkey: u32,
+    },
+    /// Fatal (0x13): the rkey's range did not translate on the target (IOMMU fault there).
+    RemoteDmaFault {
+        /// The bus address.
+        bus: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// Fatal (0x14): the responder could not read its receive WQE (DMA fault).
+    RecvWqeFault {
+        /// The responder QP.
+        qpn: u32,
+    },
+    /// Fatal (0x13): the rkey is in another PD than the target QP.
+    RkeyPdMismatch {
+        /// The rkey.
+        rkey: u32,
+    },
+    /// Fatal (0x13): the rkey was not registered with REMOTE_WRITE.
+    RkeyNoRemoteWrite {
+        /// The rkey.
+        rkey: u32,
+    },
+    /// Fatal (0x13): the target QP was not given REMOTE_WRITE in RST2INIT.
+    QpNoRemoteWrite {
+        /// The target QP.
+        qpn: u32,
+    },
+    /// Fatal (0x13): the remote range is outside the rkey's range.
+    RkeyOutOfBounds {
+        /// The rkey.
+        rkey: u32,
+        /// Remote address.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// Fatal (0x15): the request's PSN is not the one the responder expects.
+    PsnMismatch {
+        /// PSN sent.
+        sent: u32,
+        /// PSN expected.
+        expected: u32,
+    },
+    /// Fatal (0x15): a packet exceeded the responder's path MTU.
+    MtuExceeded {
+        /// Requester MTU in bytes.
+        requester: u32,
+        /// Responder MTU in bytes.
+        responder: u32,
+    },
+    /// Fatal (0x15): the path leads nowhere (unknown GID, wrong MAC, no wire, model gone).
+    NoRoute,
+    /// Fatal (0x15): the target QP does not exist or is not in RTR/RTS.
+    TargetNotReady {
+        /// The target QPN.
+        qpn: u32,
+    },
+    /// Fatal (0x15): the responder's path or remote QPN does not lead back, so the ACK is lost
+    /// (the data has been written).
+    AckLost {
+        /// The responder QP.
+        qpn: u32,
+    },
+    /// Fatal (0x16): no receive WQE at the responder and RNR retries ran out.
+    RnrRetryExceeded {
+        /// The responder QP.
+        qpn: u32,
+    },
+    /// Note: the 8 doorbell bytes differ from the first 8 bytes of the WQE they name.
+    DoorbellMismatch {
+        /// WQE index the doorbell carried.
+        index: u16,
+    },
+    /// Note: the doorbell's WQE is not the last one before the doorbell record.
+    DoorbellNotLastWqe {
+        /// WQE index the doorbell carried.
+        index: u16,
+    },
+    /// Note: two successive doorbells on one UAR used the same BlueFlame half.
+    DoorbellHalfRepeated {
+        /// UAR index.
+        uar: u32,
+    },
+    /// Note (doorbell dropped): rung on a UAR page that is not the QP's.
+    DoorbellWrongUar {
+        /// QP named.
+        qpn: u32,
+        /// UAR rung.
+        uar: u32,
+    },
+    /// Note (doorbell dropped): the doorbell names no QP.
+    DoorbellUnknownQp {
+        /// QP named.
+        qpn: u32,
+    },
+    /// Note (doorbell dropped): the QP is in RST, INIT or RTR.
+    DoorbellQpNotReady {
+        /// QP named.
+        qpn: u32,
+    },
+    /// Note: the doorbell record did not move since the last doorbell.
+    DoorbellNothingNew {
+        /// QP.
+        qpn: u32,
+    },
+    /// Note (doorbell dropped): the doorbell record moved backwards or by more than the ring.
+    DoorbellRecordJump {
+        /// Counter the HCA was at.
+        from: u16,
+        /// Counter in the record.
+        to: u16,
+    },
+    /// Note: the doorbell record could not be read (DMA fault).
+    DoorbellRecordFault {
+        /// QP.
+        qpn: u32,
+    },
+    /// Note: a BlueFlame copy whose DS is not in 2..=16 (treated as a plain doorbell).
+    BlueFlameBadDs {
+        /// DS in the copied control segment.
+        ds: u8,
+    },
+    /// Note: BlueFlame blocks arrived out of order (dropped).
+    BlueFlameOutOfOrder {
+        /// Offset of the stray block in the UAR page.
+        off: u32,
+    },
+    /// Note: the BlueFlame copy differs from the WQE in the ring.
+    BlueFlameRingMismatch {
+        /// WQE index.
+        index: u16,
+    },
+    /// Note: reserved bits set (`what` names the field).
+    Reserved {
+        /// The field.
+        what: &'static str,
+    },
+    /// Note: a CQ arm doorbell names no CQ, or a CQ on another UAR.
+    CqArmBadCq {
+        /// The CQN in the doorbell.
+        cqn: u32,
+    },
+    /// A CQE could not be written: the CQ was full (or its memory faulted). The CQ is in error.
+    CqOverflow {
+        /// The CQ.
+        cqn: u32,
+    },
+    /// Note: a store to a BAR offset that is no register.
+    UnknownBarStore {
+        /// Offset.
+        off: u32,
+        /// Width.
+        len: u32,
+    },
+}
+
+impl Reason {
+    /// The error syndrome a fatal reason completes the WQE with; `None` for notes.
+    pub fn syndrome(&self) -> Option<Syndrome> {
+        use Reason::*;
+        Some(match self {
+            UnsupportedOpcode { .. }
+            | BadOpmod { .. }
+            | WrongWqeIndex { .. }
+            | WrongQpn { .. }
+            | DsTooSmall { .. }
+            | WqeTooLarge { .. }
+            | InlineOverrun { .. }
+            | WqePastDoorbellRecord { .. } => Syndrome::LocalQpOp,
+            MessageTooLong { .. } => Syndrome::LocalLength,
+            UnknownLkey { .. } | LkeyPdMismatch { .. } | LkeyOutOfBounds { .. } => {
+                Syndrome::LocalProt
+            }
+            DmaFault { .. } => Syndrome::LocalProt,
+            UnknownRkey { .. }
+            | RkeyPdMismatch { .. }
+            | RkeyNoRemoteWrite { .. }
+            | QpNoRemoteWrite { .. }
+            | RkeyOutOfBounds { .. }
+            | RemoteDmaFault { .. } => Syndrome::RemoteAccess,
+            RecvWqeFault { .. } => Syndrome::RemoteOp,
+            PsnMismatch { .. }
+            | MtuExceeded { .. }
+            | NoRoute
+            | TargetNotReady { .. }
+            | AckLost { .. } => Syndrome::TransportRetryExc,
+            RnrRetryExceeded { .. } => Syndrome::RnrRetryExc,
+            _ => return None,
+        })
+    }
+
+    /// Whether the reason ends the WQE in error.
+    pub fn is_fatal(&self) -> bool {
+        self.syndrome().is_some()
+    }
+
+    /// The model's `vendor_err_synd` for an error CQE caused by this reason (a model-specific
+    /// code, so a test can tell causes with the same syndrome apart).
+    pub fn vendor_code(&self) -> u8 {
+        use Reason::*;
+        match self {
+            UnsupportedOpcode { .. } => 0x01,
+            BadOpmod { .. } => 0x02,
+            WrongWqeIndex { .. } => 0x03,
+            WrongQpn { .. } => 0x04,
+            DsTooSmall { .. } => 0x05,
+            WqeTooLarge { .. } => 0x06,
+            InlineOverrun { .. } => 0x07,
+            WqePastDoorbellRecord { .. } => 0x08,
+            MessageTooLong { .. } => 0x10,
+            UnknownLkey { .. } => 0x20,
+            LkeyPdMismatch { .. } => 0x21,
+            LkeyOutOfBounds { .. } => 0x22,
+            DmaFault { .. } => 0x2f,
+            UnknownRkey { .. } => 0x30,
+            RkeyPdMismatch { .. } => 0x31,
+            RkeyNoRemoteWrite { .. } => 0x32,
+            QpNoRemoteWrite { .. } => 0x33,
+            RkeyOutOfBounds { .. } => 0x34,
+            RemoteDmaFault { .. } => 0x3f,
+            RecvWqeFault { .. } => 0x38,
+            PsnMismatch { .. } => 0x40,
+            MtuExceeded { .. } => 0x41,
+            NoRoute => 0x42,
+            TargetNotReady { .. } => 0x43,
+            AckLost { .. } => 0x44,
+            RnrRetryExceeded { .. } => 0x50,
+            _ => 0,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The Debug form names the reason and every field; that is what a test log needs.
+        write!(f, "{self:?}")?;
+        if let Some(s) = self.syndrome() {
+            write!(f, " -> error CQE {s:?}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One entry of the validation log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The QP concerned (0 when none).
+    pub qpn: u32,
+    /// The WQE index concerned, if any.
+    pub wqe_index: Option<u16>,
+    /// What was wrong.
+    pub reason: Reason,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "QP {:#x}", self.qpn)?;
+        if let Some(i) = self.wqe_index {
+            write!(f, " WQE {i}")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+/// An asynchronous event, as the HCA would post on an event queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A CQE was written on an armed CQ (`MLX5_EVENT_TYPE_COMP`); the CQ is disarmed.
+    Completion {
+        /// The CQ.
+        cqn: u32,
+    },
+    /// The CQ overflowed or its memory faulted (`MLX5_EVENT_TYPE_CQ_ERROR`); the CQ is in error.
+    CqError {
+        /// The CQ.
+        cqn: u32,
+    },
+    /// A responder QP saw a remote access violation and moved to ERR
+    /// (`MLX5_EVENT_TYPE_WQ_ACCESS_ERROR`, `IBV_EVENT_QP_ACCESS_ERR`).
+    QpAccessError {
+        /// The QP.
+        qpn: u32,
+    },
+}
+
+/// A snapshot of the model's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// 8-byte doorbells received.
+    pub doorbells: u64,
+    /// Complete BlueFlame copies received.
+    pub blueflame: u64,
+    /// WQEs executed from a BlueFlame copy instead of the ring.
+    pub wqes_from_blueflame: u64,
+    /// CQ arm doorbells received.
+    pub cq_arms: u64,
+    /// Send WQEs executed successfully.
+    pub wqes_executed: u64,
+    /// Send WQEs completed in error (not counting flushes).
+    pub wqes_failed: u64,
+    /// Send and receive WQEs flushed.
+    pub wqes_flushed: u64,
+    /// Successful requester CQEs written.
+    pub req_cqes: u64,
+    /// Successful responder CQEs written.
+    pub resp_cqes: u64,
+    /// Error CQEs written (flushes included).
+    pub error_cqes: u64,
+    /// Error CQEs by syndrome.
+    pub errors_by_syndrome: BTreeMap<u8, u64>,
+    /// Payload bytes written into target memory.
+    pub bytes_written: u64,
+    /// Receive WQEs consumed.
+    pub recv_consumed: u64,
+    /// RNR NAKs (no receive WQE for a WRITE WITH IMM).
+    pub rnr_naks: u64,
+    /// DMA (IOMMU) faults.
+    pub dma_faults: u64,
+    /// CQEs dropped because the CQ was full or in error.
+    pub cq_overflows: u64,
+    /// Entries in the validation log (fatal and notes).
+    pub validation_failures: u64,
+    /// Doorbells ignored (QP not in RTS, unknown QP, wrong UAR).
+    pub ignored_doorbells: u64,
+}
+
+impl Counters {
+    /// Error CQEs written with `s`.
+    pub fn errors(&self, s: Syndrome) -> u64 {
+        self.errors_by_syndrome.get(&u8::from(s)).copied().unwrap_or(0)
+    }
+}
+
+/// Most log entries kept (the count keeps growing).
+pub(crate) const LOG_CAP: usize = 4096;
+
+/// The live counters.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub doorbells: AtomicU64,
+    pub blueflame: AtomicU64,
+    pub wqes_from_blueflame: AtomicU64,
+    pub cq_arms: AtomicU64,
+    pub wqes_executed: AtomicU64,
+    pub wqes_failed: AtomicU64,
+    pub wqes_flushed: AtomicU64,
+    pub req_cqes: AtomicU64,
+    pub resp_cqes: AtomicU64,
+    pub error_cqes: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub recv_consumed: AtomicU64,
+    pub rnr_naks: AtomicU64,
+    pub dma_faults: AtomicU64,
+    pub cq_overflows: AtomicU64,
+    pub validation_failures: AtomicU64,
+    pub ignored_doorbells: AtomicU64,
+    pub by_syndrome: Mutex<BTreeMap<u8, u64>>,
+    pub log: Mutex<Vec<Violation>>,
+    pub events: Mutex<Vec<Event>>,
+}
+
+/// Add one.
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Stats {
+    pub fn violation(&self, qpn: u32, wqe_index: Option<u16>, reason: Reason) {
+        bump(&self.validation_failures);
+        if matches!(reason, Reason::DmaFault { .. } | Reason::RemoteDmaFault { .. }) {
+            bump(&self.dma_faults);
+        }
+        let mut log = self.log.lock().expect("log poisoned");
+        if log.len() < LOG_CAP {
+            log.push(Violation { qpn, wqe_index, reason });
+        }
+    }
+
+    pub fn error_cqe(&self, s: Syndrome) {
+        bump(&self.error_cqes);
+        *self.by_syndrome.lock().expect("stats poisoned").entry(u8::from(s)).or_default() += 1;
+    }
+
+    pub fn event(&self, e: Event) {
+        let mut ev = self.events.lock().expect("events poisoned");
+        if ev.len() < LOG_CAP {
+            ev.push(e);
+        }
+    }
+
+    pub fn snapshot(&self) -> Counters {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Counters {
+            doorbells: g(&self.doorbells),
+            blueflame: g(&self.blueflame),
+            wqes_from_blueflame: g(&self.wqes_from_blueflame),
+            cq_arms: g(&self.cq_arms),
+            wqes_executed: g(&self.wqes_executed),
+            wqes_failed: g(&self.wqes_failed),
+            wqes_flushed: g(&self.wqes_flushed),
+            req_cqes: g(&self.req_cqes),
+            resp_cqes: g(&self.resp_cqes),
+            error_cqes: g(&self.error_cqes),
+            errors_by_syndrome: self.by_syndrome.lock().expect("stats poisoned").clone(),
+            bytes_written: g(&self.bytes_written),
+            recv_consumed: g(&self.recv_consumed),
+            rnr_naks: g(&self.rnr_naks),
+            dma_faults: g(&self.dma_faults),
+            cq_overflows: g(&self.cq_overflows),
+            validation_failures: g(&self.validation_failures),
+            ignored_doorbells: g(&self.ignored_doorbells),
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Writing CQEs into a CQ, the way the HCA does.
+//!
+//! * The entry is `buf + (pi & (cqe_cnt - 1)) * 64`; its owner bit is `!!(pi & cqe_cnt)`, the
+//!   lap parity software expects (rdma-core `cq.c` `get_sw_cqe`).
+//! * The body (bytes 0..63) is written first, then a release fence, then `op_own` (byte 63),
+//!   so that software which sees the new owner bit (and then issues its read barrier) sees the
+//!   whole CQE.
+//! * Before writing, the model reads the consumer index from the CQ doorbell record
+//!   (`dbrec[0]`, BE32, 24 bits, `MLX5_CQ_SET_CI`). If the producer would pass
+//!   `ci + cqe_cnt`, the CQE is **not** written: the CQ enters error, a
+//!   [`Event::CqError`](crate::counters::Event::CqError) is posted and `cq_overflows` counts it
+//!   (hardware reports `MLX5_EVENT_TYPE_CQ_ERROR` with `CQ_OVERRUN`). Later CQEs for that CQ are
+//!   dropped and counted too.
+
+use std::sync::atomic::{fence, Ordering};
+
+use rdma_pmd::BusAddr;
+
+use crate::counters::{bump, Event, Reason};
+use crate::cqe::{CqeRepr, CQE_LEN, OP_OWN};
+use crate::model::Shared;
+use crate::objects::Cq;
+
+/// Write `repr` as the next CQE of `cq` (number `cqn`). False if it was dropped.
+pub(crate) fn push(sh: &Shared, cqn: u32, cq: &mut Cq, mut repr: CqeRepr) -> bool {
+    if cq.error {
+        bump(&sh.stats.cq_overflows);
+        return false;
+    }
+    let size = 1u32 << cq.log_size;
+    let Some(ci) = sh.read_be32(cq.dbrec) else {
+        sh.note(0, None, Reason::DmaFault { bus: cq.dbrec, len: 4 });
+        return cq_error(sh, cqn, cq);
+    };
+    let used = cq.pi.wrapping_sub(ci & 0x00ff_ffff) & 0x00ff_ffff;
+    if used >= size {
+        sh.note(0, None, Reason::CqOverflow { cqn });
+        return cq_error(sh, cqn, cq);
+    }
+    repr.owner = cq.pi & size != 0;
+    if repr.syndrome.is_none() {
+        repr.timestamp = sh.now_ns();
+    }
+    let mut bytes = [0u8; CQE_LEN];
+    repr.emit(&mut bytes);
+    let at = cq.buf + u64::from(cq.pi & (size - 1)) * CQE_LEN as u64;
+    if !sh.dma.write(BusAddr(at), &bytes[..OP_OWN]) {
+        sh.note(0, None, Reason::DmaFault { bus: at, len: CQE_LEN as u64 });
+        return cq_error(sh, cqn, cq);
+    }
+    // Orders the CQE body before its ownership byte: software that observes the new owner
+    // bit must find the body complete (PRM: the HCA writes op_own last).
+    fence(Ordering::Release);
+    if !sh.dma.write(BusAddr(at + OP_OWN as u64), &bytes[OP_OWN..]) {
+        sh.note(0, None, Reason::DmaFault { bus: at, len: CQE_LEN as u64 });
+        return cq_error(sh, cqn, cq);
+    }
+    cq.pi = cq.pi.wrapping_add(1);
+    if cq.armed {
+        cq.armed = false;
+        sh.stats.event(Event::Completion { cqn });
+    }
+    true
+}
+
+fn cq_error(sh: &Shared, cqn: u32, cq: &mut Cq) -> bool {
+    cq.error = true;
+    bump(&sh.stats.cq_overflows);
+    sh.stats.event(Event::CqError { cqn });
+    false
+}

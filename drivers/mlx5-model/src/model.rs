@@ -1,0 +1,254 @@
+//! The model itself: its shared state, its engine thread, and the handle tests hold.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use rdma_pmd::{BusAddr, Errno, Error};
+use rdma_pmd_hal::mem::{HeapDma, MemBar};
+
+use crate::bar::Handler;
+use crate::counters::{Counters, Event, Reason, Stats, Violation};
+use crate::objects::{Device, ModelCaps, QpState};
+use crate::wire::Wire;
+
+/// Bytes of one UAR page (the system page size the model reports).
+pub const UAR_PAGE: usize = 4096;
+
+/// One entry of the port's GID table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gid {
+    /// The GID (for RoCE v2 over IPv4, `::ffff:a.b.c.d`).
+    pub gid: [u8; 16],
+    /// The port's MAC for that GID.
+    pub mac: [u8; 6],
+}
+
+/// How to build a [`Model`].
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    /// Limits enforced and reported.
+    pub caps: ModelCaps,
+    /// UAR pages in the BAR, including page 0 (reserved for the initialization segment).
+    pub uar_pages: u32,
+    /// The port's GID table; empty = one GID made up from the model's number
+    /// (`::ffff:10.77.hi.lo`, MAC `02:4d:00:00:hi:lo`).
+    pub gids: Vec<Gid>,
+    /// The wire to attach the port to (RoCE v2 between models).
+    pub wire: Option<Wire>,
+    /// The DMA space to use; `None` = a fresh [`HeapDma`].
+    pub dma: Option<Arc<HeapDma>>,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            caps: ModelCaps::default(),
+            uar_pages: 64,
+            gids: Vec::new(),
+            wire: None,
+            dma: None,
+        }
+    }
+}
+
+static NEXT_MODEL: AtomicU64 = AtomicU64::new(1);
+
+/// State shared by the handle, the BAR handler, the engine thread and the wire.
+pub(crate) struct Shared {
+    pub id: u64,
+    pub dev: Mutex<Device>,
+    pub dma: Arc<HeapDma>,
+    pub stats: Stats,
+    pub gids: Vec<Gid>,
+    pub wire: Option<Wire>,
+    pub start: Instant,
+    /// Doorbells (and flush requests) not yet fully processed.
+    pub outstanding: AtomicU64,
+    /// Set when there is new work; cleared by the engine before it looks.
+    pub work: AtomicBool,
+    pub busy: AtomicBool,
+    pub stop: AtomicBool,
+    pub thread: OnceLock<Thread>,
+}
+
+impl Shared {
+    pub fn dev(&self) -> MutexGuard<'_, Device> {
+        self.dev.lock().expect("model state poisoned")
+    }
+
+    /// Wake the engine.
+    pub fn kick(&self) {
+        self.work.store(true, Ordering::Release);
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+
+    pub fn note(&self, qpn: u32, idx: Option<u16>, r: Reason) {
+        self.stats.violation(qpn, idx, r);
+    }
+
+    /// Nanoseconds since the model started (CQE timestamps).
+    pub fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Read a big-endian 32-bit word at a bus address.
+    pub fn read_be32(&self, bus: u64) -> Option<u32> {
+        let mut w = [0u8; 4];
+        self.dma.read(BusAddr(bus), &mut w).then(|| u32::from_be_bytes(w))
+    }
+
+    /// Whether `gid` is ours; its MAC if so.
+    pub fn own_gid(&self, gid: &[u8; 16]) -> Option<[u8; 6]> {
+        self.gids.iter().find(|g| &g.gid == gid).map(|g| g.mac)
+    }
+}
+
+/// A software mlx5 HCA: a BAR, a DMA space, resources created through
+/// [`ModelControl`](crate::direct::ModelControl), and an engine thread that executes what the
+/// driver posts. Dropping the handle stops the thread.
+pub struct Model {
+    shared: Arc<Shared>,
+    bar: MemBar,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Model {
+    /// A model with the default configuration, not attached to any wire.
+    pub fn new() -> Model {
+        Model::with_config(ModelConfig::default()).expect("default configuration")
+    }
+
+    /// A model as configured. Fails if a GID is already on the wire or the BAR is too small.
+    pub fn with_config(cfg: ModelConfig) -> Result<Model, Error> {
+        if cfg.uar_pages < 2 {
+            return Err(Error::InvalidArgument("a model needs at least 2 BAR pages"));
+        }
+        if cfg.caps.log_bf_reg_size != 9 {
+            return Err(Error::Unsupported("BlueFlame register size other than 512 bytes"));
+        }
+        let id = NEXT_MODEL.fetch_add(1, Ordering::Relaxed);
+        let gids = if cfg.gids.is_empty() {
+            let (hi, lo) = ((id >> 8) as u8, id as u8);
+            let mut gid = [0u8; 16];
+            gid[10] = 0xff;
+            gid[11] = 0xff;
+            gid[12..].copy_from_slice(&[10, 77, hi, lo]);
+            vec![Gid { gid, mac: [0x02, 0x4d, 0, 0, hi, lo] }]
+        } else {
+            cfg.gids.clone()
+        };
+        let shared = Arc::new(Shared {
+            id,
+            dev: Mutex::new(Device::new(cfg.caps, cfg.uar_pages)),
+            dma: cfg.dma.clone().unwrap_or_default(),
+            stats: Stats::default(),
+            gids,
+            wire: cfg.wire.clone(),
+            start: Instant::now(),
+            outstanding: AtomicU64::new(0),
+            work: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            thread: OnceLock::new(),
+        });
+        if let Some(w) = &cfg.wire {
+            w.attach(&shared)?;
+        }
+        let bar = MemBar::with_handler(
+            cfg.uar_pages as usize * UAR_PAGE,
+            Arc::new(Handler(shared.clone())),
+        );
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("mlx5-model-{id}"))
+            .spawn(move || crate::engine::run(&sh))
+            .map_err(|_| Error::Device(Errno::EAGAIN))?;
+        let _ = shared.thread.set(thread.thread().clone());
+        Ok(Model { shared, bar, thread: Some(thread) })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The BAR the driver maps (a clone of the same window).
+    pub fn bar(&self) -> MemBar {
+        self.bar.clone()
+    }
+
+    /// The DMA space the device reaches; the driver allocates its rings and buffers here.
+    pub fn dma(&self) -> Arc<HeapDma> {
+        self.shared.dma.clone()
+    }
+
+    /// The port's GID table.
+    pub fn gids(&self) -> &[Gid] {
+        &self.shared.gids
+    }
+
+    /// A snapshot of the counters.
+    pub fn counters(&self) -> Counters {
+        self.shared.stats.snapshot()
+    }
+
+    /// The validation log (fatal reasons and notes), oldest first.
+    pub fn violations(&self) -> Vec<Violation> {
+        self.shared.stats.log.lock().expect("log poisoned").clone()
+    }
+
+    /// Asynchronous events so far, oldest first.
+    pub fn events(&self) -> Vec<Event> {
+        self.shared.stats.events.lock().expect("events poisoned").clone()
+    }
+
+    /// The state of QP `qpn`, if it exists.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.shared.dev().qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// Whether CQ `cqn` is in error (overflowed), if it exists.
+    pub fn cq_in_error(&self, cqn: u32) -> Option<bool> {
+        self.shared.dev().cqs.get(&cqn).map(|c| c.error)
+    }
+
+    /// Wait until every doorbell received so far has been processed (a QP stalled on RNR
+    /// retries counts as busy). False if `timeout` passed first.
+    pub fn quiesce(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if self.shared.outstanding.load(Ordering::Acquire) == 0
+                && !self.shared.work.load(Ordering::Acquire)
+                && !self.shared.busy.load(Ordering::Acquire)
+            {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Model::new()
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.kick();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(w) = &self.shared.wire {
+            w.detach(self.shared.id);
+        }
+    }
+}

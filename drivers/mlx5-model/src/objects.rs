@@ -1,0 +1,258 @@
+//! The HCA's resource tables: UARs, PDs, memory keys, CQs, QPs, and the per-UAR BlueFlame
+//! assembly state. Everything here lives under the model's device lock.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+/// Device limits the model enforces and reports (`QUERY_HCA_CAP` general capabilities).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelCaps {
+    /// log2 of the largest send/receive queue (WQEBBs / WQEs).
+    pub log_max_qp_sz: u8,
+    /// log2 of the largest CQ.
+    pub log_max_cq_sz: u8,
+    /// Largest send WQE in bytes.
+    pub max_wqe_sz_sq: u32,
+    /// log2 of the BlueFlame register size; each register has two halves. The model's UAR
+    /// layout is fixed at 9 (two 256-byte halves at 0x800 and 0x900).
+    pub log_bf_reg_size: u8,
+}
+
+impl Default for ModelCaps {
+    /// Values of a ConnectX-5-class device: 32 Ki WQEBBs, 4 Mi CQEs, 1 KiB send WQEs.
+    fn default() -> Self {
+        ModelCaps { log_max_qp_sz: 15, log_max_cq_sz: 22, max_wqe_sz_sq: 1024, log_bf_reg_size: 9 }
+    }
+}
+
+/// Rights of a memory key or of a QP as responder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rights {
+    /// Local write.
+    pub local_write: bool,
+    /// Remote write.
+    pub remote_write: bool,
+    /// Remote read.
+    pub remote_read: bool,
+}
+
+/// How a memory key turns its virtual addresses into bus addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Xlate {
+    /// MTT mode with bus-contiguous pages: the page containing `start` is at `base`, the next
+    /// page at `base + page`, ... (PRM: the offset of `start_addr` inside the first page is kept).
+    Mtt {
+        /// Bus address of the first page (page aligned).
+        base: u64,
+        /// log2 of the page size.
+        page_shift: u8,
+    },
+    /// Physical-address mode: virtual address = bus address.
+    Physical,
+}
+
+/// A memory key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mkey {
+    pub pd: u32,
+    pub start: u64,
+    pub len: u64,
+    pub rights: Rights,
+    pub xlate: Xlate,
+}
+
+impl Mkey {
+    /// Whether `[addr, addr + len)` lies inside the key's range.
+    pub fn covers(&self, addr: u64, len: u64) -> bool {
+        let Some(end) = addr.checked_add(len) else { return false };
+        addr >= self.start && end <= self.start + self.len
+    }
+
+    /// The bus address of virtual address `va` (inside the range; translation is linear).
+    pub fn bus(&self, va: u64) -> u64 {
+        match self.xlate {
+            Xlate::Physical => va,
+            Xlate::Mtt { base, page_shift } => {
+                let first_page = self.start & !((1u64 << page_shift) - 1);
+                base.wrapping_add(va - first_page)
+            }
+        }
+    }
+}
+
+/// A completion queue.
+#[derive(Debug)]
+pub(crate) struct Cq {
+    pub log_size: u8,
+    pub buf: u64,
+    pub dbrec: u64,
+    pub uar: u32,
+    /// Producer index (free running).
+    pub pi: u32,
+    pub armed: bool,
+    /// Overflowed or faulted: no more CQEs are written.
+    pub error: bool,
+}
+
+/// QP state (`qp_state` of the QP context).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// RST.
+    Reset,
+    /// INIT.
+    Init,
+    /// RTR: can receive.
+    Rtr,
+    /// RTS: can send.
+    Rts,
+    /// ERR: everything is flushed.
+    Error,
+}
+
+/// Where a QP's peer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Same port.
+    Loopback,
+    /// RoCE v2 to a GID.
+    RoceV2 {
+        /// Destination GID.
+        dgid: [u8; 16],
+        /// Destination MAC.
+        dmac: [u8; 6],
+        /// Our GID index.
+        sgid_index: u8,
+    },
+}
+
+/// A doorbell waiting for the engine: the 8 bytes, the send doorbell record read when it
+/// arrived, and the BlueFlame copy if it was one.
+#[derive(Clone, Debug)]
+pub(crate) struct Doorbell {
+    pub head: [u8; 8],
+    /// Send counter in the doorbell record when the doorbell arrived (16 bits).
+    pub target: u16,
+    pub bf: Option<Vec<u8>>,
+    /// Made up by the model (flush on a transition to ERR): no doorbell checks.
+    pub synthetic: bool,
+    /// A WQE was executed under this doorbell.
+    pub touched: bool,
+}
+
+/// An RNR wait: the head WQE is retried at `next`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RnrWait {
+    pub next: Instant,
+    /// Retries left; `None` = unlimited (`rnr_retry` = 7).
+    pub left: Option<u8>,
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub log_sq_size: u8,
+    pub log_rq_size: Option<u8>,
+    pub log_rq_stride: u8,
+    pub buf: u64,
+    pub dbrec: u64,
+    pub uar: u32,
+    pub state: QpState,
+    pub rights: Rights,
+    pub remote_qpn: u32,
+    pub route: Route,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// Next PSN expected as responder.
+    pub epsn: u32,
+    /// Next PSN to send.
+    pub npsn: u32,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    /// The HCA's send counter (next WQEBB to execute), 16 bits like the WQE index.
+    pub sq_pi: u16,
+    /// The HCA's receive counter (next receive WQE to consume).
+    pub rq_ci: u16,
+    pub pending: VecDeque<Doorbell>,
+    pub rnr: Option<RnrWait>,
+    /// Changes on reset and destroy, so that an in-flight result is dropped.
+    pub gen: u64,
+}
+
+impl Qp {
+    pub fn sq_cnt(&self) -> u32 {
+        1 << self.log_sq_size
+    }
+
+    pub fn rq_cnt(&self) -> u32 {
+        self.log_rq_size.map_or(0, |l| 1 << l)
+    }
+
+    /// Bus address of the send queue: after the receive queue (PRM order).
+    pub fn sq_base(&self) -> u64 {
+        self.buf + (u64::from(self.rq_cnt()) << self.log_rq_stride)
+    }
+
+    /// Bus address of send WQEBB slot `slot`.
+    pub fn sq_slot(&self, counter: u32) -> u64 {
+        self.sq_base() + u64::from(counter & (self.sq_cnt() - 1)) * 64
+    }
+}
+
+/// BlueFlame blocks gathered so far in one half of one UAR.
+#[derive(Debug, Default)]
+pub(crate) struct BfAsm {
+    pub buf: Vec<u8>,
+    pub need: usize,
+}
+
+/// Per-UAR state.
+#[derive(Debug, Default)]
+pub(crate) struct UarState {
+    /// Half (0 = 0x800, 1 = 0x900) of the last send doorbell.
+    pub last_half: Option<u8>,
+    pub bf: [BfAsm; 2],
+}
+
+/// All resources of one model.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub caps: ModelCaps,
+    pub uar_pages: u32,
+    pub uars: BTreeMap<u32, UarState>,
+    pub pds: BTreeSet<u32>,
+    pub mkeys: BTreeMap<u32, Mkey>,
+    pub cqs: BTreeMap<u32, Cq>,
+    pub qps: BTreeMap<u32, Qp>,
+    /// QPs with work for the engine.
+    pub ready: BTreeSet<u32>,
+    pub next_pd: u32,
+    pub next_mkey: u32,
+    pub mkey_variant: u8,
+    pub next_cqn: u32,
+    pub next_qpn: u32,
+    pub next_gen: u64,
+}
+
+impl Device {
+    pub fn new(caps: ModelCaps, uar_pages: u32) -> Self {
+        Device {
+            caps,
+            uar_pages,
+            uars: BTreeMap::new(),
+            pds: BTreeSet::new(),
+            mkeys: BTreeMap::new(),
+            cqs: BTreeMap::new(),
+            qps: BTreeMap::new(),
+            ready: BTreeSet::new(),
+            next_pd: 1,
+            next_mkey: 1,
+            mkey_variant: 0x5a,
+            next_cqn: 1,
+            next_qpn: 0x48,
+            next_gen: 1,
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! Test scaffolding: a "driver" written from the PRM/rdma-core layouts, just enough to post.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdma_pmd::QpNum;
+use rdma_pmd_hal::mem::{HeapDma, MemBar};
+use rdma_pmd_hal::{barrier, Dma, DmaBuf, Mmio};
+use rdma_pmd_mlx5::control::{
+    Access, Control, CqParams, Cqn, Mkey, MkeyParams, Path, Pdn, QpParams, Transition, Translation,
+    Uar,
+};
+
+use crate::{Model, ModelControl};
+
+pub const WAIT: Duration = Duration::from_secs(5);
+
+/// One model with a UAR and a PD.
+pub struct Env {
+    pub model: Model,
+    pub ctl: ModelControl,
+    pub bar: MemBar,
+    pub dma: Arc<HeapDma>,
+    pub uar: Uar,
+    pub pd: Pdn,
+}
+
+pub struct TCq {
+    pub cqn: Cqn,
+    pub buf: DmaBuf,
+    pub dbrec: DmaBuf,
+    pub log: u8,
+    pub ci: u32,
+}
+
+pub struct TQp {
+    pub qpn: u32,
+    pub buf: DmaBuf,
+    pub dbrec: DmaBuf,
+    pub log_sq: u8,
+    pub sq_off: usize,
+    pub log_rq: Option<u8>,
+    pub stride: u8,
+    /// Driver's send counter (16 bits).
+    pub pi: u16,
+    pub rq_pi: u16,
+    pub half: usize,
+    pub uar_off: usize,
+}
+
+pub struct Region {
+    pub buf: DmaBuf,
+    pub key: Mkey,
+    pub va: u64,
+}
+
+/// A parsed CQE.
+#[derive(Debug, Clone, Copy)]
+pub struct Cqe {
+    pub raw: [u8; 64],
+}
+
+impl Cqe {
+    pub fn opcode(&self) -> u8 {
+        self.raw[63] >> 4
+    }
+    pub fn owner(&self) -> u8 {
+        self.raw[63] & 1
+    }
+    pub fn wqe_counter(&self) -> u16 {
+        u16::from_be_bytes([self.raw[60], self.raw[61]])
+    }
+    pub fn sop_qpn(&self) -> u32 {
+        u32::from_be_bytes(self.raw[56..60].try_into().unwrap())
+    }
+    pub fn syndrome(&self) -> u8 {
+        self.raw[55]
+    }
+    pub fn vendor_err(&self) -> u8 {
+        self.raw[54]
+    }
+    pub fn byte_cnt(&self) -> u32 {
+        u32::from_be_bytes(self.raw[44..48].try_into().unwrap())
+    }
+    pub fn imm(&self) -> [u8; 4] {
+        self.raw[36..40].try_into().unwrap()
+    }
+    pub fn rqpn(&self) -> u32 {
+        u32::from_be_bytes(self.raw[24..28].try_into().unwrap()) & 0xff_ffff
+    }
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env::with_model(Model::new())
+    }
+
+    pub fn with_model(model: Model) -> Env {
+        let mut ctl = model.control();
+        let uar = ctl.alloc_uar().unwrap();
+        let pd = ctl.alloc_pd().unwrap();
+        Env { bar: model.bar(), dma: model.dma(), ctl, model, uar, pd }
+    }
+
+    pub fn cq(&mut self, log: u8) -> TCq {
+        let buf = self.dma.alloc(64 << log, 4096).unwrap();
+        // Software initialises every entry to opcode INVALID (rdma-core cq.c).
+        for i in 0..(1usize << log) {
+            buf.write_bytes(i * 64 + 63, &[0xf0]);
+        }
+        let dbrec = self.dma.alloc(8, 8).unwrap();
+        let cqn = self
+            .ctl
+            .create_cq(&CqParams {
+                log_size: log,
+                buf: buf.bus(),
+                dbrec: dbrec.bus(),
+                uar: self.uar,
+            })
+            .unwrap();
+        TCq { cqn, buf, dbrec, log, ci: 0 }
+    }
+
+    pub fn qp(&mut self, scq: &TCq, rcq: &TCq, log_sq: u8, log_rq: Option<u8>) -> TQp {
+        let stride = 4u8;
+        let rq_bytes = log_rq.map_or(0, |l| (1usize << l) << stride);
+        let len = rq_bytes + (64usize << log_sq);
+        let buf = self.dma.alloc(len, 4096).unwrap();
+        let dbrec = self.dma.alloc(8, 8).unwrap();
+        let qpn = self
+            .ctl
+            .create_qp(&QpParams {
+                pd: self.pd,
+                send_cq: scq.cqn,
+                recv_cq: rcq.cqn,
+                log_sq_size: log_sq,
+                log_rq_size: log_rq,
+                log_rq_stride: stride,
+                buf: buf.bus(),
+                dbrec: dbrec.bus(),
+                uar: self.uar,
+            })
+            .unwrap();
+        TQp {
+            qpn: qpn.0,
+            buf,
+            dbrec,
+            log_sq,
+            sq_off: rq_bytes,
+            log_rq,
+            stride,
+            pi: 0,
+            rq_pi: 0,
+            half: 0,
+            uar_off: self.uar.bar_offset,
+        }
+    }
+
+    /// An MTT region of `len` bytes at virtual address `va`.
+    pub fn region(&mut self, len: usize, va: u64, access: Access) -> Region {
+        let buf = self.dma.alloc(len, 4096).unwrap();
+        let key = self
+            .ctl
+            .create_mkey(&MkeyParams {
+                pd: self.pd,
+                start: va,
+                len: len as u64,
+                access,
+                translation: Translation::Mtt { base: buf.bus(), page_shift: 12 },
+            })
+            .unwrap();
+        Region { buf, key, va }
+    }
+
+    /// Bring `a` and `b` (on this model) to RTS, connected by loopback.
+    pub fn connect_loopback(&mut self, a: &TQp, b: &TQp) {
+        let ctl = &mut self.ctl;
+        for (x, y) in [(a, b), (b, a)] {
+            rts(ctl, x.qpn, y.qpn, Path::Loopback, 0x100, 0x100, 7);
+        }
+    }
+
+    pub fn ring(&self, qp: &mut TQp, wqe: &[u8]) {
+        post(&self.bar, qp, wqe, Ring::Db);
+    }
+}
+
+pub fn rts(
+    ctl: &mut ModelControl,
+    qpn: u32,
+    remote: u32,
+    path: Path,
+    sq_psn: u32,
+    rq_psn: u32,
+    rnr: u8,
+) {
+    ctl.modify_qp(
+        QpNum(qpn),
+        &Transition::RstToInit { port: 1, access: Access::REMOTE_WRITE | Access::LOCAL_WRITE },
+    )
+    .unwrap();
+    ctl.modify_qp(
+        QpNum(qpn),
+        &Transition::InitToRtr { remote_qpn: QpNum(remote), path, mtu: 3, rq_psn },
+    )
+    .unwrap();
+    ctl.modify_qp(
+        QpNum(qpn),
+        &Transition::RtrToRts { sq_psn, timeout: 14, retry_cnt: 7, rnr_retry: rnr },
+    )
+    .unwrap();
+}
+
+/// How to ring.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Ring {
+    /// 8-byte doorbell.
+    Db,
+    /// BlueFlame copy.
+    Bf,
+    /// Write the WQE and the doorbell record, ring nothing.
+    None,
+}
+
+/// Build an RDMA WRITE (opcode 0x08) or WRITE WITH IMM (0x09) WQE as rdma-core's
+/// `_mlx5_post_send` does (FORMAT table): ctrl, raddr, one data segment per non-zero SGE.
+// The arguments are the inputs of a FORMAT `case` record, in its order.
+#[allow(clippy::too_many_arguments)]
+pub fn wqe(
+    pi: u16,
+    qpn: u32,
+    opcode: u8,
+    fm_ce_se: u8,
+    imm: u32,
+    raddr: u64,
+    rkey: u32,
+    sges: &[(u64, u32, u32)],
+) -> Vec<u8> {
+    let ds = 2 + sges.len();
+    let mut w = vec![0u8; (ds * 16).div_ceil(64) * 64];
+    w[0..4].copy_from_slice(&((u32::from(pi) << 8) | u32::from(opcode)).to_be_bytes());
+    w[4..8].copy_from_slice(&((qpn << 8) | ds as u32).to_be_bytes());
+    w[11] = fm_ce_se;
+    w[12..16].copy_from_slice(&imm.to_be_bytes());
+    w[16..24].copy_from_slice(&raddr.to_be_bytes());
+    w[24..28].copy_from_slice(&rkey.to_be_bytes());
+    for (k, (addr, len, lkey)) in sges.iter().enumerate() {
+        let o = 32 + 16 * k;
+        w[o..o + 4].copy_from_slice(&len.to_be_bytes());
+        w[o + 4..o + 8].copy_from_slice(&lkey.to_be_bytes());
+        w[o + 8..o + 16].copy_from_slice(&addr.to_be_bytes());
+    }
+    w
+}
+
+/// An inline RDMA WRITE: `htobe32(len | 0x80000000)` then the bytes, padded to 16.
+pub fn inline_wqe(pi: u16, qpn: u32, fm_ce_se: u8, raddr: u64, rkey: u32, data: &[u8]) -> Vec<u8> {
+    let ds = 2 + (4 + data.len()).div_ceil(16);
+    let mut w = wqe(pi, qpn, 0x08, fm_ce_se, 0, raddr, rkey, &[]);
+    w.resize((ds * 16).div_ceil(64) * 64, 0);
+    w[7] = ds as u8;
+    w[32..36].copy_from_slice(&(data.len() as u32 | 0x8000_0000).to_be_bytes());
+    w[36..36 + data.len()].copy_from_slice(data);
+    w
+}
+
+/// Write `wqe` into the send ring at the QP's counter, advance it, update `dbrec[1]`, ring.
+pub fn post(bar: &MemBar, qp: &mut TQp, wqe: &[u8], how: Ring) {
+    let n = wqe.len() / 64;
+    let cnt = 1usize << qp.log_sq;
+    for i in 0..n {
+        let slot = (usize::from(qp.pi) + i) & (cnt - 1);
+        qp.buf.write_bytes(qp.sq_off + slot * 64, &wqe[i * 64..(i + 1) * 64]);
+    }
+    qp.pi = qp.pi.wrapping_add(n as u16);
+    // WQEs before the doorbell record (udma_to_device_barrier).
+    barrier::to_device();
+    qp.dbrec.write_u32(4, u32::from(qp.pi).to_be());
+    barrier::to_device();
+    let reg = qp.uar_off + 0x800 + qp.half * 0x100;
+    match how {
+        Ring::Db => bar.write_bytes8(reg, wqe[..8].try_into().unwrap()),
+        Ring::Bf => {
+            let len = (usize::from(wqe[7] & 0x3f) * 16).div_ceil(64) * 64;
+            for (i, chunk) in wqe[..len].chunks(64).enumerate() {
+                let mut block = [0u64; 8];
+                for (j, w) in chunk.chunks(8).enumerate() {
+                    block[j] = u64::from_ne_bytes(w.try_into().unwrap());
+                }
+                bar.write_wc64(reg + i * 64, &block);
+            }
+        }
+        Ring::None => return,
+    }
+    barrier::wc_flush();
+    qp.half ^= 1;
+}
+
+/// Post a receive WQE with one (possibly zero-length) scatter entry; update `dbrec[0]`.
+pub fn post_recv(qp: &mut TQp, addr: u64, len: u32, lkey: u32) {
+    let cnt = 1usize << qp.log_rq.unwrap();
+    let slot = usize::from(qp.rq_pi) & (cnt - 1);
+    let mut w = [0u8; 16];
+    w[0..4].copy_from_slice(&len.to_be_bytes());
+    w[4..8].copy_from_slice(&lkey.to_be_bytes());
+    w[8..16].copy_from_slice(&addr.to_be_bytes());
+    qp.buf.write_bytes(slot << qp.stride, &w);
+    qp.rq_pi = qp.rq_pi.wrapping_add(1);
+    barrier::to_device();
+    qp.dbrec.write_u32(0, u32::from(qp.rq_pi).to_be());
+}
+
+/// The next CQE, if software owns it (rdma-core `get_sw_cqe`), without consuming it.
+pub fn peek(cq: &TCq) -> Option<Cqe> {
+    let size = 1u32 << cq.log;
+    let at = (cq.ci & (size - 1)) as usize * 64;
+    let mut op = [0u8; 1];
+    cq.buf.read_bytes(at + 63, &mut op);
+    let owner_ok = (op[0] & 1 == 1) == (cq.ci & size != 0);
+    if op[0] >> 4 == 0xf || !owner_ok {
+        return None;
+    }
+    barrier::from_device();
+    let mut raw = [0u8; 64];
+    cq.buf.read_bytes(at, &mut raw);
+    Some(Cqe { raw })
+}
+
+/// Wait (bounded) for the next CQE, consume it and update the CQ doorbell record.
+pub fn poll(cq: &mut TCq) -> Cqe {
+    let end = Instant::now() + WAIT;
+    loop {
+        if let Some(c) = peek(cq) {
+            cq.ci = cq.ci.wrapping_add(1);
+            cq.dbrec.write_u32(0, (cq.ci & 0xff_ffff).to_be());
+            return c;
+        }
+        assert!(Instant::now() < end, "no CQE within {WAIT:?}");
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
+
+/// Let the model finish, then assert no CQE is pending.
+pub fn assert_empty(model: &Model, cq: &TCq) {
+    assert!(model.quiesce(WAIT));
+    assert!(peek(cq).is_none(), "unexpected CQE {:?}", peek(cq));
+}
+
+pub fn fill(buf: &DmaBuf, off: usize, len: usize, seed: u8) {
+    let data: Vec<u8> = (0..len).map(|i| seed.wrapping_add(i as u8)).collect();
+    buf.write_bytes(off, &data);
+}
+
+pub fn bytes(buf: &DmaBuf, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    buf.read_bytes(off, &mut v);
+    v
+}
+
+pub const RW: Access = Access::REMOTE_WRITE.union(Access::LOCAL_WRITE);

@@ -1,0 +1,11 @@
+//! Unit tests: the model driven with hand-built WQE bytes (layouts from rdma-core's
+//! `mlx5dv.h` and `qp.c`, built here without the driver's code).
+
+mod harness;
+
+mod control;
+mod errors;
+mod imm;
+mod vectors;
+mod wire;
+mod write;

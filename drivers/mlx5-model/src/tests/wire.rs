@@ -1,0 +1,77 @@
+use rdma_pmd_mlx5::control::Path;
+
+use super::harness::*;
+use crate::{Model, ModelConfig, Reason, Wire};
+
+fn on(wire: &Wire) -> Env {
+    Env::with_model(
+        Model::with_config(ModelConfig { wire: Some(wire.clone()), ..Default::default() }).unwrap(),
+    )
+}
+
+#[test]
+fn roce_write_crosses_the_wire() {
+    let wire = Wire::new();
+    let mut x = on(&wire);
+    let mut y = on(&wire);
+    let mut cq_x = x.cq(4);
+    let cq_y = y.cq(4);
+    let mut a = x.qp(&cq_x, &cq_x, 4, None);
+    let b = y.qp(&cq_y, &cq_y, 4, None);
+    let (gx, gy) = (x.model.gids()[0], y.model.gids()[0]);
+    assert_ne!(gx.gid, gy.gid);
+    let to =
+        |g: crate::Gid| Path::RoceV2 { dgid: g.gid, dmac: g.mac, sgid_index: 0, udp_sport: 0xc000 };
+    rts(&mut x.ctl, a.qpn, b.qpn, to(gy), 1, 1, 7);
+    rts(&mut y.ctl, b.qpn, a.qpn, to(gx), 1, 1, 7);
+    let src = x.region(4096, 0x1000, RW);
+    let dst = y.region(4096, 0x1000, RW);
+    fill(&src.buf, 0, 4096, 0x21);
+    let w = wqe(0, a.qpn, 0x08, 0x08, 0, dst.va, dst.key.0, &[(src.va, 4096, src.key.0)]);
+    x.ring(&mut a, &w);
+    assert_eq!(poll(&mut cq_x).opcode(), 0);
+    assert_eq!(bytes(&dst.buf, 0, 4096), bytes(&src.buf, 0, 4096));
+    assert_eq!(y.model.counters().bytes_written, 4096);
+    assert_eq!(x.model.counters().validation_failures, 0, "{:?}", x.model.violations());
+
+    // A wrong destination MAC reaches nobody: retry exceeded.
+    let mut c = x.qp(&cq_x, &cq_x, 4, None);
+    let mut bad = to(gy);
+    if let Path::RoceV2 { dmac, .. } = &mut bad {
+        dmac[5] ^= 1;
+    }
+    rts(&mut x.ctl, c.qpn, b.qpn, bad, 1, 1, 7);
+    let w = wqe(0, c.qpn, 0x08, 0x08, 0, dst.va, dst.key.0, &[(src.va, 8, src.key.0)]);
+    x.ring(&mut c, &w);
+    assert_eq!(poll(&mut cq_x).syndrome(), 0x15);
+    assert!(x.model.violations().iter().any(|v| v.reason == Reason::NoRoute));
+}
+
+#[test]
+fn roce_to_own_gid_is_loopback() {
+    let mut x = Env::new();
+    let mut cq = x.cq(4);
+    let mut a = x.qp(&cq, &cq, 4, None);
+    let b = x.qp(&cq, &cq, 4, None);
+    let g = x.model.gids()[0];
+    let p = Path::RoceV2 { dgid: g.gid, dmac: g.mac, sgid_index: 0, udp_sport: 1 };
+    rts(&mut x.ctl, a.qpn, b.qpn, p, 0, 0, 7);
+    rts(&mut x.ctl, b.qpn, a.qpn, p, 0, 0, 7);
+    let w = wqe(0, a.qpn, 0x08, 0x08, 0, 0, 0, &[]);
+    x.ring(&mut a, &w);
+    assert_eq!(poll(&mut cq).opcode(), 0);
+}
+
+#[test]
+fn responder_path_not_leading_back_loses_the_ack() {
+    let mut x = Env::new();
+    let mut cq = x.cq(4);
+    let mut a = x.qp(&cq, &cq, 4, None);
+    let b = x.qp(&cq, &cq, 4, None);
+    rts(&mut x.ctl, a.qpn, b.qpn, Path::Loopback, 0, 0, 7);
+    rts(&mut x.ctl, b.qpn, 0x999, Path::Loopback, 0, 0, 7);
+    let w = wqe(0, a.qpn, 0x08, 0x08, 0, 0, 0, &[]);
+    x.ring(&mut a, &w);
+    assert_eq!(poll(&mut cq).syndrome(), 0x15);
+    assert!(x.model.violations().iter().any(|v| matches!(v.reason, Reason::AckLost { .. })));
+}
