@@ -76,6 +76,15 @@ pub struct WqeInfo {
 }
 
 impl WqeInfo {
+    /// A placeholder before a WQE is written.
+    pub const EMPTY: WqeInfo = WqeInfo {
+        pi: 0,
+        opcode: SendOpcode::RdmaWrite,
+        shape: WqeShape { ds: 0, wqebbs: 0 },
+        fm_ce_se: FmCeSe::empty(),
+        doorbell: [0; 8],
+    };
+
     /// The WQE counter after this WQE (`cur_post + wqebbs`, 16 bits).
     #[inline]
     pub const fn next_pi(&self) -> u16 {
@@ -137,8 +146,9 @@ impl WqeBuilder {
         self
     }
 
-    /// Refuse requests with more than `n` SGEs, zero-length ones included
-    /// (`ibv_qp_cap.max_send_sge`; `qp.c` compares `wr->num_sge > qp->sq.max_gs`).
+    /// Refuse requests with more than `n` SGEs (or inline pieces), zero-length ones included
+    /// (`ibv_qp_cap.max_send_sge`; `qp.c` compares `wr->num_sge > qp->sq.max_gs` for every
+    /// request, inline ones too).
     pub const fn max_sge(mut self, n: u32) -> Self {
         self.max_sge = n;
         self
@@ -176,6 +186,7 @@ impl WqeBuilder {
     /// free-space one. Nothing is written.
     pub fn shape(&self, req: &WriteRequest<'_, '_>) -> Result<WqeShape> {
         if req.is_inline() {
+            self.check_count(req.source.count())?;
             let len = inline_len(req)?;
             self.check_inline(len)?;
             return Ok(WqeShape::from_ds((HEADER_DS as usize + inline::ds_units(len)) as u8));
@@ -201,15 +212,42 @@ impl WqeBuilder {
         room: u32,
         req: &WriteRequest<'_, '_>,
     ) -> Result<WqeInfo> {
+        let mut info = WqeInfo::EMPTY;
+        self.write_into(sink, pi, room, req, &mut info)?;
+        Ok(info)
+    }
+
+    /// [`write`](Self::write), storing what was written into `info` instead of returning it.
+    ///
+    /// This is the data path's form: a `Result<WqeInfo>` returned by value is assembled on the
+    /// stack byte by byte and reloaded with wider loads, which stalls store forwarding on every
+    /// post; an out-parameter keeps the fields' stores and loads the same width.
+    #[inline(always)]
+    pub fn write_into<S: WqeSink + ?Sized>(
+        &self,
+        sink: &mut S,
+        pi: u16,
+        room: u32,
+        req: &WriteRequest<'_, '_>,
+        info: &mut WqeInfo,
+    ) -> Result<()> {
         if req.is_inline() {
-            return self.write_inline(sink, pi, room, req);
+            return self.write_inline(sink, pi, room, req, info);
         }
         match *req.source.kind() {
-            SourceKind::Sgl(s) => {
-                self.write_gather(sink, pi, room, s, |b| b.sge(), req.flags, req.remote, req.imm)
-            }
+            SourceKind::Sgl(s) => self.write_gather(
+                sink,
+                pi,
+                room,
+                s,
+                |b| b.sge(),
+                req.flags,
+                req.remote,
+                req.imm,
+                info,
+            ),
             SourceKind::Raw { 0: s, .. } => {
-                self.write_gather(sink, pi, room, s, |e| *e, req.flags, req.remote, req.imm)
+                self.write_gather(sink, pi, room, s, |e| *e, req.flags, req.remote, req.imm, info)
             }
             SourceKind::Inline(_) => Err(Error::InvalidArgument("inline source")),
         }
@@ -230,13 +268,21 @@ impl WqeBuilder {
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<WqeInfo> {
-        self.write_gather(sink, pi, room, sgl, |e| *e, flags, remote, imm)
+        let mut info = WqeInfo::EMPTY;
+        self.write_gather(sink, pi, room, sgl, |e| *e, flags, remote, imm, &mut info)?;
+        Ok(info)
+    }
+
+    /// `qp.c` refuses `wr->num_sge > qp->sq.max_gs` first, for inline requests too.
+    fn check_count(&self, n: usize) -> Result<()> {
+        if n > self.max_sge as usize {
+            return Err(Error::TooManySges { given: n, max: self.max_sge as usize });
+        }
+        Ok(())
     }
 
     fn gather_shape<T>(&self, items: &[T], len: impl Fn(&T) -> u32) -> Result<WqeShape> {
-        if items.len() > self.max_sge as usize {
-            return Err(Error::TooManySges { given: items.len(), max: self.max_sge as usize });
-        }
+        self.check_count(items.len())?;
         let n = items.iter().filter(|i| len(i) != 0).count();
         if n > MAX_SGE as usize {
             return Err(Error::TooManySges { given: n, max: MAX_SGE as usize });
@@ -272,7 +318,8 @@ impl WqeBuilder {
         flags: SendFlags,
         remote: RemoteBuf,
         imm: Option<u32>,
-    ) -> Result<WqeInfo> {
+        info: &mut WqeInfo,
+    ) -> Result<()> {
         let wqe_cnt = sink.wqe_cnt();
         // Fast path: the size if every element is non-empty bounds the real size, so when it
         // fits no extra pass over the list is needed.
@@ -297,7 +344,8 @@ impl WqeBuilder {
             }
         }
         let ds = ((off - base) / SEND_WQE_DS) as u8;
-        Ok(self.finish(sink, pi, base, ds, flags, remote, imm))
+        self.finish(sink, pi, base, ds, flags, remote, imm, info);
+        Ok(())
     }
 
     fn write_inline<S: WqeSink + ?Sized>(
@@ -306,7 +354,9 @@ impl WqeBuilder {
         pi: u16,
         room: u32,
         req: &WriteRequest<'_, '_>,
-    ) -> Result<WqeInfo> {
+        info: &mut WqeInfo,
+    ) -> Result<()> {
+        self.check_count(req.source.count())?;
         let len = inline_len(req)?;
         self.check_inline(len)?;
         let shape = WqeShape::from_ds((HEADER_DS as usize + inline::ds_units(len)) as u8);
@@ -347,7 +397,8 @@ impl WqeBuilder {
             }
             w.finish(base + shape.ds as usize * SEND_WQE_DS);
         }
-        Ok(self.finish(sink, pi, base, shape.ds, req.flags, req.remote, req.imm))
+        self.finish(sink, pi, base, shape.ds, req.flags, req.remote, req.imm, info);
+        Ok(())
     }
 
     /// Store the remote-address and control segments (control last).
@@ -362,7 +413,8 @@ impl WqeBuilder {
         flags: SendFlags,
         remote: RemoteBuf,
         imm: Option<u32>,
-    ) -> WqeInfo {
+        info: &mut WqeInfo,
+    ) {
         let (opcode, imm) = match imm {
             Some(v) => (SendOpcode::RdmaWriteImm, v),
             None => (SendOpcode::RdmaWrite, 0),
@@ -378,7 +430,7 @@ impl WqeBuilder {
         let tail = ((fm_ce_se.bits() as u64) << 32 | imm as u64).to_be_bytes();
         sink.put8(base + 8, tail);
         sink.put8(base, head);
-        WqeInfo { pi, opcode, shape: WqeShape::from_ds(ds), fm_ce_se, doorbell: head }
+        *info = WqeInfo { pi, opcode, shape: WqeShape::from_ds(ds), fm_ce_se, doorbell: head };
     }
 }
 
