@@ -205,6 +205,11 @@ fn refusals_leave_the_ring_untouched() {
         b.write(&mut r, 0, 4, &req).unwrap_err(),
         Error::InlineTooLarge { len: 65, max: 64 }
     );
+    let small = [0u8; 1];
+    let five_pieces: [&[u8]; 5] = [&small; 5];
+    let req5 = WriteRequest { source: Source::inline(&five_pieces), ..req };
+    let e = b.write(&mut r, 0, 4, &req5).unwrap_err();
+    assert_eq!(e, Error::TooManySges { given: 5, max: 4 });
     assert!(r.offs.is_empty());
     assert_eq!(b.shape(&req).unwrap_err(), Error::InlineTooLarge { len: 65, max: 64 });
 }
