@@ -62,6 +62,8 @@ pub mod sq;
 pub mod uar;
 #[cfg(any(test, feature = "std"))]
 pub mod vectors;
+#[cfg(feature = "vfio")]
+pub mod vfio;
 pub mod wqe;
 
 pub use cqe::{Cqe, CqeRepr};

@@ -6,6 +6,7 @@ mod nostd;
 mod rxe;
 mod unit;
 mod vectors;
+mod vfio;
 
 use crate::util;
 
@@ -50,6 +51,7 @@ const TIERS: &[(&str, Tier)] = &[
     ("rxe", rxe::run),
     ("vectors", vectors::run),
     ("nostd", nostd::run),
+    ("vfio", vfio::run),
 ];
 
 /// Tier names, for usage text.

@@ -1,0 +1,181 @@
+//! Tier `vfio`: the VFIO backend against a real vfio-pci device.
+//!
+//! Boots a QEMU guest (see [`crate::vm`]): q35 with an emulated Intel IOMMU (interrupt remapping
+//! on, without which `VFIO_SET_IOMMU` fails with EPERM), QEMU's `edu` PCI device (28-bit DMA
+//! mask, its default), Debian's kernel with `intel_iommu=on`, the vfio modules, and 2 MiB
+//! hugepages reserved. `/init` binds `edu` to vfio-pci and runs the statically linked test
+//! binaries of `rdma-pmd-hal` (`vfio::edu`) and `rdma-pmd-mlx5` (`vfio::tests`) with
+//! `--ignored --test-threads=1`; their libtest summaries come back over the serial console and
+//! become this tier's counts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::Outcome;
+use crate::util;
+use crate::vm::{Guest, GuestFile};
+
+/// Tests the guest must run: 9 in the HAL, 1 in mlx5. Fewer means a binary died early.
+const EXPECTED: u32 = 10;
+
+/// The test binaries' target: explicit, so that RUSTFLAGS reach only them (not build scripts).
+const TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// In load order. vfio_iommu_type1 is only a soft dependency of vfio, which `insmod` ignores.
+const MODULES: &[&str] = &["vfio", "vfio_iommu_type1", "vfio_pci"];
+
+/// `/init`'s script: find edu, bind it to vfio-pci, reserve hugepages, run the tests.
+const SCRIPT: &str = r#"
+addr=
+for d in /sys/bus/pci/devices/*; do
+  if [ "$(cat $d/vendor)" = 0x1234 ] && [ "$(cat $d/device)" = 0x11e8 ]; then addr=${d##*/}; fi
+done
+if [ -z "$addr" ]; then echo "vfio-tier: no edu device"; exit 2; fi
+group=$(basename "$(readlink /sys/bus/pci/devices/$addr/iommu_group)")
+echo "vfio-tier: edu at $addr, IOMMU group $group"
+echo vfio-pci > /sys/bus/pci/devices/$addr/driver_override
+echo $addr > /sys/bus/pci/drivers_probe
+echo "vfio-tier: driver $(basename "$(readlink /sys/bus/pci/devices/$addr/driver)"), /dev/vfio: $(ls /dev/vfio | tr '\n' ' ')"
+echo 16 > /proc/sys/vm/nr_hugepages
+grep -E 'HugePages_(Total|Free)|Hugepagesize' /proc/meminfo
+export RDMA_PMD_VFIO_EDU=$addr RUST_BACKTRACE=1
+/t/hal-tests --ignored --test-threads=1 vfio::edu::
+hal=$?
+/t/mlx5-tests --ignored --test-threads=1 vfio::tests::
+mlx5=$?
+echo "vfio-tier: DMAR faults logged: $(dmesg | grep -c 'DMAR: \[DMA')"
+[ $hal = 0 ] && [ $mlx5 = 0 ]
+"#;
+
+/// Build the two test binaries statically; returns (hal, mlx5) paths.
+fn build_tests() -> Result<(PathBuf, PathBuf), String> {
+    let target_dir = util::root().join("target").join("vfio-guest");
+    let mut cmd = util::cargo();
+    cmd.args(["test", "--no-run", "--lib", "--message-format=json", "--target", TARGET])
+        .args(["-p", "rdma-pmd-hal", "-p", "rdma-pmd-mlx5"])
+        .args(["--features", "rdma-pmd-hal/vfio,rdma-pmd-mlx5/vfio"])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static");
+    eprintln!("$ {cmd:?}");
+    let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "building the static test binaries failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let json = String::from_utf8_lossy(&out.stdout);
+    let find = |krate: &str| {
+        executables(&json)
+            .into_iter()
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{krate}-")))
+            })
+            .ok_or_else(|| format!("cargo built no test binary for {krate}"))
+    };
+    Ok((find("rdma_pmd_hal")?, find("rdma_pmd_mlx5")?))
+}
+
+/// The `"executable":"..."` values of cargo's JSON messages.
+fn executables(json: &str) -> Vec<PathBuf> {
+    const KEY: &str = "\"executable\":\"";
+    json.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find(KEY)? + KEY.len()..];
+            Some(PathBuf::from(&rest[..rest.find('"')?]))
+        })
+        .collect()
+}
+
+/// The guest: q35, Intel IOMMU with interrupt remapping, edu; TCG unless KVM works.
+fn guest(hal: PathBuf, mlx5: PathBuf) -> Guest {
+    Guest {
+        name: "vfio".into(),
+        modules: MODULES.iter().map(|s| s.to_string()).collect(),
+        files: vec![GuestFile::plain(hal, "/t/hal-tests"), GuestFile::plain(mlx5, "/t/mlx5-tests")],
+        init_script: SCRIPT.into(),
+        // The IOMMU must be created before the devices it translates for.
+        qemu_args: ["-machine", "q35,kernel-irqchip=split", "-device", "intel-iommu,intremap=on"]
+            .into_iter()
+            .chain(["-device", "edu"])
+            .map(String::from)
+            .collect(),
+        cmdline: "intel_iommu=on".into(),
+        memory_mib: 1024,
+        cpus: 2,
+        ..Guest::default()
+    }
+}
+
+/// Counts from the guest's serial output: libtest summaries, plus one failure if the script
+/// failed without a failing test, or if fewer tests ran than expected.
+fn outcome(script_output: &str, exit: Option<i32>) -> Outcome {
+    let (passed, mut failed) = util::count_libtest(script_output);
+    let reported = passed + failed;
+    if exit != Some(0) && failed == 0 {
+        eprintln!("xtask: vfio: the guest script exited with {exit:?}");
+        failed = 1;
+    }
+    if reported < EXPECTED {
+        eprintln!("xtask: vfio: {reported} tests reported, {EXPECTED} expected");
+        failed += 1;
+    }
+    Outcome { passed, failed, skipped: None }
+}
+
+pub fn run() -> Outcome {
+    let (hal, mlx5) = match build_tests() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xtask: vfio: {e}");
+            return Outcome::check(false);
+        }
+    };
+    match guest(hal, mlx5).boot(Duration::from_secs(300)) {
+        Ok(s) => {
+            eprintln!("\nvfio: guest exit {:?}, {:?}, {:.1?}", s.exit, s.accel, s.elapsed);
+            if s.timed_out {
+                eprintln!("xtask: vfio: the guest timed out");
+            }
+            outcome(s.script_output(), s.exit)
+        }
+        Err(crate::vm::VmError::MissingTools(apt)) => {
+            Outcome::skip(format!("host tools missing; install with: {apt}"))
+        }
+        Err(e) => {
+            eprintln!("xtask: vfio: {e}");
+            Outcome::check(false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_test_executables_in_cargo_json() {
+        let json = r#"{"reason":"compiler-artifact","target":{"name":"rdma_pmd_hal"},"executable":"/t/x86_64-unknown-linux-gnu/debug/deps/rdma_pmd_hal-0123abcd","fresh":true}
+{"reason":"compiler-artifact","target":{"name":"libc"},"executable":null}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(
+            executables(json),
+            vec![PathBuf::from("/t/x86_64-unknown-linux-gnu/debug/deps/rdma_pmd_hal-0123abcd")]
+        );
+    }
+
+    #[test]
+    fn counts_come_from_libtest_and_missing_tests_fail() {
+        let good =
+            "test result: ok. 9 passed; 0 failed; 0 ignored\ntest result: ok. 1 passed; 0 failed\n";
+        let o = outcome(good, Some(0));
+        assert_eq!((o.passed, o.failed), (10, 0));
+        let crashed = "test result: ok. 9 passed; 0 failed; 0 ignored\n";
+        let o = outcome(crashed, Some(1));
+        assert_eq!((o.passed, o.failed), (9, 2), "script failure and a missing test");
+        let o = outcome("", None);
+        assert_eq!((o.passed, o.failed), (0, 2));
+    }
+}
