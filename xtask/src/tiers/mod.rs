@@ -1,6 +1,7 @@
 //! Test tiers and the other tasks. Each tier lives in its own module and returns an [`Outcome`];
 //! `cargo xtask test` runs them in order and prints one summary line.
 
+mod demo;
 mod lint;
 mod nostd;
 mod rxe;
@@ -48,9 +49,10 @@ type Tier = fn() -> Outcome;
 const TIERS: &[(&str, Tier)] = &[
     ("unit", unit::run),
     ("lint", lint::run),
-    ("rxe", rxe::run),
     ("vectors", vectors::run),
     ("nostd", nostd::run),
+    ("model", demo::run),
+    ("rxe", rxe::run),
     ("vfio", vfio::run),
 ];
 
@@ -106,9 +108,8 @@ pub fn run_cli(args: &[String]) -> bool {
 }
 
 /// `cargo xtask demo`.
-pub fn demo(_args: &[String]) -> bool {
-    eprintln!("xtask: the demo is not built yet");
-    false
+pub fn demo(args: &[String]) -> bool {
+    demo::demo(args)
 }
 
 /// `cargo xtask vectors FILE...`.
@@ -134,7 +135,6 @@ pub fn bench(args: &[String]) -> bool {
 }
 
 /// `cargo xtask bench post`.
-fn bench_post(_args: &[String]) -> bool {
-    eprintln!("xtask: benchmarks are not built yet");
-    false
+fn bench_post(args: &[String]) -> bool {
+    demo::bench_post(args)
 }

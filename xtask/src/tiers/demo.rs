@@ -1,0 +1,53 @@
+//! `cargo xtask demo`, `cargo xtask bench post`, and tier `model` (the driver end to end on the
+//! mlx5 device model, in release mode, soak included).
+
+use super::Outcome;
+use crate::util;
+
+/// Run a binary of the examples package in release mode with `args`.
+fn run_example(bin: &str, args: &[String]) -> bool {
+    let mut cmd = util::cargo();
+    cmd.args(["run", "--release", "--quiet", "-p", "rdma-pmd-examples", "--bin", bin, "--"]);
+    cmd.args(args);
+    util::run(&mut cmd)
+}
+
+/// `cargo xtask demo [--backend model] [ARGS]`.
+pub fn demo(args: &[String]) -> bool {
+    let backend =
+        args.windows(2).find(|w| w[0] == "--backend").map(|w| w[1].as_str()).unwrap_or("model");
+    match backend {
+        "model" => run_example("demo", args),
+        other => {
+            eprintln!("xtask: unknown backend {other:?} (model)");
+            false
+        }
+    }
+}
+
+/// `cargo xtask bench post`.
+pub fn bench_post(args: &[String]) -> bool {
+    run_example("bench_post", args)
+}
+
+/// Tier `model`: the end-to-end tests of the mlx5 driver on the device model, and the device
+/// model's own tests, in release mode with the ignored (long) tests included: the soak.
+pub fn run() -> Outcome {
+    let (ok, out) = util::run_capture(util::cargo().args([
+        "test",
+        "--release",
+        "-p",
+        "rdma-pmd-mlx5",
+        "-p",
+        "rdma-pmd-mlx5-model",
+        "--tests",
+        "--",
+        "--include-ignored",
+    ]));
+    let mut o = Outcome::from_libtest(ok, &out);
+    // The demo itself, briefly: it verifies every byte and fails on any model violation.
+    let demo_ok = run_example("demo", &["--writes".into(), "100000".into()]);
+    o.passed += demo_ok as u32;
+    o.failed += !demo_ok as u32;
+    o
+}
