@@ -451,7 +451,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
     fn commit(&mut self) {
         if let Some((last, nreq)) = self.sq.commit() {
             let ring = RingAt { buf: &self.mem.wq, off: self.sq_off, wqe_cnt: SQ as u32 };
-            self.db.ring(self.dev.mmio(), &self.mem.dbrec, ring, &last, nreq, self.sq.pi());
+            self.db.ring(self.dev.mmio(), &self.mem.dbrec, ring, last, nreq, self.sq.pi());
         }
     }
 

@@ -11,11 +11,12 @@
 //! ```
 //!
 //! Per WQE, its first block's slot records the `wr_id`, its size in blocks, whether it asked
-//! for a completion, and how many region references it holds; the references themselves are
-//! stored four per block across the WQE's blocks. A WQE with `n` non-empty SGEs has
-//! `ds = 2 + n` and so `ceil((2 + n) / 4)` blocks, and references at most `n` regions (one per
-//! run of SGEs from the same region), so four per block always suffice. Inline requests copy
-//! their bytes into the WQE and hold no reference.
+//! for a completion, and the first region it reads; further region references go to a queue
+//! of `4 * N` entries, in posting order, so WQEs retire them from its head. A WQE with `n`
+//! non-empty SGEs has `ds = 2 + n` and so `ceil((2 + n) / 4)` blocks, and references at most
+//! `n` regions (one per run of SGEs from the same region): four entries per block always
+//! suffice, and a WQE reading one region touches only its slot. Inline requests copy their
+//! bytes into the WQE and hold no reference.
 //!
 //! # What a completion retires (rdma-core `providers/mlx5/cq.c` semantics)
 //!
@@ -47,17 +48,21 @@ use rdma_pmd::{
 
 use crate::cqe::CqeRepr;
 use crate::opcode::CqeOpcode;
-use crate::wqe::{RawRing, WqeBuilder, WqeInfo};
+use crate::wqe::{RawRing, WqeBuilder};
 
-/// Region references stored per ring block.
+/// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
 const REFS_PER_BB: usize = 4;
 
-/// What the ring remembers about the WQE starting at a slot.
+/// What the ring remembers about the WQE starting at a slot (24 bytes).
 #[derive(Clone, Copy, Debug, Default)]
-struct Meta {
+struct Slot<'r> {
+    wr_id: u64,
+    /// The first region the WQE reads, the only one in the common case.
+    first: Option<&'r RegionUse>,
     wqebbs: u8,
     signaled: bool,
-    nregions: u8,
+    /// Further region references, at the head of the reference queue when the WQE retires.
+    more: u8,
 }
 
 /// A CQE being turned into completions: retire WQEs from `tail` up to `target`.
@@ -80,15 +85,22 @@ pub struct SendRing<'r, const N: usize> {
     tail: u16,
     /// Requests pushed since the last commit.
     pushed: u32,
-    /// The last request pushed since the last commit.
-    last: Option<WqeInfo>,
+    /// Counter and `ds` of the last request pushed since the last commit.
+    last: (u16, u8),
     /// Committed requests not retired yet.
     outstanding: u32,
     in_error: bool,
     pending: Option<Pending>,
-    wr_id: [u64; N],
-    meta: [Meta; N],
-    regions: [[Option<&'r RegionUse>; REFS_PER_BB]; N],
+    slots: [Slot<'r>; N],
+    /// The region references of outstanding WQEs, in posting order: a queue of `4 * N`
+    /// entries (`refs[i / 4][i % 4]`) indexed by free-running counters.
+    refs: [[Option<&'r RegionUse>; REFS_PER_BB]; N],
+    /// Next free reference entry.
+    ref_head: u32,
+    /// Oldest reference entry in use.
+    ref_tail: u32,
+    /// `ref_head` at the last commit.
+    ref_committed: u32,
 }
 
 impl<'r, const N: usize> SendRing<'r, N> {
@@ -112,13 +124,15 @@ impl<'r, const N: usize> SendRing<'r, N> {
             committed: 0,
             tail: 0,
             pushed: 0,
-            last: None,
+            last: (0, 0),
             outstanding: 0,
             in_error: false,
             pending: None,
-            wr_id: [0; N],
-            meta: [Meta::default(); N],
-            regions: [[None; REFS_PER_BB]; N],
+            slots: [Slot::default(); N],
+            refs: [[None; REFS_PER_BB]; N],
+            ref_head: 0,
+            ref_tail: 0,
+            ref_committed: 0,
         })
     }
 
@@ -161,81 +175,108 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let info = self.builder.write(&mut self.sink, self.pi, room, req)?;
         // The bytes are in free blocks that the device does not read until `pi` is published, so
         // a refusal below leaves the ring as it was.
-        let slot = self.pi as usize & Self::MASK;
-        let mut nregions = 0;
-        if let SourceKind::Sgl(bufs) = *req.source.kind() {
-            if !req.is_inline() {
-                nregions = self.acquire(slot, bufs)?;
-            }
-        }
-        self.meta[slot] = Meta { wqebbs: info.shape.wqebbs, signaled: info.signaled(), nregions };
-        self.wr_id[slot] = req.wr_id;
+        let (first, more) = match *req.source.kind() {
+            SourceKind::Sgl(bufs) if !req.is_inline() => self.acquire(bufs)?,
+            _ => (None, 0),
+        };
+        let pi = self.pi;
+        self.slots[pi as usize & Self::MASK] = Slot {
+            wr_id: req.wr_id,
+            first,
+            wqebbs: info.shape.wqebbs,
+            signaled: info.signaled(),
+            more,
+        };
         self.pi = info.next_pi();
         self.pushed += 1;
-        self.last = Some(info);
+        self.last = (pi, info.shape.ds);
         Ok(())
     }
 
-    /// Acquire each run of non-empty buffers from the same region, storing the references in
-    /// the WQE's blocks from `slot` on. On failure nothing stays acquired.
+    #[inline(always)]
+    fn ref_at(&mut self, i: u32) -> &mut Option<&'r RegionUse> {
+        let i = i as usize;
+        &mut self.refs[(i / REFS_PER_BB) & Self::MASK][i % REFS_PER_BB]
+    }
+
+    /// Acquire each run of non-empty buffers from the same region: the first reference is
+    /// returned (it goes to the WQE's slot), the others are queued and counted. On failure
+    /// nothing stays acquired or queued.
     #[inline]
-    fn acquire(&mut self, slot: usize, bufs: &[LocalBuf<'r>]) -> Result<u8> {
-        let mut n = 0usize;
-        let mut prev: *const RegionUse = ptr::null();
-        for b in bufs {
-            // An empty element is not in the WQE (the builder skips it): nothing reads it.
-            if b.is_empty() {
-                continue;
-            }
+    fn acquire(&mut self, bufs: &[LocalBuf<'r>]) -> Result<(Option<&'r RegionUse>, u8)> {
+        // An empty element is not in the WQE (the builder skips it): nothing reads it.
+        let mut it = bufs.iter().filter(|b| !b.is_empty());
+        let Some(b) = it.next() else { return Ok((None, 0)) };
+        let first = b.region();
+        first.acquire()?;
+        // At most `4 * wqebbs - 2` references (one per non-empty element), and the WQE's blocks
+        // were free: the queue has room.
+        let start = self.ref_head;
+        let mut prev = first;
+        for b in it {
             let r = b.region();
             if ptr::eq(r, prev) {
                 continue;
             }
             if let Err(e) = r.acquire() {
-                self.release(slot, n);
+                first.release();
+                self.release_refs(start, self.ref_head);
+                self.ref_head = start;
                 return Err(e);
             }
-            // n < non-empty elements <= 4 * wqebbs - 2: inside this WQE's blocks.
-            self.regions[(slot + n / REFS_PER_BB) & Self::MASK][n % REFS_PER_BB] = Some(r);
-            n += 1;
+            *self.ref_at(self.ref_head) = Some(r);
+            self.ref_head = self.ref_head.wrapping_add(1);
             prev = r;
         }
-        Ok(n as u8)
+        Ok((Some(first), self.ref_head.wrapping_sub(start) as u8))
     }
 
+    /// Release the references queued in `[from, to)`.
     #[inline]
-    fn release(&self, slot: usize, n: usize) {
-        for j in 0..n {
-            if let Some(r) = self.regions[(slot + j / REFS_PER_BB) & Self::MASK][j % REFS_PER_BB] {
+    fn release_refs(&mut self, from: u32, to: u32) {
+        let mut i = from;
+        while i != to {
+            if let Some(r) = *self.ref_at(i) {
                 r.release();
             }
+            i = i.wrapping_add(1);
         }
     }
 
-    /// Close the batch: returns the last WQE pushed and how many were pushed, for the
-    /// doorbell, or `None` if nothing was pushed.
+    /// Close the batch: returns the counter and `ds` of the last WQE pushed and how many were
+    /// pushed, for the doorbell, or `None` if nothing was pushed.
     #[inline]
-    pub fn commit(&mut self) -> Option<(WqeInfo, u32)> {
-        let last = self.last.take()?;
+    pub fn commit(&mut self) -> Option<((u16, u8), u32)> {
+        if self.pushed == 0 {
+            return None;
+        }
         let n = self.pushed;
         self.pushed = 0;
         self.committed = self.pi;
+        self.ref_committed = self.ref_head;
         self.outstanding += n;
-        Some((last, n))
+        Some((self.last, n))
+    }
+
+    /// Release the first references of the WQEs in `[from, to)`.
+    fn release_firsts(&self, from: u16, to: u16) {
+        let mut p = from;
+        while p != to {
+            let m = &self.slots[p as usize & Self::MASK];
+            if let Some(r) = m.first {
+                r.release();
+            }
+            p = p.wrapping_add(m.wqebbs as u16);
+        }
     }
 
     /// Forget every WQE pushed since the last commit, releasing its regions.
     pub fn abort(&mut self) {
-        let mut p = self.committed;
-        while p != self.pi {
-            let slot = p as usize & Self::MASK;
-            let m = self.meta[slot];
-            self.release(slot, m.nregions as usize);
-            p = p.wrapping_add(m.wqebbs as u16);
-        }
+        self.release_firsts(self.committed, self.pi);
+        self.release_refs(self.ref_committed, self.ref_head);
+        self.ref_head = self.ref_committed;
         self.pi = self.committed;
         self.pushed = 0;
-        self.last = None;
     }
 
     /// Whether a CQE is still being turned into completions.
@@ -279,8 +320,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 break;
             }
             let head = self.tail;
-            let slot = head as usize & Self::MASK;
-            let m = self.meta[slot];
+            let m = self.slots[head as usize & Self::MASK];
             let report = if head == p.target {
                 self.pending = None;
                 if m.signaled || p.status != WcStatus::Success {
@@ -300,29 +340,38 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 None
             };
             if let Some((status, vendor_err, opcode)) = report {
-                let mut c = Completion::new(self.wr_id[slot], status, opcode, qpn);
+                let mut c = Completion::new(m.wr_id, status, opcode, qpn);
                 c.vendor_err = vendor_err;
                 out[n] = c;
                 n += 1;
             }
-            self.release(slot, m.nregions as usize);
+            if let Some(r) = m.first {
+                r.release();
+            }
+            if m.more != 0 {
+                self.retire_refs(m.more);
+            }
             self.tail = head.wrapping_add(m.wqebbs as u16);
             self.outstanding -= 1;
         }
         Ok(n)
     }
 
+    /// Release the references of the oldest WQE, which retires.
+    #[inline]
+    fn retire_refs(&mut self, n: u8) {
+        let to = self.ref_tail.wrapping_add(n as u32);
+        self.release_refs(self.ref_tail, to);
+        self.ref_tail = to;
+    }
+
     /// Release every region still referenced by a pushed or committed WQE and forget them all:
     /// for teardown, once the device can no longer read the ring (the QP is destroyed).
     pub fn release_everything(&mut self) {
         self.abort();
-        let mut p = self.tail;
-        while p != self.committed {
-            let slot = p as usize & Self::MASK;
-            let m = self.meta[slot];
-            self.release(slot, m.nregions as usize);
-            p = p.wrapping_add(m.wqebbs as u16);
-        }
+        self.release_firsts(self.tail, self.committed);
+        self.release_refs(self.ref_tail, self.ref_head);
+        self.ref_tail = self.ref_head;
         self.tail = self.committed;
         self.outstanding = 0;
         self.pending = None;

@@ -18,7 +18,6 @@ use rdma_pmd_hal::{barrier, DmaBuf, Mmio};
 use crate::control::Uar;
 use crate::doorbell::{bf_len, sq_dbrec, SND_DBR};
 use crate::opcode::SEND_WQE_BB;
-use crate::wqe::WqeInfo;
 
 /// Byte offset of the first BlueFlame (doorbell) register in a UAR page (`MLX5_BF_OFFSET`).
 pub const BF_OFFSET: usize = 0x800;
@@ -57,14 +56,15 @@ impl SqDoorbell {
     }
 
     /// Publish every WQE up to counter `pi` (exclusive): `nreq` requests were pushed since the
-    /// last doorbell and `last` is the last of them. `dbrec` is the QP's doorbell record.
+    /// last doorbell, the last of them at counter `last.0` with size `last.1` (`ds`). `dbrec` is
+    /// the QP's doorbell record.
     #[inline]
     pub fn ring<M: Mmio>(
         &mut self,
         mmio: &M,
         dbrec: &DmaBuf,
         ring: RingAt<'_>,
-        last: &WqeInfo,
+        last: (u16, u8),
         nreq: u32,
         pi: u16,
     ) {
@@ -73,12 +73,17 @@ impl SqDoorbell {
         barrier::to_device();
         dbrec.write_u32(SND_DBR * 4, u32::from_ne_bytes(sq_dbrec(pi)));
         let at = self.reg + self.offset;
-        let len = bf_len(nreq, last.shape.ds, self.half as u32);
+        let (last_pi, ds) = last;
+        let mask = ring.wqe_cnt - 1;
+        let len = bf_len(nreq, ds, self.half as u32);
         if len == 0 {
-            mmio.write_u64(at, u64::from_ne_bytes(last.doorbell));
+            // The first 8 bytes of the last WQE's control segment, as they are in the ring.
+            let head = ring.off + (last_pi as u32 & mask) as usize * SEND_WQE_BB;
+            mmio.write_u64(at, ring.buf.read_u64(head));
         } else {
             for i in 0..len / SEND_WQE_BB {
-                let slot = last.slot(i as u32, ring.wqe_cnt) as usize;
+                let slot = (last_pi as u32).wrapping_add(i as u32) & mask;
+                let slot = slot as usize;
                 let src = ring.off + slot * SEND_WQE_BB;
                 let mut block = [0u64; 8];
                 for (k, w) in block.iter_mut().enumerate() {
