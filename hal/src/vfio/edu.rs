@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::barrier;
-use crate::{BusAddr, Dma, DmaBuf, Mmio};
+use crate::{BusAddr, Dma, DmaBuf, HalError, Mmio};
 
 const ID: usize = 0x00;
 const LIVENESS: usize = 0x04;
@@ -453,4 +453,69 @@ fn i_teardown_releases_everything_and_the_device_reopens() {
         }
     }
     assert_eq!(hugepages_free(), before);
+}
+
+#[test]
+#[ignore = "needs a vfio-pci bound edu device sharing its group: cargo xtask test --tier vfio"]
+fn j_non_viable_group_names_the_other_devices() {
+    // A second edu behind a PCI bridge, next to a virtio device bound to virtio-pci: one IOMMU
+    // group that VFIO must refuse.
+    let shared: PciAddr = std::env::var("RDMA_PMD_VFIO_EDU_SHARED")
+        .expect("RDMA_PMD_VFIO_EDU_SHARED names an edu that shares its IOMMU group")
+        .parse()
+        .expect("a PCI address");
+    assert_eq!(bound_driver(shared).as_deref(), Some("vfio-pci"));
+    let group = iommu_group(shared).unwrap();
+    let dir = format!("/sys/kernel/iommu_groups/{group}/devices");
+    let mut peers: Vec<PciAddr> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|a| *a != shared)
+        .collect();
+    peers.sort();
+    let busy = peers
+        .iter()
+        .copied()
+        .find(|a| bound_driver(*a).as_deref() == Some("virtio-pci"))
+        .expect("a virtio-pci bound device in the group");
+    let e = VfioDevice::open(shared).unwrap_err();
+    match e {
+        VfioError::GroupNotViable { group: g, others, count } => {
+            assert_eq!(g, group);
+            assert_eq!(count, peers.len());
+            assert!(others.iter().flatten().any(|a| *a == busy), "{others:?} lacks {busy}");
+        }
+        other => panic!("expected GroupNotViable, got {other}"),
+    }
+    let text = e.to_string();
+    assert!(text.contains(&format!("IOMMU group {group} is not viable")), "{text}");
+    assert!(text.contains(&busy.to_string()), "{text}");
+    eprintln!("error: {text}");
+    // The refusal left nothing behind: the group file opens again (and is refused again).
+    assert!(matches!(VfioDevice::open(shared), Err(VfioError::GroupNotViable { .. })));
+}
+
+#[test]
+#[ignore = "needs a vfio-pci bound edu device: cargo xtask test --tier vfio"]
+fn k_auto_pages_fall_back_to_4k_when_no_hugepage_is_free() {
+    const NR: &str = "/proc/sys/vm/nr_hugepages";
+    let reserved = std::fs::read_to_string(NR).unwrap();
+    std::fs::write(NR, "0").unwrap();
+    assert_eq!(hugepages_free(), 0);
+    let edu = Edu::open();
+    let auto = edu.dma_mem(Pages::Auto);
+    let huge = edu.dma_mem(Pages::Huge);
+    let e = huge.alloc(PAGE_2M, PAGE_2M).unwrap_err();
+    let block = auto.alloc(PAGE_2M, PAGE_2M);
+    std::fs::write(NR, reserved.trim()).unwrap();
+    assert!(matches!(e, HalError::Os { step: "mmap 2 MiB hugepages", .. }), "{e}");
+    let block = block.unwrap();
+    let back = auto.backing(&block).unwrap();
+    assert_eq!((back.page_size, back.mapped), (PAGE_4K, PAGE_2M));
+    assert!(block.bus().is_aligned(PAGE_2M as u64), "alignment still honoured");
+    assert_eq!(block.cpu().as_ptr() as usize % PAGE_2M, 0);
+    round_trip(&edu, &block, PAGE_2M - MAX_XFER, &block, 0, 12);
+    // SAFETY: the device is idle.
+    unsafe { auto.free(block) };
 }

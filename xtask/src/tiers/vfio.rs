@@ -2,8 +2,9 @@
 //!
 //! Boots a QEMU guest (see [`crate::vm`]): q35 with an emulated Intel IOMMU (interrupt remapping
 //! on, without which `VFIO_SET_IOMMU` fails with EPERM), QEMU's `edu` PCI device (28-bit DMA
-//! mask, its default), Debian's kernel with `intel_iommu=on`, the vfio modules, and 2 MiB
-//! hugepages reserved. `/init` binds `edu` to vfio-pci and runs the statically linked test
+//! mask, its default), a second `edu` in a non-viable IOMMU group, Debian's kernel with
+//! `intel_iommu=on`, the vfio modules, and 2 MiB hugepages reserved. `/init` binds both `edu`s
+//! to vfio-pci and runs the statically linked test
 //! binaries of `rdma-pmd-hal` (`vfio::edu`) and `rdma-pmd-mlx5` (`vfio::tests`) with
 //! `--ignored --test-threads=1`; their libtest summaries come back over the serial console and
 //! become this tier's counts.
@@ -15,31 +16,40 @@ use super::Outcome;
 use crate::util;
 use crate::vm::{Guest, GuestFile};
 
-/// Tests the guest must run: 9 in the HAL, 1 in mlx5. Fewer means a binary died early.
-const EXPECTED: u32 = 10;
+/// Tests the guest must run: 11 in the HAL, 1 in mlx5. Fewer means a binary died early.
+const EXPECTED: u32 = 12;
 
 /// The test binaries' target: explicit, so that RUSTFLAGS reach only them (not build scripts).
 const TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// In load order. vfio_iommu_type1 is only a soft dependency of vfio, which `insmod` ignores.
-const MODULES: &[&str] = &["vfio", "vfio_iommu_type1", "vfio_pci"];
+/// virtio_pci claims the virtio device that makes the second edu's group non-viable.
+const MODULES: &[&str] = &["vfio", "vfio_iommu_type1", "vfio_pci", "virtio_pci"];
 
 /// `/init`'s script: find edu, bind it to vfio-pci, reserve hugepages, run the tests.
 const SCRIPT: &str = r#"
 addr=
+shared=
 for d in /sys/bus/pci/devices/*; do
-  if [ "$(cat $d/vendor)" = 0x1234 ] && [ "$(cat $d/device)" = 0x11e8 ]; then addr=${d##*/}; fi
+  if [ "$(cat $d/vendor)" = 0x1234 ] && [ "$(cat $d/device)" = 0x11e8 ]; then
+    if [ "$(ls $d/iommu_group/devices | wc -l)" = 1 ]; then addr=${d##*/}; else shared=${d##*/}; fi
+  fi
 done
-if [ -z "$addr" ]; then echo "vfio-tier: no edu device"; exit 2; fi
-group=$(basename "$(readlink /sys/bus/pci/devices/$addr/iommu_group)")
-echo "vfio-tier: edu at $addr, IOMMU group $group"
-echo vfio-pci > /sys/bus/pci/devices/$addr/driver_override
-echo $addr > /sys/bus/pci/drivers_probe
-echo "vfio-tier: driver $(basename "$(readlink /sys/bus/pci/devices/$addr/driver)"), /dev/vfio: $(ls /dev/vfio | tr '\n' ' ')"
+if [ -z "$addr" ] || [ -z "$shared" ]; then echo "vfio-tier: edu devices missing"; exit 2; fi
+for a in $addr $shared; do
+  echo vfio-pci > /sys/bus/pci/devices/$a/driver_override
+  echo $a > /sys/bus/pci/drivers_probe
+  g=$(readlink -f /sys/bus/pci/devices/$a/iommu_group)
+  echo "vfio-tier: edu $a, IOMMU group ${g##*/}:"
+  for m in $g/devices/*; do
+    drv=$(readlink $m/driver); echo "vfio-tier:   ${m##*/} $(cat $m/vendor):$(cat $m/device) ${drv##*/}"
+  done
+done
+echo "vfio-tier: /dev/vfio: $(ls /dev/vfio | tr '\n' ' ')"
 echo 16 > /proc/sys/vm/nr_hugepages
 grep -E 'HugePages_(Total|Free)|Hugepagesize' /proc/meminfo
-export RDMA_PMD_VFIO_EDU=$addr RUST_BACKTRACE=1
-/t/hal-tests --ignored --test-threads=1 vfio::edu::
+export RDMA_PMD_VFIO_EDU=$addr RDMA_PMD_VFIO_EDU_SHARED=$shared RUST_BACKTRACE=1
+/t/hal-tests --ignored --test-threads=1 --show-output vfio::edu::
 hal=$?
 /t/mlx5-tests --ignored --test-threads=1 vfio::tests::
 mlx5=$?
@@ -89,7 +99,9 @@ fn executables(json: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The guest: q35, Intel IOMMU with interrupt remapping, edu; TCG unless KVM works.
+/// The guest: q35, Intel IOMMU with interrupt remapping; one edu alone in its IOMMU group (the
+/// device under test) and, behind a PCI bridge, a second edu sharing a group with a virtio
+/// device (the non-viable group). TCG unless KVM works.
 fn guest(hal: PathBuf, mlx5: PathBuf) -> Guest {
     Guest {
         name: "vfio".into(),
@@ -97,11 +109,23 @@ fn guest(hal: PathBuf, mlx5: PathBuf) -> Guest {
         files: vec![GuestFile::plain(hal, "/t/hal-tests"), GuestFile::plain(mlx5, "/t/mlx5-tests")],
         init_script: SCRIPT.into(),
         // The IOMMU must be created before the devices it translates for.
-        qemu_args: ["-machine", "q35,kernel-irqchip=split", "-device", "intel-iommu,intremap=on"]
-            .into_iter()
-            .chain(["-device", "edu"])
-            .map(String::from)
-            .collect(),
+        qemu_args: [
+            "-machine",
+            "q35,kernel-irqchip=split",
+            "-device",
+            "intel-iommu,intremap=on",
+            "-device",
+            "edu",
+            "-device",
+            "pci-bridge,id=br0,chassis_nr=1",
+            "-device",
+            "edu,bus=br0,addr=1",
+            "-device",
+            "virtio-rng-pci,bus=br0,addr=2",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect(),
         cmdline: "intel_iommu=on".into(),
         memory_mib: 1024,
         cpus: 2,
@@ -169,12 +193,12 @@ mod tests {
     #[test]
     fn counts_come_from_libtest_and_missing_tests_fail() {
         let good =
-            "test result: ok. 9 passed; 0 failed; 0 ignored\ntest result: ok. 1 passed; 0 failed\n";
+            "test result: ok. 11 passed; 0 failed; 0 ignored\ntest result: ok. 1 passed; 0 failed\n";
         let o = outcome(good, Some(0));
-        assert_eq!((o.passed, o.failed), (10, 0));
-        let crashed = "test result: ok. 9 passed; 0 failed; 0 ignored\n";
+        assert_eq!((o.passed, o.failed), (12, 0));
+        let crashed = "test result: ok. 11 passed; 0 failed; 0 ignored\n";
         let o = outcome(crashed, Some(1));
-        assert_eq!((o.passed, o.failed), (9, 2), "script failure and a missing test");
+        assert_eq!((o.passed, o.failed), (11, 2), "script failure and a missing test");
         let o = outcome("", None);
         assert_eq!((o.passed, o.failed), (0, 2));
     }
