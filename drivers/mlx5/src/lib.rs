@@ -44,6 +44,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod abi;
+pub mod bringup;
 pub mod cmd;
 pub mod control;
 pub mod cq;
@@ -52,6 +53,7 @@ pub mod device;
 pub mod doorbell;
 #[cfg(test)]
 mod fake;
+pub mod fw_control;
 pub mod ifc;
 pub mod init_seg;
 pub mod mr;

@@ -1,0 +1,115 @@
+//! Why bring-up or teardown failed.
+
+use core::fmt;
+
+use rdma_pmd::{Errno, Error};
+use rdma_pmd_hal::HalError;
+
+use crate::cmd::CmdError;
+use crate::init_seg::Health;
+
+/// Why the HCA could not be brought up, driven, or torn down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HcaError {
+    /// Firmware kept `initializing` set past the bound.
+    FwInitTimeout {
+        /// The bound, in nanoseconds.
+        waited_ns: u64,
+    },
+    /// The health buffer reports a syndrome.
+    Health(Health),
+    /// Firmware speaks another command interface revision.
+    CmdifRev {
+        /// What it reports.
+        found: u16,
+    },
+    /// A command of a step failed.
+    Cmd {
+        /// The step (command name).
+        step: &'static str,
+        /// How.
+        error: CmdError,
+    },
+    /// Firmware supports neither ISSI 1 nor ISSI 0.
+    Issi {
+        /// `supported_issi_dw0`.
+        supported: u32,
+    },
+    /// Firmware asked for more pages than the pool has left.
+    PagePoolExhausted {
+        /// Pages asked for.
+        requested: u32,
+        /// Pages left.
+        free: usize,
+    },
+    /// Firmware returned a page that was not lent, or more pages than asked.
+    BadPageReturn {
+        /// The address (or count) it returned.
+        addr: u64,
+    },
+    /// Pages still lent to firmware when teardown gave up reclaiming.
+    PagesNotReturned {
+        /// How many.
+        outstanding: usize,
+    },
+    /// Memory for queues could not be had.
+    Hal(HalError),
+}
+
+impl HcaError {
+    /// The errno reported for this error.
+    pub fn errno(&self) -> Errno {
+        Error::from(*self).errno()
+    }
+}
+
+impl From<HalError> for HcaError {
+    fn from(e: HalError) -> Self {
+        HcaError::Hal(e)
+    }
+}
+
+impl fmt::Display for HcaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HcaError::FwInitTimeout { waited_ns } => {
+                write!(f, "firmware still initializing after {waited_ns} ns")
+            }
+            HcaError::Health(h) => write!(f, "firmware unhealthy: {h}"),
+            HcaError::CmdifRev { found } => {
+                write!(f, "command interface revision {found}, driver speaks 5")
+            }
+            HcaError::Cmd { step, error } => write!(f, "{step}: {error}"),
+            HcaError::Issi { supported } => {
+                write!(f, "no usable ISSI (supported mask {supported:#x})")
+            }
+            HcaError::PagePoolExhausted { requested, free } => {
+                write!(f, "firmware asked for {requested} pages, {free} left in the pool")
+            }
+            HcaError::BadPageReturn { addr } => {
+                write!(f, "firmware returned {addr:#x}, which was not lent")
+            }
+            HcaError::PagesNotReturned { outstanding } => {
+                write!(f, "{outstanding} pages still held by firmware")
+            }
+            HcaError::Hal(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<HcaError> for Error {
+    fn from(e: HcaError) -> Self {
+        match e {
+            HcaError::FwInitTimeout { .. } => Error::Timeout("firmware initialization"),
+            HcaError::Health(_) => Error::Device(Errno::EIO),
+            HcaError::CmdifRev { .. } | HcaError::Issi { .. } => {
+                Error::Unsupported("firmware command interface")
+            }
+            HcaError::Cmd { error, .. } => error.into(),
+            HcaError::PagePoolExhausted { .. } => Error::Device(Errno::ENOMEM),
+            HcaError::BadPageReturn { .. } => Error::Device(Errno::EIO),
+            HcaError::PagesNotReturned { .. } => Error::Device(Errno::EBUSY),
+            HcaError::Hal(h) => h.into(),
+        }
+    }
+}

@@ -1,0 +1,311 @@
+use core::cell::Cell;
+use std::sync::{Arc, Mutex};
+use std::vec::Vec;
+
+use rdma_pmd::{Errno, Error};
+use rdma_pmd_hal::mem::{HeapDma, MemBar};
+use rdma_pmd_hal::{Clock, Mmio};
+
+use super::script_fw::{default_state, script, State};
+use super::*;
+use crate::cmd::fake_fw::FakeFw;
+use crate::cmd::CmdStatus;
+use crate::init_seg::HealthSyndrome;
+
+/// 1 µs per reading.
+struct Ticks(Cell<u64>);
+impl Clock for Ticks {
+    fn now_ns(&self) -> u64 {
+        let t = self.0.get() + 1_000;
+        self.0.set(t);
+        t
+    }
+}
+
+fn cfg() -> HcaConfig {
+    HcaConfig {
+        cmd: CmdConfig { in_blocks: 16, out_blocks: 16, timeout_ns: 2_000_000 },
+        fw_init_timeout_ns: 1_000_000,
+        reclaim_timeout_ns: 1_000_000,
+        ..HcaConfig::default()
+    }
+}
+
+struct Rig {
+    st: Arc<Mutex<State>>,
+    fw: Arc<FakeFw>,
+    bar: MemBar,
+    dma: Arc<HeapDma>,
+    clock: Ticks,
+    bitmap: Vec<u64>,
+}
+
+fn rig(st: Arc<Mutex<State>>) -> Rig {
+    let (fw, bar, dma) = script(st.clone());
+    Rig { st, fw, bar, dma, clock: Ticks(Cell::new(0)), bitmap: vec![0; bitmap_words(1024)] }
+}
+
+const BRING_UP: &[u16] = &[
+    0x104, // ENABLE_HCA
+    0x10a, // QUERY_ISSI
+    0x10b, // SET_ISSI
+    0x107, // QUERY_PAGES boot
+    0x108, // MANAGE_PAGES
+    0x805, // ACCESS_REG
+    0x100, 0x100, // QUERY_HCA_CAP general max, cur
+    0x109, // SET_HCA_CAP general
+    0x100, // QUERY_HCA_CAP general cur
+    0x100, 0x100, // QUERY_HCA_CAP roce max, cur
+    0x109, // SET_HCA_CAP roce
+    0x107, // QUERY_PAGES init
+    0x108, 0x108, 0x108, // MANAGE_PAGES 128 + 128 + 44
+    0x102, // INIT_HCA
+    0x802, // ALLOC_UAR
+    0x301, 0x301, // CREATE_EQ async, completion
+    0x755, // MODIFY_NIC_VPORT_CONTEXT roce_en
+];
+
+const TEARDOWN: &[u16] = &[
+    0x755, // MODIFY_NIC_VPORT_CONTEXT roce off
+    0x302, 0x302, // DESTROY_EQ
+    0x803, // DEALLOC_UAR
+    0x103, // TEARDOWN_HCA
+    0x108, 0x108, 0x108, // MANAGE_PAGES take: 128 + 128 + 84
+    0x105, // DISABLE_HCA
+];
+
+#[test]
+fn bring_up_follows_the_kernel_sequence_and_reports_what_it_learned() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    assert_eq!(r.fw.opcodes(), BRING_UP);
+    let rep = *hca.report();
+    assert_eq!(rep.fw, FwVersion { major: 16, minor: 28, subminor: 1002 });
+    assert_eq!((rep.cmdif_rev, rep.issi), (5, 1));
+    assert_eq!((rep.boot_pages, rep.init_pages, rep.pages_lent), (40, 300, 340));
+    assert_eq!(r.st.lock().unwrap().held.len(), 340);
+    assert!(rep.set_general_caps && rep.set_roce_caps && rep.roce_enabled);
+    assert_eq!(rep.caps.port_type, PortType::Ethernet);
+    assert!(rep.caps.roce_sw_udp_sport);
+    assert_eq!(
+        rep.caps.device_caps(),
+        DeviceCaps {
+            log_max_qp_sz: 15,
+            log_max_cq_sz: 22,
+            max_wqe_sz_sq: 1024,
+            log_bf_reg_size: 9
+        }
+    );
+    assert_eq!((rep.eq_uar, rep.async_eqn, rep.comp_eqn), (1, 5, 6));
+    let text = format!("{rep}");
+    assert!(text.contains("firmware 16.28.1002") && text.contains("340 lent of 1024"), "{text}");
+
+    // Field-level checks of what was sent.
+    let log = r.fw.log.lock().unwrap().clone();
+    assert_eq!(log[3].op_mod, consts::QUERY_PAGES_IN_OP_MOD_BOOT_PAGES);
+    assert_eq!(log[13].op_mod, consts::QUERY_PAGES_IN_OP_MOD_INIT_PAGES);
+    assert_eq!(ifc::get(&log[2].input, set_issi_in::CURRENT_ISSI), 1);
+    let reg = &log[5];
+    assert_eq!(reg.op_mod, 0, "ACCESS_REG write");
+    assert_eq!(ifc::get(&reg.input, access_register_in::REGISTER_ID), 0x7004);
+    assert_eq!((log[6].op_mod, log[7].op_mod), (0, 1), "general max, then current");
+    let set = &log[8];
+    assert_eq!(set.op_mod, 0);
+    assert_eq!(set.input.len(), set_hca_cap_in::SIZE);
+    let cap = &set.input[set_hca_cap_in::CAPABILITY.byte()..];
+    assert_eq!(ifc::get(cap, cmd_hca_cap::CMDIF_CHECKSUM), 0, "checksums off");
+    assert_eq!(ifc::get(cap, cmd_hca_cap::LOG_UAR_PAGE_SZ), 0);
+    assert_eq!(ifc::get(cap, cmd_hca_cap::LOG_MAX_QP_SZ), 15, "current values carried over");
+    assert_eq!((log[10].op_mod, log[11].op_mod, log[12].op_mod), (8, 9, 8));
+    let rcap = &log[12].input[set_hca_cap_in::CAPABILITY.byte()..];
+    assert_eq!(ifc::get(rcap, roce_cap::SW_R_ROCE_SRC_UDP_PORT), 1);
+    let give = &log[14];
+    assert_eq!(give.op_mod, consts::MANAGE_PAGES_IN_OP_MOD_ALLOCATION_SUCCESS);
+    assert_eq!(ifc::get(&give.input, manage_pages_in::INPUT_NUM_ENTRIES), 128);
+    assert_eq!(give.input.len(), manage_pages_in::SIZE + 128 * 8);
+    let eqs = r.st.lock().unwrap().eqs.clone();
+    assert_eq!(eqs[0].2, (1 << 0xb) | (1 << 0xa) | (1 << 0x9), "page request, command, port");
+    assert_eq!(eqs[1].2, 0);
+    let eq0 = &log[19].input;
+    let ctx = create_eq_in::EQ_CONTEXT_ENTRY;
+    assert_eq!(ifc::get(eq0, eqc::LOG_EQ_SIZE.within(ctx)), 7);
+    assert_eq!(ifc::get(eq0, eqc::UAR_PAGE.within(ctx)), 1);
+    let roce = &log[21].input;
+    let sel = modify_nic_vport_context_in::FIELD_SELECT;
+    let nvc = modify_nic_vport_context_in::NIC_VPORT_CONTEXT;
+    assert_eq!(ifc::get(roce, modify_nic_vport_field_select::ROCE_EN.within(sel)), 1);
+    assert_eq!(ifc::get(roce, nic_vport_context::ROCE_EN.within(nvc)), 1);
+    assert!(r.fw.faults.lock().unwrap().is_empty(), "{:?}", r.fw.faults.lock().unwrap());
+
+    r.fw.log.lock().unwrap().clear();
+    let t = hca.teardown().unwrap();
+    assert_eq!(r.fw.opcodes(), TEARDOWN);
+    assert_eq!(t, TeardownReport { pages_reclaimed: 340, pages_outstanding: 0 });
+    assert!(r.st.lock().unwrap().held.is_empty());
+    assert_eq!(r.dma.live_blocks(), 0, "queue, EQs and page pool given back");
+}
+
+#[test]
+fn infiniband_port_skips_roce_enable() {
+    let st = default_state();
+    st.lock().unwrap().port_type = 0;
+    let mut r = rig(st);
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    assert!(!hca.report().roce_enabled);
+    assert!(!r.fw.opcodes().contains(&0x755));
+    hca.teardown().unwrap();
+    assert_eq!(r.dma.live_blocks(), 0);
+}
+
+#[test]
+fn failing_init_hca_unwinds_and_reclaims_every_page() {
+    let st = default_state();
+    st.lock().unwrap().fail = Some((0x102, 0x04)); // INIT_HCA: bad system state
+    let mut r = rig(st);
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let e = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).err().unwrap();
+    assert_eq!(
+        e,
+        HcaError::Cmd {
+            step: "INIT_HCA",
+            error: CmdError::Failed {
+                opcode: 0x102,
+                op_mod: 0,
+                status: CmdStatus::BadSysState,
+                syndrome: 0x00c0_ffee
+            }
+        }
+    );
+    assert_eq!(Error::from(e), Error::Device(Errno::EIO));
+    let ops = r.fw.opcodes();
+    assert_eq!(&ops[ops.len() - 4..], &[0x108, 0x108, 0x108, 0x105], "pages back, then disable");
+    assert!(!ops.contains(&0x103), "no TEARDOWN_HCA: INIT_HCA never succeeded");
+    assert!(r.st.lock().unwrap().held.is_empty(), "firmware holds no page");
+    assert_eq!(r.dma.live_blocks(), 0, "nothing leaked");
+}
+
+#[test]
+fn failing_status_maps_to_the_provider_errno() {
+    for (status, errno) in
+        [(0x03, Errno::EINVAL), (0x06, Errno::EBUSY), (0x08, Errno::ENOMEM), (0x0f, Errno::EAGAIN)]
+    {
+        let st = default_state();
+        st.lock().unwrap().fail = Some((0x104, status));
+        let mut r = rig(st);
+        let pool = PagePool::new(&mut r.bitmap, 1024);
+        let e = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).err().unwrap();
+        assert_eq!(Error::from(e).errno(), errno, "status {status:#x}");
+        assert_eq!(r.fw.opcodes(), vec![0x104], "nothing after a refused ENABLE_HCA");
+        assert_eq!(r.dma.live_blocks(), 0);
+    }
+}
+
+#[test]
+fn a_command_that_never_completes_is_a_typed_timeout_and_memory_firmware_may_touch_is_kept() {
+    let st = default_state();
+    st.lock().unwrap().hang = Some(0x100); // QUERY_HCA_CAP
+    let mut r = rig(st);
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let e = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).err().unwrap();
+    assert_eq!(
+        e,
+        HcaError::Cmd {
+            step: "QUERY_HCA_CAP",
+            error: CmdError::Timeout { opcode: 0x100, waited_ns: 2_000_000 }
+        }
+    );
+    assert_eq!(Error::from(e).errno(), Errno::ETIMEDOUT);
+    // Bounded: the fake clock moves 1 µs per reading; bring-up gave up within the command
+    // bound plus the unwind's bounded commands.
+    assert!(r.clock.0.get() < 20_000_000, "took {} ns", r.clock.0.get());
+    assert!(r.dma.live_blocks() > 0, "queue and lent pages kept: firmware may still write them");
+}
+
+#[test]
+fn firmware_stuck_initializing_times_out_before_any_command() {
+    let mut r = rig(default_state());
+    r.bar.write_u32(0x1fc, 0x8000_0000u32.to_be());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let e = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).err().unwrap();
+    assert_eq!(e, HcaError::FwInitTimeout { waited_ns: 1_000_000 });
+    assert_eq!(Error::from(e), Error::Timeout("firmware initialization"));
+    assert!(r.clock.0.get() <= 1_010_000);
+    assert!(r.fw.opcodes().is_empty());
+    assert_eq!(r.dma.live_blocks(), 0);
+}
+
+#[test]
+fn health_syndrome_during_initializing_is_reported() {
+    let mut r = rig(default_state());
+    r.bar.write_u32(0x1fc, 0x8000_0000u32.to_be());
+    r.bar.write_u32(0x23c, u32::from_be_bytes([0, 0x07, 0, 1]).to_be());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    match Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).err().unwrap() {
+        HcaError::Health(h) => {
+            assert_eq!(h.syndrome, HealthSyndrome::IriscError);
+            assert_eq!(h.ext_syndrome, 1);
+        }
+        other => panic!("expected a health error, got {other:?}"),
+    }
+}
+
+#[test]
+fn wrong_command_interface_revision_is_refused() {
+    let mut r = rig(default_state());
+    r.bar.write_u32(0x4, 0x0004_0000u32.to_be());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let e = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).err().unwrap();
+    assert_eq!(e, HcaError::CmdifRev { found: 4 });
+}
+
+#[test]
+fn a_pool_too_small_for_init_pages_fails_cleanly() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 100);
+    let e = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).err().unwrap();
+    assert!(matches!(e, HcaError::PagePoolExhausted { free: 60, .. }), "{e:?}");
+    assert!(r.st.lock().unwrap().held.is_empty());
+    assert_eq!(r.dma.live_blocks(), 0);
+}
+
+#[test]
+fn pages_firmware_never_returns_are_reported_and_kept() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    r.st.lock().unwrap().keep_pages = true;
+    let e = hca.teardown().unwrap_err();
+    assert_eq!(e, HcaError::PagesNotReturned { outstanding: 340 });
+    assert_eq!(r.dma.live_blocks(), 1, "only the page pool is kept");
+}
+
+#[test]
+fn runtime_page_requests_are_answered_from_the_pool() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    let async_ring = r.st.lock().unwrap().eqs[0].1;
+    // Firmware posts a PAGE_REQUEST for 5 pages, then one returning 2, in pass 0 (owner 0).
+    let mut eqe = [0u8; 64];
+    eqe[1] = 0x0b;
+    eqe[36..40].copy_from_slice(&5i32.to_be_bytes());
+    assert!(r.dma.write(rdma_pmd::BusAddr(async_ring), &eqe));
+    eqe[36..40].copy_from_slice(&(-2i32).to_be_bytes());
+    assert!(r.dma.write(rdma_pmd::BusAddr(async_ring + 64), &eqe));
+    r.fw.log.lock().unwrap().clear();
+    let s = hca.poll_events().unwrap();
+    assert_eq!((s.page_requests, s.pages_given, s.pages_reclaimed), (2, 5, 2));
+    assert_eq!(hca.pages_lent(), 343);
+    let log = r.fw.log.lock().unwrap().clone();
+    assert_eq!(log.len(), 2);
+    assert!(log.iter().all(|c| c.slot == crate::cmd::SLOT_PAGES && c.opcode == 0x108));
+    // The consumer index went back to firmware, armed: eqn 5, ci 2.
+    let mut db = [0u8; 4];
+    r.bar.mem().read_bytes(0x1000 + 0x40, &mut db);
+    assert_eq!(db, [5, 0, 0, 2]);
+    assert_eq!(hca.poll_events().unwrap(), EventSummary::default());
+    hca.teardown().unwrap();
+    assert_eq!(r.dma.live_blocks(), 0);
+}

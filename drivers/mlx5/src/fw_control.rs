@@ -1,0 +1,366 @@
+//! [`Control`] over firmware commands: resources for the data path on an HCA this driver
+//! brought up itself ([`Hca`]).
+//!
+//! Each method builds the PRM command from the generated `mlx5_ifc.h` offsets (the builders
+//! below are plain functions so their bytes can be checked field by field), runs it on the
+//! command queue, and decodes the output:
+//!
+//! | method | command | notes |
+//! |---|---|---|
+//! | `alloc_uar` / `dealloc_uar` | `ALLOC_UAR` / `DEALLOC_UAR` | UAR pages are 4 KiB (`log_uar_page_sz` 0) |
+//! | `alloc_pd` / `dealloc_pd` | `ALLOC_PD` / `DEALLOC_PD` | |
+//! | `create_mkey` / `destroy_mkey` | `CREATE_MKEY` / `DESTROY_MKEY` | MTT mode: the page list follows the context in the mailboxes; PA mode: none. Key = index << 8 \| variant byte |
+//! | `create_cq` / `destroy_cq` | `CREATE_CQ` / `DESTROY_CQ` | 64-byte CQEs, 4 KiB pages, events to the completion EQ |
+//! | `create_qp` / `destroy_qp` | `CREATE_QP` / `DESTROY_QP` | RC, migrated path state, zero-length RQ when none |
+//! | `modify_qp` | `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`, `2ERR_QP`, `2RST_QP` | RoCE v2 path (GID, MAC, UDP source port) or forced loopback |
+//!
+//! The field choices follow the kernel's `mlx5_ib` (`qp.c` `__mlx5_ib_modify_qp`,
+//! `mlx5_set_path`; `mr.c`; `cq.c`) and rdma-core's `mlx5_vfio.c`.
+
+use rdma_pmd::{Error, QpNum};
+
+use crate::bringup::{Hca, HcaCaps, HcaError, FW_PAGE};
+use crate::cmd::Pas;
+use crate::control::{
+    Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path, Pdn, QpParams, Transition,
+    Translation, Uar,
+};
+use crate::ifc::{self, consts, generated::*};
+
+/// `MLX5_ZERO_LEN_RQ` (kernel `include/linux/mlx5/qp.h`): the QP has no receive queue.
+pub const ZERO_LEN_RQ: u64 = 0x3;
+/// `qpc.qpn` of a memory key not bound to a QP.
+const MKEY_NO_QP: u64 = 0xff_ffff;
+/// Hop limit of RoCE v2 packets (the kernel's default for RC connections made by RDMA CM).
+pub const ROCE_HOP_LIMIT: u64 = 64;
+/// `min_rnr_nak` (RNR NAK timer 12: 0.64 ms), as RDMA CM uses by default.
+pub const MIN_RNR_NAK: u64 = 12;
+
+fn input<const N: usize>(opcode: u16) -> [u8; N] {
+    let mut b = [0u8; N];
+    ifc::set(&mut b, enable_hca_in::OPCODE, opcode as u64);
+    b
+}
+
+/// `CREATE_MKEY`: the input's fixed part and its MTT list. `variant` becomes `mkey_7_0`.
+pub fn create_mkey_cmd(
+    p: &MkeyParams,
+    variant: u8,
+) -> Result<([u8; create_mkey_in::SIZE], Pas<'static>), Error> {
+    let mut c: [u8; create_mkey_in::SIZE] = input(consts::CMD_OP_CREATE_MKEY);
+    let m = create_mkey_in::MEMORY_KEY_MKEY_ENTRY;
+    let set = |c: &mut [u8], f: ifc::Field, v: u64| ifc::set(c, f.within(m), v);
+    set(&mut c, mkc::LW, p.access.contains(Access::LOCAL_WRITE) as u64);
+    set(&mut c, mkc::LR, 1);
+    set(&mut c, mkc::RW, p.access.contains(Access::REMOTE_WRITE) as u64);
+    set(&mut c, mkc::RR, p.access.contains(Access::REMOTE_READ) as u64);
+    set(&mut c, mkc::QPN, MKEY_NO_QP);
+    set(&mut c, mkc::MKEY_7_0, variant as u64);
+    set(&mut c, mkc::PD, p.pd.0 as u64);
+    set(&mut c, mkc::START_ADDR, p.start);
+    set(&mut c, mkc::LEN, p.len);
+    let pas = match p.translation {
+        Translation::Physical => {
+            set(&mut c, mkc::ACCESS_MODE_1_0, consts::MKC_ACCESS_MODE_PA.into());
+            Pas::None
+        }
+        Translation::Mtt { base, page_shift } => {
+            if !(12..=63).contains(&page_shift) || !base.is_aligned(1 << page_shift) {
+                return Err(Error::InvalidArgument("MTT base not aligned to its page size"));
+            }
+            let ps = 1u64 << page_shift;
+            let count = ((p.start & (ps - 1)) + p.len).div_ceil(ps).max(1);
+            // Octwords (16 bytes) of 8-byte MTT entries, rounded up to whole octwords.
+            let octs = count.div_ceil(2);
+            set(&mut c, mkc::ACCESS_MODE_1_0, consts::MKC_ACCESS_MODE_MTT.into());
+            set(&mut c, mkc::LOG_PAGE_SIZE, page_shift as u64);
+            set(&mut c, mkc::TRANSLATIONS_OCTWORD_SIZE, octs);
+            ifc::set(&mut c, create_mkey_in::TRANSLATIONS_OCTWORD_ACTUAL_SIZE, octs);
+            // The list is padded to whole octwords with one more entry when odd.
+            Pas::Linear { base: base.0, step: ps, count: (octs * 2) as usize }
+        }
+    };
+    Ok((c, pas))
+}
+
+/// `CREATE_CQ` for a CQ reporting to EQ `eqn`.
+pub fn create_cq_cmd(
+    p: &CqParams,
+    eqn: u8,
+) -> Result<([u8; create_cq_in::SIZE], Pas<'static>), Error> {
+    if !p.buf.is_aligned(FW_PAGE as u64) || !p.dbrec.is_aligned(8) {
+        return Err(Error::InvalidArgument("CQ buffer not page aligned or doorbell not 8-aligned"));
+    }
+    let mut c: [u8; create_cq_in::SIZE] = input(consts::CMD_OP_CREATE_CQ);
+    let x = create_cq_in::CQ_CONTEXT;
+    let set = |c: &mut [u8], f: ifc::Field, v: u64| ifc::set(c, f.within(x), v);
+    set(&mut c, cqc::CQE_SZ, 0); // 64-byte CQEs
+    set(&mut c, cqc::LOG_CQ_SIZE, p.log_size as u64);
+    set(&mut c, cqc::UAR_PAGE, p.uar.index as u64);
+    set(&mut c, cqc::C_EQN_OR_APU_ELEMENT, eqn as u64);
+    set(&mut c, cqc::LOG_PAGE_SIZE, 0); // 4 KiB pages (relative to 4 KiB)
+    set(&mut c, cqc::DBR_ADDR, p.dbrec.0);
+    let pages = ((64u64 << p.log_size) as usize).div_ceil(FW_PAGE);
+    Ok((c, Pas::Linear { base: p.buf.0, step: FW_PAGE as u64, count: pages }))
+}
+
+/// `CREATE_QP` for an RC QP.
+pub fn create_qp_cmd(
+    p: &QpParams,
+    caps: &HcaCaps,
+) -> Result<([u8; create_qp_in::SIZE], Pas<'static>), Error> {
+    if !p.buf.is_aligned(FW_PAGE as u64) || !p.dbrec.is_aligned(8) {
+        return Err(Error::InvalidArgument("QP buffer not page aligned or doorbell not 8-aligned"));
+    }
+    if p.log_rq_size.is_some() && !(4..=11).contains(&p.log_rq_stride) {
+        return Err(Error::InvalidArgument("receive WQE stride"));
+    }
+    let mut c: [u8; create_qp_in::SIZE] = input(consts::CMD_OP_CREATE_QP);
+    let x = create_qp_in::QPC;
+    let set = |c: &mut [u8], f: ifc::Field, v: u64| ifc::set(c, f.within(x), v);
+    set(&mut c, qpc::ST, consts::QPC_ST_RC.into());
+    set(&mut c, qpc::PM_STATE, consts::QPC_PM_STATE_MIGRATED.into());
+    set(&mut c, qpc::PD, p.pd.0 as u64);
+    set(&mut c, qpc::UAR_PAGE, p.uar.index as u64);
+    set(&mut c, qpc::LOG_MSG_MAX, caps.log_max_msg as u64);
+    let rq_bytes = match p.log_rq_size {
+        Some(log) => {
+            set(&mut c, qpc::LOG_RQ_SIZE, log as u64);
+            set(&mut c, qpc::LOG_RQ_STRIDE, (p.log_rq_stride - 4) as u64);
+            (1u64 << log) << p.log_rq_stride
+        }
+        None => {
+            set(&mut c, qpc::RQ_TYPE, ZERO_LEN_RQ);
+            0
+        }
+    };
+    set(&mut c, qpc::LOG_SQ_SIZE, p.log_sq_size as u64);
+    set(&mut c, qpc::TS_FORMAT, ts_format(caps));
+    set(&mut c, qpc::CQN_SND, p.send_cq.0 as u64);
+    set(&mut c, qpc::CQN_RCV, p.recv_cq.0 as u64);
+    set(&mut c, qpc::LOG_PAGE_SIZE, 0);
+    set(&mut c, qpc::DBR_ADDR, p.dbrec.0);
+    let bytes = rq_bytes + (64u64 << p.log_sq_size);
+    let pages = (bytes as usize).div_ceil(FW_PAGE);
+    Ok((c, Pas::Linear { base: p.buf.0, step: FW_PAGE as u64, count: pages }))
+}
+
+/// The QP timestamp format the device supports (`roce_cap.qp_ts_format`): real time when that
+/// is all it has, free running otherwise.
+fn ts_format(caps: &HcaCaps) -> u64 {
+    if caps.qp_ts_format as u16 == consts::TIMESTAMP_FORMAT_CAP_REAL_TIME {
+        consts::TIMESTAMP_FORMAT_REAL_TIME.into()
+    } else {
+        consts::TIMESTAMP_FORMAT_FREE_RUNNING.into()
+    }
+}
+
+/// The transition commands share one layout (`rst2init_qp_in` = `init2rtr_qp_in` =
+/// `rtr2rts_qp_in`: header, qpn, opt_param_mask, qpc); 2ERR and 2RST carry only the QP.
+pub fn modify_qp_cmd(
+    qpn: QpNum,
+    t: &Transition,
+    port: u8,
+    caps: &HcaCaps,
+) -> Result<([u8; rst2init_qp_in::SIZE], usize), Error> {
+    let (opcode, len) = match t {
+        Transition::RstToInit { .. } => (consts::CMD_OP_RST2INIT_QP, rst2init_qp_in::SIZE),
+        Transition::InitToRtr { .. } => (consts::CMD_OP_INIT2RTR_QP, init2rtr_qp_in::SIZE),
+        Transition::RtrToRts { .. } => (consts::CMD_OP_RTR2RTS_QP, rtr2rts_qp_in::SIZE),
+        Transition::ToErr => (consts::CMD_OP_2ERR_QP, qp_2err_in::SIZE),
+        Transition::ToRst => (consts::CMD_OP_2RST_QP, qp_2rst_in::SIZE),
+    };
+    let mut c: [u8; rst2init_qp_in::SIZE] = input(opcode);
+    ifc::set(&mut c, rst2init_qp_in::QPN, qpn.0 as u64);
+    let x = rst2init_qp_in::QPC;
+    let path = qpc::PRIMARY_ADDRESS_PATH.within(x);
+    let set = |c: &mut [u8], f: ifc::Field, v: u64| ifc::set(c, f.within(x), v);
+    let set_path = |c: &mut [u8], f: ifc::Field, v: u64| ifc::set(c, f.within(path), v);
+    match *t {
+        Transition::RstToInit { port, access } => {
+            set(&mut c, qpc::PM_STATE, consts::QPC_PM_STATE_MIGRATED.into());
+            set_path(&mut c, ads::VHCA_PORT_NUM, port as u64);
+            set(&mut c, qpc::RWE, access.contains(Access::REMOTE_WRITE) as u64);
+            set(&mut c, qpc::RRE, access.contains(Access::REMOTE_READ) as u64);
+        }
+        Transition::InitToRtr { remote_qpn, path: peer, mtu, rq_psn } => {
+            if !(1..=5).contains(&mtu) {
+                return Err(Error::InvalidArgument("path MTU"));
+            }
+            set(&mut c, qpc::MTU, mtu as u64);
+            set(&mut c, qpc::LOG_MSG_MAX, caps.log_max_msg as u64);
+            set(&mut c, qpc::REMOTE_QPN, (remote_qpn.0 & 0xff_ffff) as u64);
+            set(&mut c, qpc::NEXT_RCV_PSN, (rq_psn & 0xff_ffff) as u64);
+            set(&mut c, qpc::LOG_RRA_MAX, caps.log_max_ra_res_qp.min(4) as u64);
+            set(&mut c, qpc::MIN_RNR_NAK, MIN_RNR_NAK);
+            set_path(&mut c, ads::VHCA_PORT_NUM, port as u64);
+            match peer {
+                Path::RoceV2 { dgid, dmac, sgid_index, udp_sport } => {
+                    set_path(&mut c, ads::GRH, 1);
+                    set_path(&mut c, ads::SRC_ADDR_INDEX, sgid_index as u64);
+                    set_path(&mut c, ads::HOP_LIMIT, ROCE_HOP_LIMIT);
+                    ifc::set_bytes(&mut c, full(ads::RGID_RIP, 16).within(path), &dgid);
+                    set_path(&mut c, ads::UDP_SPORT, udp_sport as u64);
+                    let mac = u64::from_be_bytes([
+                        0, 0, dmac[0], dmac[1], dmac[2], dmac[3], dmac[4], dmac[5],
+                    ]);
+                    set_path(&mut c, ads::RMAC_47_32, mac >> 32);
+                    set_path(&mut c, ads::RMAC_31_0, mac & 0xffff_ffff);
+                }
+                Path::Loopback => set_path(&mut c, ads::FL, 1),
+            }
+        }
+        Transition::RtrToRts { sq_psn, timeout, retry_cnt, rnr_retry } => {
+            if timeout > 31 || retry_cnt > 7 || rnr_retry > 7 {
+                return Err(Error::InvalidArgument("timeout or retry count"));
+            }
+            set(&mut c, qpc::NEXT_SEND_PSN, (sq_psn & 0xff_ffff) as u64);
+            set(&mut c, qpc::RETRY_COUNT, retry_cnt as u64);
+            set(&mut c, qpc::RNR_RETRY, rnr_retry as u64);
+            set(&mut c, qpc::LOG_SRA_MAX, caps.log_max_ra_req_qp.min(4) as u64);
+            set_path(&mut c, ads::ACK_TIMEOUT, timeout as u64);
+        }
+        Transition::ToErr | Transition::ToRst => {}
+    }
+    Ok((c, len))
+}
+
+/// The whole of an array field whose element 0 is `f`.
+const fn full(f: ifc::Field, count: u32) -> ifc::Field {
+    ifc::Field::new(f.bit, f.width * count)
+}
+
+/// Resources of an [`Hca`] through firmware commands.
+pub struct FwControl<'h, 'a> {
+    hca: &'h mut Hca<'a>,
+    port: u8,
+    variant: u8,
+}
+
+impl<'h, 'a> FwControl<'h, 'a> {
+    /// Control over `hca`, for QPs on port 1.
+    pub fn new(hca: &'h mut Hca<'a>) -> Self {
+        Self::with_port(hca, 1)
+    }
+
+    /// Control over `hca`, for QPs on `port` (1-based).
+    pub fn with_port(hca: &'h mut Hca<'a>, port: u8) -> Self {
+        FwControl { hca, port, variant: 0 }
+    }
+
+    /// The HCA (for [`Hca::poll_events`]).
+    pub fn hca(&mut self) -> &mut Hca<'a> {
+        self.hca
+    }
+
+    fn run(
+        &mut self,
+        step: &'static str,
+        head: &[u8],
+        pas: Pas<'_>,
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        self.hca.exec(step, head, pas, out).map_err(|e: HcaError| e.into())
+    }
+
+    fn simple(
+        &mut self,
+        step: &'static str,
+        opcode: u16,
+        f: ifc::Field,
+        v: u32,
+    ) -> Result<(), Error> {
+        let mut c = [0u8; 16];
+        ifc::set(&mut c, enable_hca_in::OPCODE, opcode as u64);
+        ifc::set(&mut c, f, v as u64);
+        self.run(step, &c, Pas::None, &mut [0u8; 16])
+    }
+}
+
+impl Control for FwControl<'_, '_> {
+    fn caps(&self) -> DeviceCaps {
+        self.hca.caps().device_caps()
+    }
+
+    fn alloc_uar(&mut self) -> Result<Uar, Error> {
+        let c: [u8; alloc_uar_in::SIZE] = input(consts::CMD_OP_ALLOC_UAR);
+        let mut out = [0u8; alloc_uar_out::SIZE];
+        self.run("ALLOC_UAR", &c, Pas::None, &mut out)?;
+        let index = ifc::get(&out, alloc_uar_out::UAR) as u32;
+        Ok(Uar { index, bar_offset: (index as usize) * FW_PAGE })
+    }
+
+    fn dealloc_uar(&mut self, uar: Uar) -> Result<(), Error> {
+        self.simple("DEALLOC_UAR", consts::CMD_OP_DEALLOC_UAR, dealloc_uar_in::UAR, uar.index)
+    }
+
+    fn alloc_pd(&mut self) -> Result<Pdn, Error> {
+        let c: [u8; alloc_pd_in::SIZE] = input(consts::CMD_OP_ALLOC_PD);
+        let mut out = [0u8; alloc_pd_out::SIZE];
+        self.run("ALLOC_PD", &c, Pas::None, &mut out)?;
+        Ok(Pdn(ifc::get(&out, alloc_pd_out::PD) as u32))
+    }
+
+    fn dealloc_pd(&mut self, pd: Pdn) -> Result<(), Error> {
+        self.simple("DEALLOC_PD", consts::CMD_OP_DEALLOC_PD, dealloc_pd_in::PD, pd.0)
+    }
+
+    fn create_mkey(&mut self, p: &MkeyParams) -> Result<Mkey, Error> {
+        self.variant = self.variant.wrapping_add(1);
+        let (c, pas) = create_mkey_cmd(p, self.variant)?;
+        let mut out = [0u8; create_mkey_out::SIZE];
+        self.run("CREATE_MKEY", &c, pas, &mut out)?;
+        let index = ifc::get(&out, create_mkey_out::MKEY_INDEX) as u32;
+        Ok(Mkey(index << 8 | self.variant as u32))
+    }
+
+    fn destroy_mkey(&mut self, key: Mkey) -> Result<(), Error> {
+        let f = destroy_mkey_in::MKEY_INDEX;
+        self.simple("DESTROY_MKEY", consts::CMD_OP_DESTROY_MKEY, f, key.0 >> 8)
+    }
+
+    fn create_cq(&mut self, p: &CqParams) -> Result<Cqn, Error> {
+        if p.log_size > self.hca.caps().log_max_cq_sz {
+            return Err(Error::InvalidArgument("CQ larger than log_max_cq_sz"));
+        }
+        let (c, pas) = create_cq_cmd(p, self.hca.comp_eqn())?;
+        let mut out = [0u8; create_cq_out::SIZE];
+        self.run("CREATE_CQ", &c, pas, &mut out)?;
+        Ok(Cqn(ifc::get(&out, create_cq_out::CQN) as u32))
+    }
+
+    fn destroy_cq(&mut self, cq: Cqn) -> Result<(), Error> {
+        self.simple("DESTROY_CQ", consts::CMD_OP_DESTROY_CQ, destroy_cq_in::CQN, cq.0)
+    }
+
+    fn create_qp(&mut self, p: &QpParams) -> Result<QpNum, Error> {
+        let caps = *self.hca.caps();
+        if p.log_sq_size > caps.log_max_qp_sz || p.log_rq_size.unwrap_or(0) > caps.log_max_qp_sz {
+            return Err(Error::InvalidArgument("QP larger than log_max_qp_sz"));
+        }
+        let (c, pas) = create_qp_cmd(p, &caps)?;
+        let mut out = [0u8; create_qp_out::SIZE];
+        self.run("CREATE_QP", &c, pas, &mut out)?;
+        Ok(QpNum(ifc::get(&out, create_qp_out::QPN) as u32))
+    }
+
+    fn modify_qp(&mut self, qp: QpNum, t: &Transition) -> Result<(), Error> {
+        let caps = *self.hca.caps();
+        let (c, len) = modify_qp_cmd(qp, t, self.port, &caps)?;
+        let step = match t {
+            Transition::RstToInit { .. } => "RST2INIT_QP",
+            Transition::InitToRtr { .. } => "INIT2RTR_QP",
+            Transition::RtrToRts { .. } => "RTR2RTS_QP",
+            Transition::ToErr => "2ERR_QP",
+            Transition::ToRst => "2RST_QP",
+        };
+        self.run(step, &c[..len], Pas::None, &mut [0u8; 16])
+    }
+
+    fn destroy_qp(&mut self, qp: QpNum) -> Result<(), Error> {
+        self.simple("DESTROY_QP", consts::CMD_OP_DESTROY_QP, destroy_qp_in::QPN, qp.0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,351 @@
+use core::cell::Cell;
+
+use rdma_pmd::{BusAddr, Error, QpNum};
+use rdma_pmd_hal::Clock;
+
+use super::*;
+use crate::bringup::script_fw::{default_state, script};
+use crate::bringup::{bitmap_words, HcaConfig, PagePool, PortType};
+use crate::cmd::CmdConfig;
+
+struct Ticks(Cell<u64>);
+impl Clock for Ticks {
+    fn now_ns(&self) -> u64 {
+        let t = self.0.get() + 1_000;
+        self.0.set(t);
+        t
+    }
+}
+
+fn caps() -> HcaCaps {
+    HcaCaps {
+        log_max_qp: 18,
+        log_max_qp_sz: 15,
+        log_max_cq: 24,
+        log_max_cq_sz: 22,
+        log_max_eq: 8,
+        log_max_eq_sz: 22,
+        log_max_mkey: 24,
+        log_max_pd: 23,
+        log_max_msg: 30,
+        log_max_ra_req_qp: 4,
+        log_max_ra_res_qp: 4,
+        num_ports: 1,
+        port_type: PortType::Ethernet,
+        roce: true,
+        bf: true,
+        log_bf_reg_size: 9,
+        max_wqe_sz_sq: 1024,
+        log_uar_page_sz: 0,
+        roce_sw_udp_sport: true,
+        qp_ts_format: 0,
+    }
+}
+
+fn g(buf: &[u8], f: ifc::Field, outer: ifc::Field) -> u64 {
+    ifc::get(buf, f.within(outer))
+}
+
+#[test]
+fn create_mkey_mtt_fields() {
+    let p = MkeyParams {
+        pd: Pdn(0x123),
+        start: 0x7f00_0000_0800,
+        len: 3 * 4096,
+        access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        translation: Translation::Mtt { base: BusAddr(0xe0_0010_0000), page_shift: 12 },
+    };
+    let (c, pas) = create_mkey_cmd(&p, 0x5a).unwrap();
+    let m = create_mkey_in::MEMORY_KEY_MKEY_ENTRY;
+    assert_eq!(&c[0..2], &[0x02, 0x00], "opcode CREATE_MKEY, big-endian");
+    assert_eq!(g(&c, mkc::ACCESS_MODE_1_0, m), 1, "MTT");
+    assert_eq!(
+        (g(&c, mkc::LW, m), g(&c, mkc::LR, m), g(&c, mkc::RW, m), g(&c, mkc::RR, m)),
+        (1, 1, 1, 0)
+    );
+    assert_eq!(g(&c, mkc::A, m), 0);
+    assert_eq!(g(&c, mkc::QPN, m), 0xff_ffff);
+    assert_eq!(g(&c, mkc::MKEY_7_0, m), 0x5a);
+    assert_eq!(g(&c, mkc::PD, m), 0x123);
+    assert_eq!(g(&c, mkc::START_ADDR, m), 0x7f00_0000_0800);
+    assert_eq!(g(&c, mkc::LEN, m), 3 * 4096);
+    assert_eq!(g(&c, mkc::LOG_PAGE_SIZE, m), 12);
+    // Start 0x800 into its page, 3 pages long: 4 pages touched, 2 octwords.
+    assert_eq!(g(&c, mkc::TRANSLATIONS_OCTWORD_SIZE, m), 2);
+    assert_eq!(ifc::get(&c, create_mkey_in::TRANSLATIONS_OCTWORD_ACTUAL_SIZE), 2);
+    match pas {
+        Pas::Linear { base, step, count } => {
+            assert_eq!((base, step, count), (0xe0_0010_0000, 4096, 4));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The MTT list starts right after the fixed part (`klm_pas_mtt` at byte 0x110).
+    assert_eq!(create_mkey_in::KLM_PAS_MTT.byte(), c.len());
+}
+
+#[test]
+fn create_mkey_mtt_pads_odd_lists_and_checks_alignment() {
+    let mut p = MkeyParams {
+        pd: Pdn(1),
+        start: 0x1000,
+        len: 4096,
+        access: Access::empty(),
+        translation: Translation::Mtt { base: BusAddr(0x10_0000), page_shift: 12 },
+    };
+    let (c, pas) = create_mkey_cmd(&p, 1).unwrap();
+    assert_eq!(ifc::get(&c, create_mkey_in::TRANSLATIONS_OCTWORD_ACTUAL_SIZE), 1);
+    assert_eq!(pas.len(), 2, "one page, padded to an octword");
+    p.translation = Translation::Mtt { base: BusAddr(0x10_0800), page_shift: 12 };
+    assert!(matches!(create_mkey_cmd(&p, 1), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn create_mkey_physical_has_no_translation() {
+    let p = MkeyParams {
+        pd: Pdn(2),
+        start: 0x20_0000,
+        len: 0x1000,
+        access: Access::REMOTE_READ,
+        translation: Translation::Physical,
+    };
+    let (c, pas) = create_mkey_cmd(&p, 3).unwrap();
+    let m = create_mkey_in::MEMORY_KEY_MKEY_ENTRY;
+    assert_eq!(g(&c, mkc::ACCESS_MODE_1_0, m), 0, "PA");
+    assert_eq!(g(&c, mkc::RR, m), 1);
+    assert_eq!(g(&c, mkc::TRANSLATIONS_OCTWORD_SIZE, m), 0);
+    assert!(pas.is_empty());
+}
+
+#[test]
+fn create_cq_fields() {
+    let p = CqParams {
+        log_size: 8,
+        buf: BusAddr(0xe0_0000_4000),
+        dbrec: BusAddr(0xe0_0000_9040),
+        uar: Uar { index: 9, bar_offset: 9 * 4096 },
+    };
+    let (c, pas) = create_cq_cmd(&p, 6).unwrap();
+    let x = create_cq_in::CQ_CONTEXT;
+    assert_eq!(&c[0..2], &[0x04, 0x00]);
+    assert_eq!(g(&c, cqc::LOG_CQ_SIZE, x), 8);
+    assert_eq!(g(&c, cqc::UAR_PAGE, x), 9);
+    assert_eq!(g(&c, cqc::C_EQN_OR_APU_ELEMENT, x), 6);
+    assert_eq!(g(&c, cqc::CQE_SZ, x), 0);
+    assert_eq!(g(&c, cqc::DBR_ADDR, x), 0xe0_0000_9040);
+    assert_eq!(g(&c, cqc::LOG_PAGE_SIZE, x), 0);
+    assert_eq!(pas.len(), 4, "256 CQEs of 64 bytes = 4 pages");
+    assert_eq!(create_cq_in::PAS.byte(), c.len());
+    let bad = CqParams { buf: BusAddr(0xe0_0000_4040), ..p };
+    assert!(create_cq_cmd(&bad, 6).is_err());
+}
+
+fn qp_params(rq: Option<u8>) -> QpParams {
+    QpParams {
+        pd: Pdn(3),
+        send_cq: Cqn(7),
+        recv_cq: Cqn(8),
+        log_sq_size: 7,
+        log_rq_size: rq,
+        log_rq_stride: 5,
+        buf: BusAddr(0xe0_0002_0000),
+        dbrec: BusAddr(0xe0_0003_0008),
+        uar: Uar { index: 2, bar_offset: 2 * 4096 },
+    }
+}
+
+#[test]
+fn create_qp_fields() {
+    let (c, pas) = create_qp_cmd(&qp_params(Some(6)), &caps()).unwrap();
+    let x = create_qp_in::QPC;
+    assert_eq!(&c[0..2], &[0x05, 0x00]);
+    assert_eq!(g(&c, qpc::ST, x), 0, "RC");
+    assert_eq!(g(&c, qpc::PM_STATE, x), 3, "migrated");
+    assert_eq!(g(&c, qpc::PD, x), 3);
+    assert_eq!(g(&c, qpc::UAR_PAGE, x), 2);
+    assert_eq!(g(&c, qpc::LOG_MSG_MAX, x), 30);
+    assert_eq!(g(&c, qpc::LOG_RQ_SIZE, x), 6);
+    assert_eq!(g(&c, qpc::LOG_RQ_STRIDE, x), 1, "32-byte stride in 16-byte units");
+    assert_eq!(g(&c, qpc::RQ_TYPE, x), 0);
+    assert_eq!(g(&c, qpc::LOG_SQ_SIZE, x), 7);
+    assert_eq!(g(&c, qpc::NO_SQ, x), 0);
+    assert_eq!(g(&c, qpc::CQN_SND, x), 7);
+    assert_eq!(g(&c, qpc::CQN_RCV, x), 8);
+    assert_eq!(g(&c, qpc::DBR_ADDR, x), 0xe0_0003_0008);
+    assert_eq!(g(&c, qpc::TS_FORMAT, x), 0);
+    // RQ 64 x 32 B = 2 KiB, SQ 128 x 64 B = 8 KiB: 10 KiB, 3 pages.
+    assert_eq!(pas.len(), 3);
+    assert_eq!(create_qp_in::PAS.byte(), c.len());
+
+    let (c, pas) = create_qp_cmd(&qp_params(None), &caps()).unwrap();
+    assert_eq!(g(&c, qpc::RQ_TYPE, x), ZERO_LEN_RQ);
+    assert_eq!(g(&c, qpc::LOG_RQ_SIZE, x), 0);
+    assert_eq!(pas.len(), 2);
+}
+
+#[test]
+fn rst2init_fields() {
+    let t = Transition::RstToInit { port: 1, access: Access::REMOTE_WRITE | Access::REMOTE_READ };
+    let (c, len) = modify_qp_cmd(QpNum(0xabcdef), &t, 1, &caps()).unwrap();
+    assert_eq!(len, rst2init_qp_in::SIZE);
+    assert_eq!(&c[0..2], &[0x05, 0x02]);
+    assert_eq!(&c[9..12], &[0xab, 0xcd, 0xef], "qpn in bytes 9..12");
+    let x = rst2init_qp_in::QPC;
+    let path = qpc::PRIMARY_ADDRESS_PATH.within(x);
+    assert_eq!(g(&c, ads::VHCA_PORT_NUM, path), 1);
+    assert_eq!((g(&c, qpc::RWE, x), g(&c, qpc::RRE, x), g(&c, qpc::RAE, x)), (1, 1, 0));
+    assert_eq!(g(&c, qpc::PM_STATE, x), 3);
+}
+
+#[test]
+fn init2rtr_roce_v2_path_fields() {
+    let dgid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2];
+    let t = Transition::InitToRtr {
+        remote_qpn: QpNum(0x77),
+        path: Path::RoceV2 {
+            dgid,
+            dmac: [0x02, 0x11, 0x22, 0x33, 0x44, 0x55],
+            sgid_index: 3,
+            udp_sport: 0xc123,
+        },
+        mtu: 3,
+        rq_psn: 0x12_3456,
+    };
+    let (c, len) = modify_qp_cmd(QpNum(5), &t, 1, &caps()).unwrap();
+    assert_eq!(len, init2rtr_qp_in::SIZE);
+    assert_eq!(&c[0..2], &[0x05, 0x03]);
+    let x = init2rtr_qp_in::QPC;
+    let path = qpc::PRIMARY_ADDRESS_PATH.within(x);
+    assert_eq!(g(&c, qpc::MTU, x), 3);
+    assert_eq!(g(&c, qpc::REMOTE_QPN, x), 0x77);
+    assert_eq!(g(&c, qpc::NEXT_RCV_PSN, x), 0x12_3456);
+    assert_eq!(g(&c, qpc::LOG_MSG_MAX, x), 30);
+    assert_eq!(g(&c, qpc::MIN_RNR_NAK, x), MIN_RNR_NAK);
+    assert_eq!(g(&c, ads::GRH, path), 1);
+    assert_eq!(g(&c, ads::SRC_ADDR_INDEX, path), 3);
+    assert_eq!(g(&c, ads::HOP_LIMIT, path), 64);
+    assert_eq!(g(&c, ads::UDP_SPORT, path), 0xc123);
+    assert_eq!(g(&c, ads::RMAC_47_32, path), 0x0211);
+    assert_eq!(g(&c, ads::RMAC_31_0, path), 0x2233_4455);
+    assert_eq!(g(&c, ads::VHCA_PORT_NUM, path), 1);
+    assert_eq!(g(&c, ads::FL, path), 0);
+    let gid = ads::RGID_RIP.within(path).byte();
+    assert_eq!(&c[gid..gid + 16], &dgid);
+    assert_eq!(ads::RGID_RIP_COUNT, 16);
+}
+
+#[test]
+fn init2rtr_loopback_forces_loopback() {
+    let t = Transition::InitToRtr { remote_qpn: QpNum(6), path: Path::Loopback, mtu: 5, rq_psn: 0 };
+    let (c, _) = modify_qp_cmd(QpNum(5), &t, 1, &caps()).unwrap();
+    let path = qpc::PRIMARY_ADDRESS_PATH.within(init2rtr_qp_in::QPC);
+    assert_eq!(g(&c, ads::FL, path), 1);
+    assert_eq!(g(&c, ads::GRH, path), 0);
+    let bad =
+        Transition::InitToRtr { remote_qpn: QpNum(6), path: Path::Loopback, mtu: 9, rq_psn: 0 };
+    assert!(modify_qp_cmd(QpNum(5), &bad, 1, &caps()).is_err());
+}
+
+#[test]
+fn rtr2rts_fields() {
+    let t = Transition::RtrToRts { sq_psn: 0xab_cdef, timeout: 14, retry_cnt: 7, rnr_retry: 6 };
+    let (c, _) = modify_qp_cmd(QpNum(5), &t, 1, &caps()).unwrap();
+    assert_eq!(&c[0..2], &[0x05, 0x04]);
+    let x = rtr2rts_qp_in::QPC;
+    let path = qpc::PRIMARY_ADDRESS_PATH.within(x);
+    assert_eq!(g(&c, qpc::NEXT_SEND_PSN, x), 0xab_cdef);
+    assert_eq!(g(&c, qpc::RETRY_COUNT, x), 7);
+    assert_eq!(g(&c, qpc::RNR_RETRY, x), 6);
+    assert_eq!(g(&c, qpc::LOG_SRA_MAX, x), 4);
+    assert_eq!(g(&c, ads::ACK_TIMEOUT, path), 14);
+}
+
+#[test]
+fn to_err_and_to_rst_carry_only_the_qp() {
+    assert_eq!(qp_2err_in::QPN, rst2init_qp_in::QPN, "shared qpn placement");
+    assert_eq!(qp_2rst_in::QPN, rst2init_qp_in::QPN);
+    let (c, len) = modify_qp_cmd(QpNum(0x10), &Transition::ToErr, 1, &caps()).unwrap();
+    assert_eq!((len, &c[0..2], c[11]), (qp_2err_in::SIZE, &[0x05, 0x07][..], 0x10));
+    let (c, len) = modify_qp_cmd(QpNum(0x10), &Transition::ToRst, 1, &caps()).unwrap();
+    assert_eq!((len, &c[0..2], c[11]), (qp_2rst_in::SIZE, &[0x05, 0x0a][..], 0x10));
+}
+
+#[test]
+fn control_over_commands_end_to_end_on_the_scripted_firmware() {
+    let st = default_state();
+    let (fw, bar, dma) = script(st);
+    let clock = Ticks(Cell::new(0));
+    let mut bits = vec![0u64; bitmap_words(512)];
+    let cfg = HcaConfig {
+        cmd: CmdConfig { timeout_ns: 2_000_000, ..CmdConfig::default() },
+        ..HcaConfig::default()
+    };
+    let mut hca = Hca::bring_up(&bar, &*dma, &clock, PagePool::new(&mut bits, 512), cfg).unwrap();
+    fw.log.lock().unwrap().clear();
+    {
+        let mut ctl = FwControl::new(&mut hca);
+        assert_eq!(ctl.caps().max_wqe_sz_sq, 1024);
+        let uar = ctl.alloc_uar().unwrap();
+        assert_eq!(uar, Uar { index: 1, bar_offset: 4096 });
+        let pd = ctl.alloc_pd().unwrap();
+        assert_eq!(pd, Pdn(3));
+        let key = ctl
+            .create_mkey(&MkeyParams {
+                pd,
+                start: 0,
+                len: 8192,
+                access: Access::LOCAL_WRITE,
+                translation: Translation::Mtt { base: BusAddr(0xe0_0000_0000), page_shift: 12 },
+            })
+            .unwrap();
+        assert_eq!(key, Mkey(0x42 << 8 | 1));
+        let cq = ctl
+            .create_cq(&CqParams {
+                log_size: 6,
+                buf: BusAddr(0xe0_0000_0000),
+                dbrec: BusAddr(0xe0_0000_1000),
+                uar,
+            })
+            .unwrap();
+        assert_eq!(cq, Cqn(7));
+        let qp = ctl.create_qp(&QpParams { send_cq: cq, recv_cq: cq, ..qp_params(None) }).unwrap();
+        assert_eq!(qp, QpNum(0x99));
+        for t in [
+            Transition::RstToInit { port: 1, access: Access::REMOTE_WRITE },
+            Transition::InitToRtr { remote_qpn: qp, path: Path::Loopback, mtu: 5, rq_psn: 0 },
+            Transition::RtrToRts { sq_psn: 0, timeout: 14, retry_cnt: 7, rnr_retry: 7 },
+            Transition::ToErr,
+            Transition::ToRst,
+        ] {
+            ctl.modify_qp(qp, &t).unwrap();
+        }
+        let big = QpParams { log_sq_size: 16, ..qp_params(None) };
+        assert!(matches!(ctl.create_qp(&big), Err(Error::InvalidArgument(_))));
+        ctl.destroy_qp(qp).unwrap();
+        ctl.destroy_cq(cq).unwrap();
+        ctl.destroy_mkey(key).unwrap();
+        ctl.dealloc_pd(pd).unwrap();
+        ctl.dealloc_uar(uar).unwrap();
+    }
+    let log = fw.log.lock().unwrap().clone();
+    let ops: Vec<u16> = log.iter().map(|s| s.opcode).collect();
+    assert_eq!(
+        ops,
+        [
+            0x802, 0x800, 0x200, 0x400, 0x500, 0x502, 0x503, 0x504, 0x507, 0x50a, 0x501, 0x401,
+            0x202, 0x801, 0x803
+        ]
+    );
+    // CREATE_CQ names the completion EQ; CREATE_MKEY carries its two MTT entries.
+    let cq_in = &log[3].input;
+    assert_eq!(
+        ifc::get(cq_in, cqc::C_EQN_OR_APU_ELEMENT.within(create_cq_in::CQ_CONTEXT)),
+        hca.comp_eqn() as u64
+    );
+    let mk = &log[2].input;
+    assert_eq!(mk.len(), create_mkey_in::SIZE + 16);
+    let e0 = create_mkey_in::KLM_PAS_MTT.byte();
+    assert_eq!(&mk[e0..e0 + 16], &[0, 0, 0, 0xe0, 0, 0, 0, 0, 0, 0, 0, 0xe0, 0, 0, 0x10, 0]);
+    assert_eq!(ifc::get(&log[12].input, destroy_mkey_in::MKEY_INDEX), 0x42);
+    hca.teardown().unwrap();
+    assert_eq!(dma.live_blocks(), 0);
+}
