@@ -55,7 +55,8 @@ impl WqeShape {
     /// The shape of a WQE of `ds` units.
     #[inline]
     pub const fn from_ds(ds: u8) -> Self {
-        WqeShape { ds, wqebbs: (ds as usize * SEND_WQE_DS).div_ceil(SEND_WQE_BB) as u8 }
+        // ceil(ds * 16 / 64), with 64 / 16 == 4 units per block.
+        WqeShape { ds, wqebbs: ((ds as u32 + 3) >> 2) as u8 }
     }
 }
 
@@ -331,15 +332,14 @@ impl WqeBuilder {
             let shape = self.gather_shape(items, |i| sge(i).length)?;
             Self::check_room(shape.wqebbs as u32, room, wqe_cnt)?;
         }
-        let mask = wqe_cnt as usize * SEND_WQE_BB - 1;
-        let base = (pi as usize * SEND_WQE_BB) & mask;
+        // Offsets are not wrapped here: the sink stores modulo the ring size.
+        let base = pi as usize * SEND_WQE_BB;
         let mut off = base + 2 * SEND_WQE_DS;
         for item in items {
             let e = sge(item);
             if e.length != 0 {
                 let (w0, w1) = data::words(&e);
-                sink.put8(off & mask, w0);
-                sink.put8((off + 8) & mask, w1);
+                sink.put16(off, w0, w1);
                 off += SEND_WQE_DS;
             }
         }
@@ -362,13 +362,11 @@ impl WqeBuilder {
         let shape = WqeShape::from_ds((HEADER_DS as usize + inline::ds_units(len)) as u8);
         let wqe_cnt = sink.wqe_cnt();
         Self::check_room(shape.wqebbs as u32, room, wqe_cnt)?;
-        let mask = wqe_cnt as usize * SEND_WQE_BB - 1;
-        let base = (pi as usize * SEND_WQE_BB) & mask;
+        let base = pi as usize * SEND_WQE_BB;
         if len != 0 {
             let header = (len as u32 | INLINE_SEG).to_be_bytes();
             let mut w = InlineWriter {
                 sink: &mut *sink,
-                mask,
                 off: base + 2 * SEND_WQE_DS,
                 acc: [header[0], header[1], header[2], header[3], 0, 0, 0, 0],
                 n: 4,
@@ -420,16 +418,18 @@ impl WqeBuilder {
             None => (SendOpcode::RdmaWrite, 0),
         };
         let fm_ce_se = self.fm_ce_se(flags);
-        sink.put8(base + 16, remote.addr.to_be_bytes());
-        sink.put8(base + 24, ((remote.rkey.0 as u64) << 32).to_be_bytes());
+        sink.put16(
+            base + 16,
+            remote.addr.to_be_bytes(),
+            ((remote.rkey.0 as u64) << 32).to_be_bytes(),
+        );
         let head = ((pi as u64) << 40
             | (u8::from(opcode) as u64) << 32
             | ((self.qpn.0 & QpNum::MAX) as u64) << 8
             | ds as u64)
             .to_be_bytes();
         let tail = ((fm_ce_se.bits() as u64) << 32 | imm as u64).to_be_bytes();
-        sink.put8(base + 8, tail);
-        sink.put8(base, head);
+        sink.put16(base, head, tail);
         *info = WqeInfo { pi, opcode, shape: WqeShape::from_ds(ds), fm_ce_se, doorbell: head };
     }
 }
@@ -445,7 +445,6 @@ fn inline_len(req: &WriteRequest<'_, '_>) -> Result<usize> {
 /// Streams inline payload into the ring as aligned 8-byte words.
 struct InlineWriter<'s, S: WqeSink + ?Sized> {
     sink: &'s mut S,
-    mask: usize,
     /// Ring offset (unwrapped) of the word `acc` will become.
     off: usize,
     acc: [u8; 8],
@@ -455,7 +454,7 @@ struct InlineWriter<'s, S: WqeSink + ?Sized> {
 impl<S: WqeSink + ?Sized> InlineWriter<'_, S> {
     #[inline(always)]
     fn flush(&mut self) {
-        self.sink.put8(self.off & self.mask, self.acc);
+        self.sink.put8(self.off, self.acc);
         self.off += 8;
         self.n = 0;
     }
@@ -480,7 +479,7 @@ impl<S: WqeSink + ?Sized> InlineWriter<'_, S> {
         while len >= 8 {
             // SAFETY: 8 readable bytes at `p`; no alignment assumed.
             let w = unsafe { p.cast::<[u8; 8]>().read_unaligned() };
-            self.sink.put8(self.off & self.mask, w);
+            self.sink.put8(self.off, w);
             self.off += 8;
             // SAFETY: as above.
             p = unsafe { p.add(8) };
@@ -504,7 +503,7 @@ impl<S: WqeSink + ?Sized> InlineWriter<'_, S> {
             self.flush();
         }
         while self.off < end {
-            self.sink.put8(self.off & self.mask, [0; 8]);
+            self.sink.put8(self.off, [0; 8]);
             self.off += 8;
         }
     }

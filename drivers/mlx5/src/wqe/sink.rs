@@ -1,9 +1,12 @@
 //! Where a WQE's bytes go: the send ring, seen as `wqe_cnt` slots of 64 bytes.
 //!
-//! The builder never holds a Rust reference into the ring. It hands each aligned 8-byte word to
-//! a [`WqeSink`] together with its byte offset in the ring, already wrapped: block *i* of a WQE
-//! posted at WQE counter `pi` lands in slot `(pi + i) & (wqe_cnt - 1)`, and so does any inline
-//! payload that runs past the end of a block. Two sinks ship here:
+//! The builder never holds a Rust reference into the ring. It hands each aligned 8- or 16-byte
+//! piece to a [`WqeSink`] together with its byte offset counted from the start of the ring *as
+//! if the ring repeated forever* (`pi * 64 + offset in the WQE`); the sink wraps it modulo the
+//! ring size, so block *i* of a WQE posted at WQE counter `pi` lands in slot
+//! `(pi + i) & (wqe_cnt - 1)`, and so does any inline payload that runs past the end of a block.
+//! Wrapping in the sink costs one `and` per store and makes every sink memory-safe for any
+//! offset. Two sinks ship here:
 //!
 //! * [`RawRing`]: a ring in DMA memory, written with 64-bit volatile stores through a raw
 //!   pointer (house rule: no references into live DMA memory). The data path creates it once
@@ -17,18 +20,27 @@ use rdma_pmd::{Error, Result};
 
 use crate::opcode::SEND_WQE_BB;
 
-/// A send ring of 64-byte slots that accepts aligned 8-byte stores.
+/// A send ring of 64-byte slots that accepts aligned 8- and 16-byte stores.
 ///
 /// Contract for implementors: [`put8`](WqeSink::put8) stores the 8 bytes, in the order given,
-/// at byte `off` of the ring. The builder only passes `off < wqe_cnt * 64` with `off % 8 == 0`,
-/// but an implementation must stay memory-safe for any `off` (masking it is enough, and costs
-/// one `and`).
+/// at byte `off mod (wqe_cnt * 64)` of the ring; [`put16`](WqeSink::put16) stores 16 bytes the
+/// same way. The builder passes `off` multiples of 8 (of 16 for `put16`), not reduced modulo
+/// the ring size; an implementation must stay memory-safe for any `off` (masking it with
+/// `wqe_cnt * 64 - 1` is enough).
 pub trait WqeSink {
     /// Number of 64-byte slots; a power of two, at least 1.
     fn wqe_cnt(&self) -> u32;
 
-    /// Store `bytes` (memory order) at byte `off` of the ring.
+    /// Store `bytes` (memory order) at byte `off mod (wqe_cnt * 64)` of the ring.
     fn put8(&mut self, off: usize, bytes: [u8; 8]);
+
+    /// Store `lo` then `hi` (memory order) at bytes `off..off + 16` (mod the ring size) of the
+    /// ring; `off` is a multiple of 16, so the two words never straddle the ring's end.
+    #[inline(always)]
+    fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        self.put8(off, lo);
+        self.put8(off + 8, hi);
+    }
 }
 
 impl<S: WqeSink + ?Sized> WqeSink for &mut S {
@@ -40,6 +52,11 @@ impl<S: WqeSink + ?Sized> WqeSink for &mut S {
     #[inline(always)]
     fn put8(&mut self, off: usize, bytes: [u8; 8]) {
         (**self).put8(off, bytes)
+    }
+
+    #[inline(always)]
+    fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        (**self).put16(off, lo, hi)
     }
 }
 
@@ -57,7 +74,10 @@ fn check_wqe_cnt(wqe_cnt: u32) -> Result<usize> {
 #[derive(Debug)]
 pub struct RawRing {
     base: NonNull<u64>,
-    mask: usize,
+    /// `wqe_cnt * 64 - 1` with the low 3 bits clear: wraps an offset to an 8-byte word.
+    mask8: usize,
+    /// The same with the low 4 bits clear: wraps an offset to a 16-byte pair.
+    mask16: usize,
     wqe_cnt: u32,
 }
 
@@ -77,7 +97,7 @@ impl RawRing {
         if base.as_ptr() as usize & 7 != 0 {
             return Err(Error::InvalidArgument("send ring not 8-byte aligned"));
         }
-        Ok(RawRing { base: base.cast(), mask: len - 1, wqe_cnt })
+        Ok(RawRing { base: base.cast(), mask8: (len - 1) & !7, mask16: (len - 1) & !15, wqe_cnt })
     }
 
     /// The ring's first byte.
@@ -94,10 +114,22 @@ impl WqeSink for RawRing {
 
     #[inline(always)]
     fn put8(&mut self, off: usize, bytes: [u8; 8]) {
-        let word = (off & self.mask) >> 3;
+        let word = (off & self.mask8) >> 3;
         // SAFETY: `word * 8 < wqe_cnt * 64` after masking, so the store stays inside the ring
         // that `new`'s caller vouched for; `base` is 8-byte aligned, so is every word.
         unsafe { self.base.as_ptr().add(word).write_volatile(u64::from_ne_bytes(bytes)) }
+    }
+
+    #[inline(always)]
+    fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        let word = (off & self.mask16) >> 3;
+        // SAFETY: after masking, `word * 8` is a multiple of 16 below `wqe_cnt * 64` (itself a
+        // multiple of 64), so both words lie inside the ring `new`'s caller vouched for.
+        unsafe {
+            let p = self.base.as_ptr().add(word);
+            p.write_volatile(u64::from_ne_bytes(lo));
+            p.add(1).write_volatile(u64::from_ne_bytes(hi));
+        }
     }
 }
 
@@ -175,7 +207,13 @@ mod tests {
             // while `r` writes.
             let mut r = unsafe { RawRing::new(base, 2) }.unwrap();
             r.put8(128 + 64, 0x0102_0304_0506_0708u64.to_be_bytes());
+            r.put16(3 * 128 + 112, [9; 8], [10; 8]);
         }
         assert_eq!(words[8].to_ne_bytes(), [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!((words[14].to_ne_bytes(), words[15].to_ne_bytes()), ([9; 8], [10; 8]));
+        let mut buf = [0u8; 64];
+        let mut s = SliceRing::new(&mut buf, 1).unwrap();
+        s.put16(64 * 7 + 48, [3; 8], [4; 8]);
+        assert_eq!(&buf[48..], &[[3u8; 8], [4u8; 8]].concat()[..]);
     }
 }

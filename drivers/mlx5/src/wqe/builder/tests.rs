@@ -38,9 +38,16 @@ impl WqeSink for Recorder {
     }
 
     fn put8(&mut self, off: usize, bytes: [u8; 8]) {
-        assert!(off & 7 == 0 && off + 8 <= self.mem.len(), "store at {off}");
+        assert!(off & 7 == 0, "unaligned store at {off}");
+        let off = off % self.mem.len();
         self.offs.push(off);
         self.mem[off..off + 8].copy_from_slice(&bytes);
+    }
+
+    fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        assert!(off & 15 == 0, "unaligned 16-byte store at {off}");
+        self.put8(off, lo);
+        self.put8(off + 8, hi);
     }
 }
 
