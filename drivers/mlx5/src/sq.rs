@@ -48,7 +48,7 @@ use rdma_pmd::{
 
 use crate::cqe::CqeRepr;
 use crate::opcode::CqeOpcode;
-use crate::wqe::{RawRing, WqeBuilder};
+use crate::wqe::{RawRing, WqeBuilder, WqeInfo};
 
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
 const REFS_PER_BB: usize = 4;
@@ -87,6 +87,9 @@ pub struct SendRing<'r, const N: usize> {
     pushed: u32,
     /// Counter and `ds` of the last request pushed since the last commit.
     last: (u16, u8),
+    /// What the builder wrote last (an out-parameter, so its fields are stored and reloaded at
+    /// the same width).
+    info: WqeInfo,
     /// Committed requests not retired yet.
     outstanding: u32,
     in_error: bool,
@@ -125,6 +128,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             tail: 0,
             pushed: 0,
             last: (0, 0),
+            info: WqeInfo::EMPTY,
             outstanding: 0,
             in_error: false,
             pending: None,
@@ -172,7 +176,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
     #[inline]
     pub fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
         let room = self.room();
-        let info = self.builder.write(&mut self.sink, self.pi, room, req)?;
+        self.builder.write_into(&mut self.sink, self.pi, room, req, &mut self.info)?;
+        let (shape, signaled, next_pi) =
+            (self.info.shape, self.info.signaled(), self.info.next_pi());
         // The bytes are in free blocks that the device does not read until `pi` is published, so
         // a refusal below leaves the ring as it was.
         let (first, more) = match *req.source.kind() {
@@ -180,16 +186,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
             _ => (None, 0),
         };
         let pi = self.pi;
-        self.slots[pi as usize & Self::MASK] = Slot {
-            wr_id: req.wr_id,
-            first,
-            wqebbs: info.shape.wqebbs,
-            signaled: info.signaled(),
-            more,
-        };
-        self.pi = info.next_pi();
+        self.slots[pi as usize & Self::MASK] =
+            Slot { wr_id: req.wr_id, first, wqebbs: shape.wqebbs, signaled, more };
+        self.pi = next_pi;
         self.pushed += 1;
-        self.last = (pi, info.shape.ds);
+        self.last = (pi, shape.ds);
         Ok(())
     }
 
