@@ -231,7 +231,10 @@ mod tests {
         // Firmware writes entry 0 and 1 with owner 0 (pass 0).
         dma.write(eq.buf().bus(), &eqe(0x0b, &[0, 0, 0, 1, 0, 0, 0, 2], 0));
         dma.write(eq.buf().bus().add(64), &eqe(0x0a, &[0, 0, 0, 1], 0));
-        assert_eq!(decode(&eq.next_eqe().unwrap()), Event::PageRequest { func_id: 1, num_pages: 2 });
+        assert_eq!(
+            decode(&eq.next_eqe().unwrap()),
+            Event::PageRequest { func_id: 1, num_pages: 2 }
+        );
         assert_eq!(decode(&eq.next_eqe().unwrap()), Event::Command { vector: 1 });
         assert!(eq.next_eqe().is_none(), "entry 0 still carries pass-0 owner");
         // Pass 1: owner 1 is new.

@@ -316,6 +316,10 @@ pub struct Hca<'a> {
     stage: Stage,
     report: BringupReport,
     reclaimed: usize,
+    /// Events serviced while commands ran, and the first error doing so; handed out by the
+    /// next [`Hca::poll_events`].
+    carried: EventSummary,
+    carried_error: Option<HcaError>,
 }
 
 fn input<const N: usize>(opcode: u16, op_mod: u16) -> [u8; N] {
@@ -375,6 +379,8 @@ impl<'a> Hca<'a> {
                 comp_eqn: 0,
             },
             reclaimed: 0,
+            carried: EventSummary::default(),
+            carried_error: None,
         };
         match hca.setup() {
             Ok(()) => Ok(hca),
@@ -505,7 +511,7 @@ impl<'a> Hca<'a> {
                     return Err(self.fail(step, e));
                 }
                 if self.async_eq.is_some() {
-                    self.service_async(&mut EventSummary::default())?;
+                    self.drain_async();
                 }
                 core::hint::spin_loop();
             }
@@ -513,6 +519,11 @@ impl<'a> Hca<'a> {
             return Err(self.fail(step, e));
         }
         self.cmd.read_out(slot, 0, out);
+        if slot == SLOT_CMD && self.async_eq.is_some() {
+            // Every command may add a command-completion event: drain them (and anything
+            // else) now, so that a caller issuing many commands cannot overrun the EQ.
+            self.drain_async();
+        }
         Ok(())
     }
 
@@ -769,7 +780,10 @@ impl<'a> Hca<'a> {
     /// `MANAGE_PAGES`), note command, CQ and port events. Call it from the poll loop; firmware
     /// that wants pages stalls until it is called.
     pub fn poll_events(&mut self) -> Result<EventSummary, HcaError> {
-        let mut s = EventSummary::default();
+        let mut s = core::mem::take(&mut self.carried);
+        if let Some(e) = self.carried_error.take() {
+            return Err(e);
+        }
         self.service_async(&mut s)?;
         if let Some(eq) = self.comp_eq.as_mut() {
             let mut n = 0;
@@ -782,6 +796,16 @@ impl<'a> Hca<'a> {
             }
         }
         Ok(s)
+    }
+
+    /// Service the asynchronous EQ from inside a command wait; the outcome is kept for the
+    /// next [`poll_events`](Self::poll_events).
+    fn drain_async(&mut self) {
+        let mut s = core::mem::take(&mut self.carried);
+        if let Err(e) = self.service_async(&mut s) {
+            self.carried_error.get_or_insert(e);
+        }
+        self.carried = s;
     }
 
     fn service_async(&mut self, s: &mut EventSummary) -> Result<(), HcaError> {

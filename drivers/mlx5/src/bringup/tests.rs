@@ -306,6 +306,16 @@ fn runtime_page_requests_are_answered_from_the_pool() {
     r.bar.mem().read_bytes(0x1000 + 0x40, &mut db);
     assert_eq!(db, [5, 0, 0, 2]);
     assert_eq!(hca.poll_events().unwrap(), EventSummary::default());
+
+    // A request that arrives while the driver runs a command is answered on the page slot
+    // right after it, and reported by the next poll.
+    eqe[36..40].copy_from_slice(&3i32.to_be_bytes());
+    assert!(r.dma.write(rdma_pmd::BusAddr(async_ring + 128), &eqe));
+    let q: [u8; alloc_pd_in::SIZE] = input(consts::CMD_OP_ALLOC_PD, 0);
+    hca.exec("ALLOC_PD", &q, Pas::None, &mut [0u8; alloc_pd_out::SIZE]).unwrap();
+    assert_eq!(hca.pages_lent(), 346);
+    let s = hca.poll_events().unwrap();
+    assert_eq!((s.page_requests, s.pages_given), (1, 3));
     hca.teardown().unwrap();
     assert_eq!(r.dma.live_blocks(), 0);
 }
