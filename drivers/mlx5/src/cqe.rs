@@ -360,6 +360,56 @@ mod tests {
         assert_eq!(out, b);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn parse_of_build_round_trips(
+            opcode in 0u8..16,
+            owner in proptest::bool::ANY,
+            wqe_counter in proptest::num::u16::ANY,
+            qpn in proptest::num::u32::ANY,
+            s_op in proptest::num::u8::ANY,
+            byte_cnt in proptest::num::u32::ANY,
+            ts in proptest::num::u64::ANY,
+            uidx in proptest::num::u32::ANY,
+            syndrome in proptest::num::u8::ANY,
+            vendor in proptest::num::u8::ANY,
+            ci in proptest::num::u32::ANY,
+            log_cnt in 0u32..24,
+        ) {
+            let mut b = [0u8; 64];
+            let mut w = Cqe::new_unchecked(&mut b[..]);
+            w.set_srqn_uidx(uidx);
+            w.set_byte_cnt(byte_cnt);
+            let err = CqeOpcode::from(opcode).is_error();
+            if err {
+                w.set_error(Syndrome::from(syndrome), vendor);
+            } else {
+                w.set_timestamp(ts);
+            }
+            w.set_s_wqe_opcode_qpn(SendOpcode::from(s_op), QpNum(qpn));
+            w.set_wqe_counter(wqe_counter);
+            w.set_op_own(opcode << 4 | owner as u8);
+            let r = CqeRepr::parse(&Cqe::new_unchecked(&b[..])).unwrap();
+            proptest::prop_assert_eq!(u8::from(r.opcode), opcode);
+            proptest::prop_assert_eq!(r.owner, owner);
+            proptest::prop_assert_eq!(r.wqe_counter, wqe_counter);
+            proptest::prop_assert_eq!(r.qpn, QpNum(qpn & QpNum::MAX));
+            proptest::prop_assert_eq!(u8::from(r.s_wqe_opcode), s_op);
+            proptest::prop_assert_eq!((r.byte_cnt, r.srqn_uidx), (byte_cnt, uidx));
+            if err {
+                proptest::prop_assert_eq!(r.error, Some((Syndrome::from(syndrome), vendor)));
+                proptest::prop_assert_eq!(r.status(), Syndrome::from(syndrome).wc_status());
+                proptest::prop_assert_eq!(r.completion(7).vendor_err, vendor as u32);
+            } else {
+                proptest::prop_assert_eq!(r.timestamp, Some(ts));
+                proptest::prop_assert_eq!(r.status(), WcStatus::Success);
+            }
+            let cnt = 1u32 << log_cnt;
+            let want = opcode != 0xf && owner == (ci & cnt != 0);
+            proptest::prop_assert_eq!(sw_owned(b[63], ci, cnt), want);
+        }
+    }
+
     #[test]
     fn ownership_flips_each_lap_and_skips_invalid() {
         assert!(sw_owned(0x00, 5, 256));
