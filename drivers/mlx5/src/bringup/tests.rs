@@ -141,6 +141,17 @@ fn bring_up_follows_the_kernel_sequence_and_reports_what_it_learned() {
     r.fw.log.lock().unwrap().clear();
     let t = hca.teardown().unwrap();
     assert_eq!(r.fw.opcodes(), TEARDOWN);
+    let log = r.fw.log.lock().unwrap().clone();
+    assert_eq!(ifc::get(&log[0].input, nic_vport_context::ROCE_EN.within(nvc)), 0, "RoCE off");
+    assert_eq!(ifc::get(&log[0].input, modify_nic_vport_field_select::ROCE_EN.within(sel)), 1);
+    assert_eq!(ifc::get(&log[1].input, destroy_eq_in::EQ_NUMBER), 6, "completion EQ first");
+    assert_eq!(ifc::get(&log[2].input, destroy_eq_in::EQ_NUMBER), 5);
+    assert_eq!(ifc::get(&log[3].input, dealloc_uar_in::UAR), 1);
+    assert_eq!(ifc::get(&log[4].input, teardown_hca_in::PROFILE), 0, "graceful close");
+    assert_eq!(log[5].op_mod, consts::MANAGE_PAGES_IN_OP_MOD_HCA_RETURN_PAGES);
+    assert_eq!(ifc::get(&log[5].input, manage_pages_in::INPUT_NUM_ENTRIES), 128);
+    assert_eq!(log[5].outlen, manage_pages_out::SIZE + 128 * 8);
+    assert_eq!(ifc::get(&log[8].input, disable_hca_in::FUNCTION_ID), 0);
     assert_eq!(t, TeardownReport { pages_reclaimed: 340, pages_outstanding: 0 });
     assert!(r.st.lock().unwrap().held.is_empty());
     assert_eq!(r.dma.live_blocks(), 0, "queue, EQs and page pool given back");

@@ -46,6 +46,21 @@ fn g(buf: &[u8], f: ifc::Field, outer: ifc::Field) -> u64 {
     ifc::get(buf, f.within(outer))
 }
 
+/// Every set bit of `buf` lies inside one of `fields`: reserved bits are clear, as firmware
+/// requires (delivery status "reserved fields not cleared").
+fn only_fields(buf: &[u8], fields: &[ifc::Field]) {
+    for bit in 0..buf.len() * 8 {
+        let set = buf[bit / 8] & (0x80 >> (bit % 8)) != 0;
+        let covered =
+            fields.iter().any(|f| (f.bit as usize..(f.bit + f.width) as usize).contains(&bit));
+        assert!(
+            !set || covered,
+            "bit {bit:#x} (byte {:#x}) set outside the fields written",
+            bit / 8
+        );
+    }
+}
+
 #[test]
 fn create_mkey_mtt_fields() {
     let p = MkeyParams {
@@ -81,6 +96,26 @@ fn create_mkey_mtt_fields() {
     }
     // The MTT list starts right after the fixed part (`klm_pas_mtt` at byte 0x110).
     assert_eq!(create_mkey_in::KLM_PAS_MTT.byte(), c.len());
+    let k = |f: ifc::Field| f.within(m);
+    only_fields(
+        &c,
+        &[
+            create_mkey_in::OPCODE,
+            create_mkey_in::TRANSLATIONS_OCTWORD_ACTUAL_SIZE,
+            k(mkc::ACCESS_MODE_1_0),
+            k(mkc::LW),
+            k(mkc::LR),
+            k(mkc::RW),
+            k(mkc::RR),
+            k(mkc::QPN),
+            k(mkc::MKEY_7_0),
+            k(mkc::PD),
+            k(mkc::START_ADDR),
+            k(mkc::LEN),
+            k(mkc::TRANSLATIONS_OCTWORD_SIZE),
+            k(mkc::LOG_PAGE_SIZE),
+        ],
+    );
 }
 
 #[test]
@@ -175,6 +210,24 @@ fn create_qp_fields() {
     // RQ 64 x 32 B = 2 KiB, SQ 128 x 64 B = 8 KiB: 10 KiB, 3 pages.
     assert_eq!(pas.len(), 3);
     assert_eq!(create_qp_in::PAS.byte(), c.len());
+    let q = |f: ifc::Field| f.within(x);
+    only_fields(
+        &c,
+        &[
+            create_qp_in::OPCODE,
+            q(qpc::ST),
+            q(qpc::PM_STATE),
+            q(qpc::PD),
+            q(qpc::UAR_PAGE),
+            q(qpc::LOG_MSG_MAX),
+            q(qpc::LOG_RQ_SIZE),
+            q(qpc::LOG_RQ_STRIDE),
+            q(qpc::LOG_SQ_SIZE),
+            q(qpc::CQN_SND),
+            q(qpc::CQN_RCV),
+            q(qpc::DBR_ADDR),
+        ],
+    );
 
     let (c, pas) = create_qp_cmd(&qp_params(None), &caps()).unwrap();
     assert_eq!(g(&c, qpc::RQ_TYPE, x), ZERO_LEN_RQ);
@@ -231,6 +284,29 @@ fn init2rtr_roce_v2_path_fields() {
     let gid = ads::RGID_RIP.within(path).byte();
     assert_eq!(&c[gid..gid + 16], &dgid);
     assert_eq!(ads::RGID_RIP_COUNT, 16);
+    let q = |f: ifc::Field| f.within(x);
+    let a = |f: ifc::Field| f.within(path);
+    only_fields(
+        &c,
+        &[
+            init2rtr_qp_in::OPCODE,
+            init2rtr_qp_in::QPN,
+            q(qpc::MTU),
+            q(qpc::LOG_MSG_MAX),
+            q(qpc::REMOTE_QPN),
+            q(qpc::NEXT_RCV_PSN),
+            q(qpc::LOG_RRA_MAX),
+            q(qpc::MIN_RNR_NAK),
+            a(ads::GRH),
+            a(ads::SRC_ADDR_INDEX),
+            a(ads::HOP_LIMIT),
+            ifc::Field::new(a(ads::RGID_RIP).bit, 128),
+            a(ads::UDP_SPORT),
+            a(ads::VHCA_PORT_NUM),
+            a(ads::RMAC_47_32),
+            a(ads::RMAC_31_0),
+        ],
+    );
 }
 
 #[test]
