@@ -71,8 +71,7 @@ fn generate(out_dir: &Path) -> Result<PathBuf, String> {
     let exe = out_dir.join("mlx5-vecgen");
     let src = util::root().join(GENERATOR);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let ok =
-        util::run(Command::new(&cc).args(["-O2", "-Wall", "-Werror", "-o"]).arg(&exe).arg(&src));
+    let ok = util::run(Command::new(&cc).args(["-O2", "-Wall", "-o"]).arg(&exe).arg(&src));
     if !ok {
         return Err(format!(
             "{cc} could not build {GENERATOR} (it needs <infiniband/mlx5dv.h>: install libibverbs-dev)"
