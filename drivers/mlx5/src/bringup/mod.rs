@@ -449,6 +449,17 @@ impl<'a> Hca<'a> {
         self.report.comp_eqn
     }
 
+    /// The health buffer's report, if firmware set a syndrome (check it when commands time
+    /// out or the heartbeat stops).
+    pub fn health(&self) -> Option<crate::init_seg::Health> {
+        InitSeg::new(self.bar).health()
+    }
+
+    /// Firmware heartbeat (`health_counter`); it advances while firmware runs.
+    pub fn heartbeat(&self) -> u32 {
+        InitSeg::new(self.bar).health_counter()
+    }
+
     /// Pages lent to firmware now.
     pub fn pages_lent(&self) -> usize {
         self.pages.in_use()

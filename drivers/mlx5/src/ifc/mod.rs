@@ -161,3 +161,47 @@ mod tests {
         set(&mut b, qpc::LOG_SQ_SIZE, 16);
     }
 }
+
+#[cfg(test)]
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any field of up to 64 bits round-trips and leaves every other bit alone.
+        #[test]
+        fn set_then_get_round_trips(
+            bit in 0u32..448,
+            width in 1u32..=64,
+            value: u64,
+            fill: u8,
+        ) {
+            let f = Field::new(bit, width);
+            let v = value & f.max();
+            let mut buf = [fill; 64];
+            let before = buf;
+            set(&mut buf, f, v);
+            prop_assert_eq!(get(&buf, f), v);
+            for b in 0..512u32 {
+                if b < bit || b >= bit + width {
+                    let mask = 0x80u8 >> (b % 8);
+                    prop_assert_eq!(buf[(b / 8) as usize] & mask, before[(b / 8) as usize] & mask);
+                }
+            }
+        }
+
+        /// Dword-contained fields agree with the kernel's MLX5_SET arithmetic: dword
+        /// `bit / 32`, shift `32 - width - bit % 32`, big-endian.
+        #[test]
+        fn matches_mlx5_set_within_a_dword(dw in 0u32..8, lo in 0u32..32, width in 1u32..=32, value: u32) {
+            prop_assume!(lo + width <= 32);
+            let f = Field::new(dw * 32 + lo, width);
+            let v = (value as u64) & f.max();
+            let mut buf = [0u8; 32];
+            set(&mut buf, f, v);
+            let word = u32::from_be_bytes(buf[(dw * 4) as usize..(dw * 4 + 4) as usize].try_into().unwrap());
+            let shift = 32 - width - lo;
+            prop_assert_eq!(word as u64, v << shift);
+        }
+    }
+}
