@@ -6,7 +6,8 @@
 //! (`providers/mlx5/mlx5_vfio.c` `mlx5_vfio_setup_function`):
 //!
 //! 1. wait for firmware to clear `initializing` (bounded; a health syndrome ends it early);
-//! 2. check the command interface revision (5) and set up the command queue;
+//! 2. check the command interface revision (5), set up the command queue, and wait for
+//!    `initializing` again (firmware initializes once it has the queue address);
 //! 3. `ENABLE_HCA`;
 //! 4. `QUERY_ISSI` / `SET_ISSI` (1, or 0 on firmware that knows nothing else);
 //! 5. `QUERY_PAGES` (boot) and `MANAGE_PAGES` to give them;
@@ -349,6 +350,16 @@ impl<'a> Hca<'a> {
         }
         let cmd = CmdQueue::new(bar, dma, cfg.cmd)
             .map_err(|error| HcaError::Cmd { step: "command queue", error })?;
+        // Firmware takes the queue address, then initializes again before accepting commands
+        // (kernel `mlx5_function_setup`: the pre-init wait, `mlx5_cmd_init`, the init wait).
+        if let Err(e) = seg.wait_initialized(clock, cfg.fw_init_timeout_ns) {
+            // No command was posted: firmware does not use the queue's memory.
+            cmd.release(dma);
+            return Err(match e {
+                InitWaitError::Timeout { waited_ns } => HcaError::FwInitTimeout { waited_ns },
+                InitWaitError::Health(h) => HcaError::Health(h),
+            });
+        }
         let pool_pages = pages.capacity();
         let mut hca = Hca {
             bar,

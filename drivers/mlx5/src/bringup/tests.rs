@@ -248,6 +248,20 @@ fn firmware_stuck_initializing_times_out_before_any_command() {
 }
 
 #[test]
+fn firmware_that_stays_initializing_after_taking_the_queue_times_out() {
+    let mut r = rig(default_state());
+    r.fw.init_after_addr.store(true, std::sync::atomic::Ordering::SeqCst);
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let e = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).err().unwrap();
+    assert_eq!(e, HcaError::FwInitTimeout { waited_ns: 1_000_000 });
+    let mut a = [0u8; 8];
+    r.bar.mem().read_bytes(0x10, &mut a);
+    assert_ne!(a, [0; 8], "the queue address was handed over first");
+    assert!(r.fw.opcodes().is_empty());
+    assert_eq!(r.dma.live_blocks(), 0, "queue memory given back: no command was posted");
+}
+
+#[test]
 fn health_syndrome_during_initializing_is_reported() {
     let mut r = rig(default_state());
     r.bar.write_u32(0x1fc, 0x8000_0000u32.to_be());

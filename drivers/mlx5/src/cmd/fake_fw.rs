@@ -71,6 +71,8 @@ pub struct FakeFw {
     pub faults: Mutex<Vec<String>>,
     /// Set to stop answering doorbells.
     pub silent: AtomicBool,
+    /// Set to raise `initializing` (and keep it) once the queue address is written.
+    pub init_after_addr: AtomicBool,
 }
 
 /// BAR0 size the tests use.
@@ -90,6 +92,7 @@ impl FakeFw {
             geometry: AtomicU32::new(0x56),
             faults: Mutex::new(Vec::new()),
             silent: AtomicBool::new(false),
+            init_after_addr: AtomicBool::new(false),
         });
         let bar = MemBar::with_handler(BAR_SIZE, fw.clone());
         let m = bar.mem();
@@ -204,6 +207,9 @@ impl BarHandler for FakeFw {
                 let v = u32::from_be(mem.read_u32(0x14));
                 let g = self.geometry.load(Ordering::SeqCst);
                 mem.write_u32(0x14, ((v & 0xffff_f000) | g).to_be());
+                if self.init_after_addr.load(Ordering::SeqCst) {
+                    mem.write_u32(0x1fc, 0x8000_0000u32.to_be());
+                }
             }
             0x18 if !self.silent.load(Ordering::SeqCst) => {
                 let mask = u32::from_be(mem.read_u32(0x18));
