@@ -200,7 +200,11 @@ pub fn modify_qp_cmd(
                     set_path(&mut c, ads::SRC_ADDR_INDEX, sgid_index as u64);
                     set_path(&mut c, ads::HOP_LIMIT, ROCE_HOP_LIMIT);
                     ifc::set_bytes(&mut c, full(ads::RGID_RIP, 16).within(path), &dgid);
-                    set_path(&mut c, ads::UDP_SPORT, udp_sport as u64);
+                    // The source port is the driver's only when firmware lets software choose
+                    // it (`roce_cap.sw_r_roce_src_udp_port`, set at bring-up when offered).
+                    if caps.roce_sw_udp_sport {
+                        set_path(&mut c, ads::UDP_SPORT, udp_sport as u64);
+                    }
                     let mac = u64::from_be_bytes([
                         0, 0, dmac[0], dmac[1], dmac[2], dmac[3], dmac[4], dmac[5],
                     ]);

@@ -284,6 +284,9 @@ fn init2rtr_roce_v2_path_fields() {
     let gid = ads::RGID_RIP.within(path).byte();
     assert_eq!(&c[gid..gid + 16], &dgid);
     assert_eq!(ads::RGID_RIP_COUNT, 16);
+    let fixed = HcaCaps { roce_sw_udp_sport: false, ..caps() };
+    let (c2, _) = modify_qp_cmd(QpNum(5), &t, 1, &fixed).unwrap();
+    assert_eq!(g(&c2, ads::UDP_SPORT, path), 0, "firmware picks the port");
     let q = |f: ifc::Field| f.within(x);
     let a = |f: ifc::Field| f.within(path);
     only_fields(
