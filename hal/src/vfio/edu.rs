@@ -484,13 +484,14 @@ fn j_non_viable_group_names_the_other_devices() {
         VfioError::GroupNotViable { group: g, others, count } => {
             assert_eq!(g, group);
             assert_eq!(count, peers.len());
-            assert!(others.iter().flatten().any(|a| *a == busy), "{others:?} lacks {busy}");
+            let first = others[0].expect("at least one other device");
+            assert_eq!((first.addr, first.driver()), (busy, Some("virtio-pci")), "bound first");
         }
         other => panic!("expected GroupNotViable, got {other}"),
     }
     let text = e.to_string();
     assert!(text.contains(&format!("IOMMU group {group} is not viable")), "{text}");
-    assert!(text.contains(&busy.to_string()), "{text}");
+    assert!(text.contains(&format!("{busy} (driver virtio-pci)")), "{text}");
     eprintln!("error: {text}");
     // The refusal left nothing behind: the group file opens again (and is refused again).
     assert!(matches!(VfioDevice::open(shared), Err(VfioError::GroupNotViable { .. })));
@@ -518,4 +519,53 @@ fn k_auto_pages_fall_back_to_4k_when_no_hugepage_is_free() {
     round_trip(&edu, &block, PAGE_2M - MAX_XFER, &block, 0, 12);
     // SAFETY: the device is idle.
     unsafe { auto.free(block) };
+}
+
+/// `capget`/`capset` on the calling thread (capabilities are per thread on Linux).
+fn thread_caps(set: Option<[u32; 6]>) -> [u32; 6] {
+    // `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+    let mut header = [0x2008_0522u32, 0];
+    let mut data = set.unwrap_or([0; 6]);
+    let nr = if set.is_some() { libc::SYS_capset } else { libc::SYS_capget };
+    // SAFETY: header and data are the v3 layouts (`__user_cap_header_struct`, two
+    // `__user_cap_data_struct`s of effective/permitted/inheritable), valid for the call.
+    let r = unsafe { libc::syscall(nr, header.as_mut_ptr(), data.as_mut_ptr()) };
+    assert_eq!(r, 0, "capget/capset: {}", std::io::Error::last_os_error());
+    data
+}
+
+#[test]
+#[ignore = "needs a vfio-pci bound edu device: cargo xtask test --tier vfio"]
+fn l_memlock_limit_is_named_when_pinning_exceeds_it() {
+    // What an unprivileged user meets: without CAP_IPC_LOCK, VFIO charges pinned pages to
+    // RLIMIT_MEMLOCK. Drop the capability from this thread's effective set and lower the limit.
+    const CAP_IPC_LOCK: u32 = 14;
+    let caps = thread_caps(None);
+    let mut less = caps;
+    less[0] &= !(1 << CAP_IPC_LOCK); // effective, first word
+    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `old` is a valid rlimit to fill.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut old) }, 0);
+    let low = libc::rlimit { rlim_cur: 1 << 20, rlim_max: old.rlim_max };
+    let edu = Edu::open();
+    let dma = edu.dma_mem(Pages::Small);
+    thread_caps(Some(less));
+    // SAFETY: a valid rlimit; lowering the soft limit needs no privilege.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &low) }, 0);
+    let small = dma.alloc_with(256 << 10, 4096, Pages::Small);
+    let big = dma.alloc_with(4 << 20, 4096, Pages::Small);
+    // SAFETY: restoring the soft limit to what it was (not above the hard limit).
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &old) }, 0);
+    thread_caps(Some(caps));
+    let small = small.expect("256 KiB fits under a 1 MiB limit");
+    let e = big.unwrap_err();
+    assert_eq!(e.errno(), Some(libc::ENOMEM), "{e}");
+    let text = e.to_string();
+    assert!(text.starts_with("VFIO_IOMMU_MAP_DMA on /dev/vfio/vfio failed: errno 12"), "{text}");
+    assert!(text.contains("locked-memory limit (ulimit -l)"), "{text}");
+    eprintln!("error: {text}");
+    assert_eq!(dma.live_blocks(), 1, "the failed block left nothing behind");
+    round_trip(&edu, &small, 0, &small, 8192, 13);
+    // SAFETY: the device is idle.
+    unsafe { dma.free(small) };
 }

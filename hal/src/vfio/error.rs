@@ -58,8 +58,47 @@ impl From<&str> for SysPath {
     }
 }
 
-/// Other devices named in a [`VfioError::GroupNotViable`] error (the first four).
-pub type GroupPeers = [Option<PciAddr>; 4];
+/// Another device of an IOMMU group, and the driver it is bound to (if any).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Its address.
+    pub addr: PciAddr,
+    driver: [u8; 15],
+    driver_len: u8,
+}
+
+impl Peer {
+    /// `addr`, bound to `driver` (names longer than 15 bytes are cut).
+    pub fn new(addr: PciAddr, driver: Option<&str>) -> Self {
+        let mut buf = [0u8; 15];
+        let name = driver.unwrap_or("");
+        let mut n = name.len().min(buf.len());
+        while !name.is_char_boundary(n) {
+            n -= 1;
+        }
+        buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+        Peer { addr, driver: buf, driver_len: n as u8 }
+    }
+
+    /// The driver it is bound to.
+    pub fn driver(&self) -> Option<&str> {
+        let n = self.driver_len as usize;
+        (n > 0).then(|| core::str::from_utf8(&self.driver[..n]).unwrap_or("?"))
+    }
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.driver() {
+            Some(d) => write!(f, "{} (driver {d})", self.addr),
+            None => write!(f, "{} (no driver)", self.addr),
+        }
+    }
+}
+
+/// Other devices named in a [`VfioError::GroupNotViable`] error: the first four, those bound
+/// to a driver first.
+pub type GroupPeers = [Option<Peer>; 4];
 
 /// Why a VFIO operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,8 +200,9 @@ impl fmt::Display for VfioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             VfioError::Os { step, path, errno } => {
-                let e = std::io::Error::from_raw_os_error(*errno);
-                write!(f, "{step} on {path} failed: errno {errno} ({e})")?;
+                let text = std::io::Error::from_raw_os_error(*errno).to_string();
+                let text = text.split(" (os error").next().unwrap_or(&text);
+                write!(f, "{step} on {path} failed: errno {errno} ({text})")?;
                 match (*step, *errno) {
                     (_, libc::EACCES) | (_, libc::EPERM)
                         if path.as_str().starts_with("/dev/vfio") =>
@@ -196,8 +236,8 @@ impl fmt::Display for VfioError {
             VfioError::GroupNotViable { group, others, count } => {
                 write!(f, "IOMMU group {group} is not viable (VFIO_GROUP_GET_STATUS on /dev/vfio/{group}): ")?;
                 write!(f, "every device in it must be bound to vfio-pci or to no driver; others in the group:")?;
-                for a in others.iter().flatten() {
-                    write!(f, " {a}")?;
+                for (i, p) in others.iter().flatten().enumerate() {
+                    write!(f, "{} {p}", if i > 0 { "," } else { "" })?;
                 }
                 let shown = others.iter().flatten().count();
                 if *count > shown {
@@ -252,18 +292,30 @@ mod tests {
             errno: libc::EBUSY,
         };
         let s = e.to_string();
-        assert!(s.starts_with("VFIO_GROUP_SET_CONTAINER on /dev/vfio/12 failed: errno 16"), "{s}");
+        assert_eq!(
+            s,
+            "VFIO_GROUP_SET_CONTAINER on /dev/vfio/12 failed: errno 16 (Device or resource busy)"
+        );
         assert_eq!(HalError::from(e), HalError::Os { step: "VFIO_GROUP_SET_CONTAINER", errno: 16 });
     }
 
     #[test]
     fn non_viable_group_names_the_other_devices() {
         let mut others: GroupPeers = [None; 4];
-        others[0] = Some("0000:3b:00.1".parse().unwrap());
-        let e = VfioError::GroupNotViable { group: 7, others, count: 1 };
+        others[0] = Some(Peer::new("0000:3b:00.1".parse().unwrap(), Some("mlx5_core")));
+        others[1] = Some(Peer::new("0000:3a:00.0".parse().unwrap(), None));
+        let e = VfioError::GroupNotViable { group: 7, others, count: 3 };
         let s = e.to_string();
         assert!(s.contains("IOMMU group 7 is not viable"), "{s}");
-        assert!(s.ends_with("others in the group: 0000:3b:00.1"), "{s}");
+        assert!(
+            s.ends_with(
+                "others in the group: 0000:3b:00.1 (driver mlx5_core), 0000:3a:00.0 (no driver) \
+                 and 1 more"
+            ),
+            "{s}"
+        );
+        let long = Peer::new("0000:00:00.0".parse().unwrap(), Some("a_very_long_driver_name"));
+        assert_eq!(long.driver(), Some("a_very_long_dri"));
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub use bar::VfioBar;
 pub use container::{Container, Group, CONTAINER_PATH};
 pub use device::{RegionInfo, VfioDevice};
 pub use dma::{Backing, DmaConfig, Pages, VfioDma, PAGE_2M, PAGE_4K};
-pub use error::{GroupPeers, SysPath, VfioError};
+pub use error::{GroupPeers, Peer, SysPath, VfioError};
 pub use iova::{DmaMask, IovaAllocator, IovaRange};
 pub use pci::{bound_driver, iommu_group, sysfs_ids, Command, PciAddr, PciIds};
 

@@ -5,7 +5,7 @@
 use core::fmt;
 use core::str::FromStr;
 
-use super::error::{GroupPeers, SysPath, VfioError};
+use super::error::{GroupPeers, Peer, SysPath, VfioError};
 
 /// `PCI_VENDOR_ID`: 16-bit vendor id at config offset 0x00 (little-endian).
 pub const PCI_VENDOR_ID: u64 = 0x00;
@@ -121,19 +121,21 @@ pub fn iommu_group(addr: PciAddr) -> Result<u32, VfioError> {
         .ok_or(VfioError::BadSysfs { path: SysPath::new(&link) })
 }
 
-/// Devices of IOMMU group `group` other than `me` (sorted; the first four, and the count).
+/// Devices of IOMMU group `group` other than `me`, with their drivers: the first four (bound
+/// ones first, then by address), and the count.
 pub fn group_peers(group: u32, me: PciAddr) -> Result<(GroupPeers, usize), VfioError> {
     let dir = format!("/sys/kernel/iommu_groups/{group}/devices");
-    let mut all: Vec<PciAddr> = std::fs::read_dir(&dir)
+    let mut all: Vec<Peer> = std::fs::read_dir(&dir)
         .map_err(|e| VfioError::io("readdir", &dir, &e))?
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
         .filter(|a| *a != me)
+        .map(|a| Peer::new(a, bound_driver(a).as_deref()))
         .collect();
-    all.sort();
+    all.sort_by_key(|p| (p.driver().is_none(), p.addr));
     let mut peers: GroupPeers = [None; 4];
-    for (slot, a) in peers.iter_mut().zip(&all) {
-        *slot = Some(*a);
+    for (slot, p) in peers.iter_mut().zip(&all) {
+        *slot = Some(*p);
     }
     Ok((peers, all.len()))
 }
