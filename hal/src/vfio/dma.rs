@@ -21,6 +21,9 @@ pub const PAGE_4K: usize = 4096;
 /// An x86_64 / arm64 (4 KiB granule) huge page.
 pub const PAGE_2M: usize = 2 << 20;
 
+/// The step named when hugepages cannot be had.
+const HUGE_MMAP: &str = "mmap 2 MiB hugepages";
+
 /// Which pages back a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pages {
@@ -93,7 +96,7 @@ fn mmap_anon(len: usize, align: usize, page: usize) -> Result<usize, VfioError> 
         libc::mmap(core::ptr::null_mut(), total, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
     };
     if p == libc::MAP_FAILED {
-        let step = if page == PAGE_2M { "mmap 2 MiB hugepages" } else { "mmap 4 KiB pages" };
+        let step = if page == PAGE_2M { HUGE_MMAP } else { "mmap 4 KiB pages" };
         return Err(VfioError::last_os(step, "anonymous memory"));
     }
     let start = p as usize;
@@ -140,7 +143,9 @@ impl VfioDma {
             Pages::Huge => self.alloc_on(len, align, PAGE_2M),
             Pages::Auto if len >= PAGE_2M / 2 || align >= PAGE_2M => {
                 match self.alloc_on(len, align, PAGE_2M) {
-                    Err(VfioError::Os { errno, .. })
+                    // No hugepage free (ENOMEM) or none configured (EINVAL): small pages.
+                    // A failing VFIO_IOMMU_MAP_DMA is not retried: it would fail again.
+                    Err(VfioError::Os { step: HUGE_MMAP, errno, .. })
                         if errno == libc::ENOMEM || errno == libc::EINVAL =>
                     {
                         self.alloc_on(len, align, PAGE_4K)
@@ -253,5 +258,39 @@ impl Drop for VfioDma {
         for iova in live {
             let _ = self.release(&mut st, iova, true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `[addr, addr + len)` is mapped (`mincore` fails with ENOMEM on holes).
+    fn mapped(addr: usize, len: usize) -> bool {
+        let mut vec = vec![0u8; len.div_ceil(PAGE_4K)];
+        // SAFETY: `vec` has one byte per page of the range; mincore only reads page tables.
+        unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) == 0 }
+    }
+
+    #[test]
+    fn anonymous_blocks_are_aligned_zeroed_and_released() {
+        for (len, align) in [(PAGE_4K, PAGE_4K), (3 * PAGE_4K, 64 << 10), (PAGE_2M, PAGE_2M)] {
+            let cpu = mmap_anon(len, align, PAGE_4K).unwrap();
+            assert_eq!(cpu % align, 0, "{len:#x} aligned to {align:#x}");
+            assert!(mapped(cpu, len));
+            let p = cpu as *mut u8;
+            // SAFETY: `len` bytes at `cpu` were just mapped read/write for this test.
+            unsafe {
+                assert!((0..len).all(|i| p.add(i).read_volatile() == 0), "zeroed");
+                p.add(len - 1).write_volatile(0xa5);
+                libc::munmap(p.cast(), len);
+            }
+        }
+    }
+
+    #[test]
+    fn absurd_layouts_are_refused_before_any_system_call() {
+        let e = mmap_anon(usize::MAX - PAGE_4K + 1, PAGE_2M, PAGE_4K).unwrap_err();
+        assert!(matches!(e, VfioError::BadLayout { .. }), "{e}");
     }
 }
