@@ -49,7 +49,10 @@ struct Edu {
 
 impl Edu {
     fn open() -> Self {
-        let dev = VfioDevice::open(edu_addr()).expect("open edu through VFIO");
+        Self::with(VfioDevice::open(edu_addr()).expect("open edu through VFIO"))
+    }
+
+    fn with(dev: VfioDevice) -> Self {
         dev.enable_dma().expect("enable bus mastering");
         let bar = dev.map_bar(0).expect("map BAR0");
         Edu { bar, dev }
@@ -568,4 +571,42 @@ fn l_memlock_limit_is_named_when_pinning_exceeds_it() {
     round_trip(&edu, &small, 0, &small, 8192, 13);
     // SAFETY: the device is idle.
     unsafe { dma.free(small) };
+}
+
+#[test]
+#[ignore = "needs two vfio-pci bound edu devices: cargo xtask test --tier vfio"]
+fn m_two_devices_share_one_container() {
+    let second: PciAddr = std::env::var("RDMA_PMD_VFIO_EDU2")
+        .expect("RDMA_PMD_VFIO_EDU2 names a second edu alone in its IOMMU group")
+        .parse()
+        .expect("a PCI address");
+    let container = Container::open().unwrap();
+    let a = Edu::with(VfioDevice::open_in(edu_addr(), &container).unwrap());
+    let b = Edu::with(VfioDevice::open_in(second, &container).unwrap());
+    assert_ne!(a.dev.group().number(), b.dev.group().number());
+    assert!(std::sync::Arc::ptr_eq(a.dev.container(), b.dev.container()));
+    // One IOVA space: blocks for either device never overlap, and both devices reach both.
+    let da = a.dma_mem(Pages::Small);
+    let db = b.dma_mem(Pages::Huge);
+    let x = da.alloc(2 * PAGE_4K, PAGE_4K).unwrap();
+    let y = db.alloc(PAGE_2M, PAGE_2M).unwrap();
+    let (xs, ys) = (x.bus().0, y.bus().0);
+    assert!(xs + x.len() as u64 <= ys || ys + y.len() as u64 <= xs, "{xs:#x} and {ys:#x} overlap");
+    // x → device A → y, then y → device B → x.
+    let data = pattern(14, MAX_XFER);
+    x.write_bytes(0, &data);
+    y.fill(0xee);
+    a.to_device(x.bus(), 0, MAX_XFER);
+    a.to_ram(0, y.bus().add(4096), MAX_XFER);
+    x.fill(0);
+    b.to_device(y.bus().add(4096), 0, MAX_XFER);
+    b.to_ram(0, x.bus().add(100), MAX_XFER);
+    let mut back = vec![0u8; MAX_XFER];
+    x.read_bytes(100, &mut back);
+    assert!(back == data, "data did not make it through both devices");
+    // SAFETY: both devices are idle.
+    unsafe {
+        da.free(x);
+        db.free(y);
+    }
 }

@@ -1,13 +1,13 @@
-//! Tier `vfio`: the VFIO backend against a real vfio-pci device.
+//! Tier `vfio`: the VFIO backend against real vfio-pci devices.
 //!
 //! Boots a QEMU guest (see [`crate::vm`]): q35 with an emulated Intel IOMMU (interrupt remapping
-//! on, without which `VFIO_SET_IOMMU` fails with EPERM), QEMU's `edu` PCI device (28-bit DMA
-//! mask, its default), a second `edu` in a non-viable IOMMU group, Debian's kernel with
-//! `intel_iommu=on`, the vfio modules, and 2 MiB hugepages reserved. `/init` binds both `edu`s
-//! to vfio-pci and runs the statically linked test
-//! binaries of `rdma-pmd-hal` (`vfio::edu`) and `rdma-pmd-mlx5` (`vfio::tests`) with
-//! `--ignored --test-threads=1`; their libtest summaries come back over the serial console and
-//! become this tier's counts.
+//! on, without which `VFIO_SET_IOMMU` fails with EPERM), three QEMU `edu` PCI devices (28-bit
+//! DMA mask, their default): the device under test, a second one for a container shared by two
+//! devices, a third in a non-viable IOMMU group; Debian's kernel with `intel_iommu=on`, the vfio
+//! modules, and 2 MiB hugepages reserved. `/init` binds the `edu`s to vfio-pci and runs the
+//! statically linked test binaries of `rdma-pmd-hal` (`vfio::edu`) and `rdma-pmd-mlx5`
+//! (`vfio::tests`) with `--ignored --test-threads=1`; their libtest summaries come back over the
+//! serial console and become this tier's counts.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,8 +16,8 @@ use super::Outcome;
 use crate::util;
 use crate::vm::{Guest, GuestFile};
 
-/// Tests the guest must run: 12 in the HAL, 1 in mlx5. Fewer means a binary died early.
-const EXPECTED: u32 = 13;
+/// Tests the guest must run: 13 in the HAL, 1 in mlx5. Fewer means a binary died early.
+const EXPECTED: u32 = 14;
 
 /// The test binaries' target: explicit, so that RUSTFLAGS reach only them (not build scripts).
 const TARGET: &str = "x86_64-unknown-linux-gnu";
@@ -29,14 +29,17 @@ const MODULES: &[&str] = &["vfio", "vfio_iommu_type1", "vfio_pci", "virtio_pci"]
 /// `/init`'s script: find edu, bind it to vfio-pci, reserve hugepages, run the tests.
 const SCRIPT: &str = r#"
 addr=
+addr2=
 shared=
 for d in /sys/bus/pci/devices/*; do
   if [ "$(cat $d/vendor)" = 0x1234 ] && [ "$(cat $d/device)" = 0x11e8 ]; then
-    if [ "$(ls $d/iommu_group/devices | wc -l)" = 1 ]; then addr=${d##*/}; else shared=${d##*/}; fi
+    if [ "$(ls $d/iommu_group/devices | wc -l)" != 1 ]; then shared=${d##*/}
+    elif [ -z "$addr" ]; then addr=${d##*/}
+    else addr2=${d##*/}; fi
   fi
 done
-if [ -z "$addr" ] || [ -z "$shared" ]; then echo "vfio-tier: edu devices missing"; exit 2; fi
-for a in $addr $shared; do
+if [ -z "$addr" ] || [ -z "$addr2" ] || [ -z "$shared" ]; then echo "vfio-tier: edu devices missing"; exit 2; fi
+for a in $addr $addr2 $shared; do
   echo vfio-pci > /sys/bus/pci/devices/$a/driver_override
   echo $a > /sys/bus/pci/drivers_probe
   g=$(readlink -f /sys/bus/pci/devices/$a/iommu_group)
@@ -48,7 +51,7 @@ done
 echo "vfio-tier: /dev/vfio: $(ls /dev/vfio | tr '\n' ' ')"
 echo 16 > /proc/sys/vm/nr_hugepages
 grep -E 'HugePages_(Total|Free)|Hugepagesize' /proc/meminfo
-export RDMA_PMD_VFIO_EDU=$addr RDMA_PMD_VFIO_EDU_SHARED=$shared RUST_BACKTRACE=1
+export RDMA_PMD_VFIO_EDU=$addr RDMA_PMD_VFIO_EDU2=$addr2 RDMA_PMD_VFIO_EDU_SHARED=$shared RUST_BACKTRACE=1
 /t/hal-tests --ignored --test-threads=1 --show-output vfio::edu::
 hal=$?
 /t/mlx5-tests --ignored --test-threads=1 vfio::tests::
@@ -99,9 +102,10 @@ fn executables(json: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The guest: q35, Intel IOMMU with interrupt remapping; one edu alone in its IOMMU group (the
-/// device under test) and, behind a PCI bridge, a second edu sharing a group with a virtio
-/// device (the non-viable group). TCG unless KVM works.
+/// The guest: q35, Intel IOMMU with interrupt remapping; two edus each alone in its IOMMU group
+/// (the device under test, and a second one for the shared-container test) and, behind a PCI
+/// bridge, a third edu sharing a group with a virtio device (the non-viable group). TCG unless
+/// KVM works.
 fn guest(hal: PathBuf, mlx5: PathBuf) -> Guest {
     Guest {
         name: "vfio".into(),
@@ -114,6 +118,8 @@ fn guest(hal: PathBuf, mlx5: PathBuf) -> Guest {
             "q35,kernel-irqchip=split",
             "-device",
             "intel-iommu,intremap=on",
+            "-device",
+            "edu",
             "-device",
             "edu",
             "-device",
@@ -193,12 +199,12 @@ mod tests {
     #[test]
     fn counts_come_from_libtest_and_missing_tests_fail() {
         let good =
-            "test result: ok. 12 passed; 0 failed; 0 ignored\ntest result: ok. 1 passed; 0 failed\n";
+            "test result: ok. 13 passed; 0 failed; 0 ignored\ntest result: ok. 1 passed; 0 failed\n";
         let o = outcome(good, Some(0));
-        assert_eq!((o.passed, o.failed), (13, 0));
-        let crashed = "test result: ok. 12 passed; 0 failed; 0 ignored\n";
+        assert_eq!((o.passed, o.failed), (14, 0));
+        let crashed = "test result: ok. 13 passed; 0 failed; 0 ignored\n";
         let o = outcome(crashed, Some(1));
-        assert_eq!((o.passed, o.failed), (12, 2), "script failure and a missing test");
+        assert_eq!((o.passed, o.failed), (13, 2), "script failure and a missing test");
         let o = outcome("", None);
         assert_eq!((o.passed, o.failed), (0, 2));
     }
