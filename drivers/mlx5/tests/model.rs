@@ -365,11 +365,15 @@ fn dropping_queue_pairs_with_requests_in_flight_leaves_everything_consistent() {
         let src = dev.reg(4096, TARGET).unwrap();
         let dst = dev.reg(4096, TARGET).unwrap();
         {
-            let (mut a, _b) = pair::<_, _, 64>(&dev, &QpConfig::default());
+            let (mut a, b) = pair::<_, _, 64>(&dev, &QpConfig::default());
             for i in 0..20 {
                 a.post_write(i, src.slice(0, 64).unwrap(), NONE, dst.remote(0)).unwrap();
             }
             assert_eq!(src.usage().in_flight(), 20);
+            // The sender goes first: its requests may still be executing, but their target
+            // stays there until it is gone.
+            drop(a);
+            drop(b);
         }
         assert_eq!(src.usage().in_flight(), 0);
         src.dereg().unwrap();

@@ -1,0 +1,185 @@
+//! The data path allocates nothing: after setup (device, regions, queue pairs), posting in every
+//! form, polling, receiving, refusals and the error/flush path run under a counting global
+//! allocator that must see zero allocations on the driver's thread.
+//!
+//! The model reacts to doorbells inside the BAR store (its handler runs on the caller's thread),
+//! and that is the device's work, not the driver's: the BAR is wrapped so that the counter is
+//! paused while a store is inside the model. The model's own thread is not counted.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use common::*;
+use rdma_pmd::{Completion, Error, PostWrite, RemoteBuf, Rkey, SendFlags, SendQueue, WcStatus};
+use rdma_pmd_hal::mem::MemBar;
+use rdma_pmd_hal::Mmio;
+use rdma_pmd_mlx5::QpConfig;
+use rdma_pmd_mlx5_model::Model;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    let _ = ARMED.try_with(|a| {
+        if a.get() {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+        }
+    });
+}
+
+struct Counting;
+
+// SAFETY: every call is forwarded to the system allocator unchanged; counting touches only
+// const-initialised thread-locals, which never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        note();
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        note();
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        note();
+        // SAFETY: forwarded with the caller's pointer and layouts.
+        unsafe { System.realloc(p, l, new) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded with the caller's pointer and layout.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Count allocations on this thread while `f` runs.
+fn counted<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    COUNT.with(|c| c.set(0));
+    ARMED.with(|a| a.set(true));
+    let r = f();
+    ARMED.with(|a| a.set(false));
+    (r, COUNT.with(|c| c.get()))
+}
+
+/// The model's side of a BAR store, not counted.
+fn device<T>(f: impl FnOnce() -> T) -> T {
+    let was = ARMED.with(|a| a.replace(false));
+    let r = f();
+    ARMED.with(|a| a.set(was));
+    r
+}
+
+/// The model's BAR, with the model's reaction to each access left out of the count.
+struct DeviceSide(MemBar);
+
+// SAFETY: every access is forwarded unchanged to `MemBar`, which upholds the contract.
+unsafe impl Mmio for DeviceSide {
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn read_u32(&self, off: usize) -> u32 {
+        device(|| self.0.read_u32(off))
+    }
+    fn write_u32(&self, off: usize, value: u32) {
+        device(|| self.0.write_u32(off, value))
+    }
+    fn read_u64(&self, off: usize) -> u64 {
+        device(|| self.0.read_u64(off))
+    }
+    fn write_u64(&self, off: usize, value: u64) {
+        device(|| self.0.write_u64(off, value))
+    }
+    fn write_wc64(&self, off: usize, block: &[u64; 8]) {
+        device(|| self.0.write_wc64(off, block))
+    }
+}
+
+/// Poll until `n` completions are in `out` (bounded).
+fn reap<'r, Q: SendQueue<'r>>(q: &mut Q, out: &mut [Completion], n: usize) {
+    let mut got = 0;
+    let mut spins = 0u64;
+    while got < n {
+        got += q.poll(&mut out[got..n]).expect("poll");
+        spins += 1;
+        assert!(spins < 2_000_000_000, "completions did not arrive");
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn the_counter_sees_an_allocation() {
+    let ((), n) = counted(|| drop(std::hint::black_box(Vec::<u8>::with_capacity(8))));
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn posting_and_polling_allocate_nothing() {
+    let model = Model::new();
+    let dev = open_with(&model, DeviceSide);
+    let src = dev.reg(1 << 16, TARGET).unwrap();
+    let dst = dev.reg(1 << 16, TARGET).unwrap();
+    src.write(0, &pattern(1, 1 << 16)).unwrap();
+    let (mut a, mut b) = pair::<_, _, 64>(&dev, &QpConfig::default());
+    let inline = pattern(2, 200);
+
+    let ((), n) = counted(|| {
+        let mut out = [Completion::default(); 16];
+        for round in 0..300usize {
+            // A batch of gather writes, one doorbell.
+            let mut bt = a.batch();
+            for k in 0..8usize {
+                let sgl =
+                    [src.slice(round * 7 + k, 16).unwrap(), src.slice(4096 + k * 64, 48).unwrap()];
+                let f = if k == 7 { SendFlags::SIGNALED } else { SendFlags::empty() };
+                bt.writev(k as u64, &sgl, f, dst.remote(k * 64)).unwrap();
+            }
+            bt.commit();
+            // A single post (BlueFlame), an inline write, a write with immediate.
+            let one = src.slice(round, 64).unwrap();
+            a.post_write(100, one, SendFlags::SIGNALED, dst.remote(1024)).unwrap();
+            a.post_write_inline(101, &[&inline[..]], SendFlags::SIGNALED, dst.remote(2048))
+                .unwrap();
+            b.post_recv(7).unwrap();
+            let buf = src.slice(0, 32).unwrap();
+            a.post_write_imm(102, &[buf], SendFlags::SIGNALED, dst.remote(4096), 5).unwrap();
+            // A batch dropped uncommitted.
+            let mut dropped = a.batch();
+            dropped
+                .writev(9, &[src.slice(0, 8).unwrap()], SendFlags::empty(), dst.remote(0))
+                .unwrap();
+            drop(dropped);
+            reap(&mut a, &mut out, 4);
+            assert!(out[..4].iter().all(|c| c.status == WcStatus::Success));
+            let mut got = 0;
+            while got == 0 {
+                got = b.poll_recv(&mut out).unwrap();
+            }
+            assert_eq!(out[0].imm, Some(5));
+        }
+        // Refusals.
+        for i in 0..64u64 {
+            a.post_write(i, src.slice(0, 8).unwrap(), SendFlags::empty(), dst.remote(0)).unwrap();
+        }
+        let full = a.post_write(99, src.slice(0, 8).unwrap(), SendFlags::SIGNALED, dst.remote(0));
+        assert!(matches!(full, Err(Error::QueueFull { .. })));
+        let big = [0u8; 1000];
+        let e = b.post_write_inline(1, &[&big[..]], SendFlags::empty(), dst.remote(0));
+        assert!(matches!(e, Err(Error::InlineTooLarge { .. })));
+        // The error and flush path: everything outstanding completes, in error.
+        let bad = RemoteBuf::new(dst.addr(), Rkey(0x00dead00));
+        b.post_write(1, src.slice(0, 8).unwrap(), SendFlags::empty(), bad).unwrap();
+        b.post_write(2, src.slice(0, 8).unwrap(), SendFlags::SIGNALED, dst.remote(0)).unwrap();
+        reap(&mut b, &mut out, 2);
+        assert_eq!((out[0].status, out[1].status), (WcStatus::RemAccessErr, WcStatus::WrFlushErr));
+    });
+    assert_eq!(n, 0, "allocations on the data path");
+    // The 64 unsignalled writes of `a` retire on teardown.
+}
