@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::Outcome;
+use crate::util;
 use crate::vm::{self, Guest, GuestFile};
 
 /// Guest packages besides the kernel and busybox.
@@ -75,12 +76,144 @@ fn guest(files: Vec<GuestFile>, script: String) -> Guest {
     }
 }
 
+/// The guest's environment for the tests: addresses and namespaces of [`NET_SETUP`].
+const TEST_ENV: &str = "export RXE_ADDR=10.0.0.1 RXE_ADDR_A=10.1.0.1 \
+                        RXE_NETNS_A=/run/netns/a RXE_NETNS_B=/run/netns/b RUST_BACKTRACE=1";
+
+/// Seconds one test may take in the guest before it is killed and counted as failed.
+const PER_TEST_S: u32 = 90;
+
+/// Build the device test binary on the host (`cargo test --no-run`); returns its path.
+fn build_tests() -> Result<std::path::PathBuf, String> {
+    let out = util::cargo()
+        .args(["test", "-p", "rdma-pmd-rxe", "--test", "rxe", "--no-run"])
+        .args(["--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !out.status.success() {
+        return Err("building the rxe tests failed".into());
+    }
+    executable_of(&String::from_utf8_lossy(&out.stdout), "rxe")
+        .ok_or_else(|| "cargo reported no rxe test executable".into())
+}
+
+/// The `"executable"` of the artifact whose target is named `name`, from cargo's JSON lines.
+fn executable_of(json: &str, name: &str) -> Option<std::path::PathBuf> {
+    let target = format!("\"name\":\"{name}\"");
+    json.lines().filter(|l| l.contains(&target)).find_map(|l| {
+        let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
+        Some(rest[..rest.find('"')?].into())
+    })
+}
+
+/// Shell that runs every ignored test of `bin` one at a time (soft-RoCE drops completions
+/// when several QPs drive it at once), each under a time limit.
+fn per_test_script(bin: &str, extra_args: &str) -> String {
+    // XTASK_RXE_TESTS (space-separated names) narrows the run, for debugging.
+    let list = match std::env::var("XTASK_RXE_TESTS") {
+        Ok(names) if !names.trim().is_empty() => names,
+        _ => format!("$({bin} --ignored --list 2>/dev/null | sed -n 's/: test$//p')"),
+    };
+    format!(
+        "for t in {list}; do\n\
+         \x20 timeout -s KILL {PER_TEST_S} {bin} --ignored --exact \"$t\" --test-threads=1 --nocapture {extra_args}\n\
+         \x20 rc=$?\n\
+         \x20 [ $rc -ge 124 ] && echo \"test $t ... TIMEOUT (killed after {PER_TEST_S} s)\"\n\
+         done\n"
+    )
+}
+
+/// Pass and fail counts: libtest's `test result:` lines (one per test run) plus our timeout
+/// lines (a killed test prints no result).
+fn count(output: &str) -> (u32, u32) {
+    let (passed, failed) = util::count_libtest(output);
+    let timeouts =
+        output.lines().filter(|l| l.starts_with("test ") && l.contains("... TIMEOUT")).count();
+    (passed, failed + timeouts as u32)
+}
+
+/// The rxe device and the IPv4 address of its netdev, if `rdma link` shows one here.
+fn native_rxe() -> Option<(String, String)> {
+    let links = std::process::Command::new("rdma").arg("link").output().ok()?;
+    let text = String::from_utf8_lossy(&links.stdout).into_owned();
+    for l in text.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let (Some(dev), Some(i)) = (w.get(1), w.iter().position(|x| *x == "netdev")) else {
+            continue;
+        };
+        if !dev.starts_with("rxe") {
+            continue;
+        }
+        let netdev = w.get(i + 1)?;
+        let ip = std::process::Command::new("ip")
+            .args(["-4", "-o", "addr", "show", "dev", netdev])
+            .output()
+            .ok()?;
+        let ip = String::from_utf8_lossy(&ip.stdout).into_owned();
+        let addr = ip.split_whitespace().skip_while(|x| *x != "inet").nth(1)?;
+        return Some((dev.to_string(), addr.split('/').next()?.to_string()));
+    }
+    None
+}
+
+/// Why the VM cannot run here, with the command that would fix it, if so.
+fn vm_unavailable() -> Option<String> {
+    let missing = vm::host_tools_missing();
+    if missing.is_empty() {
+        return None;
+    }
+    let apt = vm::apt_install_command(&missing);
+    if util::is_root() {
+        eprintln!("xtask: rxe: installing {missing:?}");
+        let ok =
+            util::run(std::process::Command::new("sh").args([
+                "-c",
+                &format!("apt-get update -qq && DEBIAN_FRONTEND=noninteractive {apt}"),
+            ]));
+        if ok && vm::host_tools_missing().is_empty() {
+            return None;
+        }
+    }
+    Some(format!("no rxe device and no VM tools; run: {apt}"))
+}
+
 pub fn run() -> Outcome {
-    let g = guest(Vec::new(), "ibv_devices\n".into());
-    match g.boot(Duration::from_secs(300)) {
+    let bin = match build_tests() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("xtask: rxe: {e}");
+            return Outcome::check(false);
+        }
+    };
+    if let Some((dev, ip)) = native_rxe() {
+        eprintln!("xtask: rxe: running natively on {dev} ({ip})");
+        let (_, out) = util::run_capture(
+            std::process::Command::new(&bin)
+                .args(["--ignored", "--test-threads=1", "--skip", "two_namespaces"])
+                .env("RXE_ADDR", &ip),
+        );
+        let (passed, failed) = count(&out);
+        return Outcome { passed, failed: failed.max((passed == 0) as u32), skipped: None };
+    }
+    if let Some(why) = vm_unavailable() {
+        eprintln!("\n!!!! xtask: rxe tier SKIPPED: {why} !!!!\n");
+        return Outcome::skip(why);
+    }
+    let script = format!("{TEST_ENV}\n{}{NS_REPORT}", per_test_script("/t/rxe-tests", ""));
+    let g = guest(vec![GuestFile::dynamic(&bin, "/t/rxe-tests")], script);
+    match g.boot(Duration::from_secs(900)) {
         Ok(s) => {
-            println!("exit {:?} accel {:?} in {:?}", s.exit, s.accel, s.elapsed);
-            Outcome::check(s.exit == Some(0))
+            let (passed, mut failed) = count(s.script_output());
+            if s.exit.is_none() || passed + failed == 0 {
+                eprintln!("xtask: rxe: the guest did not finish (timed out: {})", s.timed_out);
+                failed += 1;
+            }
+            println!(
+                "rxe: {passed} passed, {failed} failed in the {:?} guest ({:.0?})",
+                s.accel, s.elapsed
+            );
+            Outcome { passed, failed, skipped: None }
         }
         Err(e) => {
             eprintln!("xtask: rxe: {e}");
@@ -88,6 +221,16 @@ pub fn run() -> Outcome {
         }
     }
 }
+
+/// Evidence for the two-namespace case: where rxe's RoCE v2 UDP socket (port 4791 = 0x12B7)
+/// exists, and how many UDP datagrams each namespace dropped for want of a socket.
+const NS_REPORT: &str = r#"
+for ns in root a b; do
+  if [ $ns = root ]; then x=""; else x="ip netns exec $ns"; fi
+  echo "netns $ns: udp sockets on :12B7: $($x cat /proc/net/udp | grep -c ':12B7 ')" \
+       "udp NoPorts: $($x cat /proc/net/snmp | awk '/^Udp:/ {n++; if (n == 2) print $3}')"
+done
+"#;
 
 /// `cargo xtask bench rxe`.
 pub fn bench(_args: &[String]) -> bool {

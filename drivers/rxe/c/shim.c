@@ -1,0 +1,110 @@
+/*
+ * Real symbols for the rdma-core calls that verbs.h only provides as static inline functions,
+ * plus field accessors for the two librdmacm structures the Rust side keeps opaque, and the
+ * layout facts the Rust tests check their declarations against.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+int rxe_shim_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	return ibv_post_send(qp, wr, bad);
+}
+
+int rxe_shim_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	return ibv_post_recv(qp, wr, bad);
+}
+
+int rxe_shim_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	return ibv_poll_cq(cq, n, wc);
+}
+
+struct ibv_context *rxe_shim_id_verbs(const struct rdma_cm_id *id)
+{
+	return id->verbs;
+}
+
+struct ibv_pd *rxe_shim_id_pd(const struct rdma_cm_id *id)
+{
+	return id->pd;
+}
+
+struct ibv_qp *rxe_shim_id_qp(const struct rdma_cm_id *id)
+{
+	return id->qp;
+}
+
+/* Private data of the last connection event of a synchronous id (the request for the passive
+ * side before rdma_accept, the established event for the active side after rdma_connect). */
+const void *rxe_shim_id_private_data(const struct rdma_cm_id *id, uint8_t *len)
+{
+	if (!id->event) {
+		*len = 0;
+		return NULL;
+	}
+	*len = id->event->param.conn.private_data_len;
+	return id->event->param.conn.private_data;
+}
+
+uint32_t rxe_shim_qp_num(const struct ibv_qp *qp)
+{
+	return qp->qp_num;
+}
+
+#define SZ(t) { "sizeof " #t, sizeof(struct t) }
+#define OFF(t, f) { #t "." #f, offsetof(struct t, f) }
+#define VAL(v) { #v, (uint64_t)(v) }
+
+static const struct {
+	const char *name;
+	uint64_t value;
+} layout[] = {
+	SZ(ibv_sge), OFF(ibv_sge, addr), OFF(ibv_sge, length), OFF(ibv_sge, lkey),
+	SZ(ibv_send_wr), OFF(ibv_send_wr, wr_id), OFF(ibv_send_wr, next),
+	OFF(ibv_send_wr, sg_list), OFF(ibv_send_wr, num_sge), OFF(ibv_send_wr, opcode),
+	OFF(ibv_send_wr, send_flags), OFF(ibv_send_wr, imm_data),
+	OFF(ibv_send_wr, wr.rdma.remote_addr), OFF(ibv_send_wr, wr.rdma.rkey),
+	OFF(ibv_send_wr, qp_type), OFF(ibv_send_wr, bind_mw),
+	SZ(ibv_recv_wr), OFF(ibv_recv_wr, wr_id), OFF(ibv_recv_wr, next),
+	OFF(ibv_recv_wr, sg_list), OFF(ibv_recv_wr, num_sge),
+	SZ(ibv_wc), OFF(ibv_wc, wr_id), OFF(ibv_wc, status), OFF(ibv_wc, opcode),
+	OFF(ibv_wc, vendor_err), OFF(ibv_wc, byte_len), OFF(ibv_wc, imm_data),
+	OFF(ibv_wc, qp_num), OFF(ibv_wc, src_qp), OFF(ibv_wc, wc_flags),
+	SZ(ibv_qp_cap), OFF(ibv_qp_cap, max_send_wr), OFF(ibv_qp_cap, max_recv_wr),
+	OFF(ibv_qp_cap, max_send_sge), OFF(ibv_qp_cap, max_recv_sge),
+	OFF(ibv_qp_cap, max_inline_data),
+	SZ(ibv_qp_init_attr), OFF(ibv_qp_init_attr, qp_context), OFF(ibv_qp_init_attr, send_cq),
+	OFF(ibv_qp_init_attr, recv_cq), OFF(ibv_qp_init_attr, srq), OFF(ibv_qp_init_attr, cap),
+	OFF(ibv_qp_init_attr, qp_type), OFF(ibv_qp_init_attr, sq_sig_all),
+	SZ(ibv_mr), OFF(ibv_mr, addr), OFF(ibv_mr, length), OFF(ibv_mr, lkey), OFF(ibv_mr, rkey),
+	SZ(rdma_addrinfo), OFF(rdma_addrinfo, ai_flags), OFF(rdma_addrinfo, ai_port_space),
+	OFF(rdma_addrinfo, ai_next),
+	SZ(rdma_conn_param), OFF(rdma_conn_param, private_data),
+	OFF(rdma_conn_param, private_data_len), OFF(rdma_conn_param, responder_resources),
+	OFF(rdma_conn_param, initiator_depth), OFF(rdma_conn_param, flow_control),
+	OFF(rdma_conn_param, retry_count), OFF(rdma_conn_param, rnr_retry_count),
+	OFF(rdma_conn_param, srq), OFF(rdma_conn_param, qp_num),
+	VAL(IBV_WR_RDMA_WRITE), VAL(IBV_WR_RDMA_WRITE_WITH_IMM),
+	VAL(IBV_SEND_FENCE), VAL(IBV_SEND_SIGNALED), VAL(IBV_SEND_SOLICITED), VAL(IBV_SEND_INLINE),
+	VAL(IBV_WC_SUCCESS), VAL(IBV_WC_LOC_PROT_ERR), VAL(IBV_WC_WR_FLUSH_ERR),
+	VAL(IBV_WC_REM_ACCESS_ERR), VAL(IBV_WC_RETRY_EXC_ERR), VAL(IBV_WC_GENERAL_ERR),
+	VAL(IBV_WC_RDMA_WRITE), VAL(IBV_WC_RECV), VAL(IBV_WC_RECV_RDMA_WITH_IMM),
+	VAL(IBV_WC_WITH_IMM),
+	VAL(IBV_ACCESS_LOCAL_WRITE), VAL(IBV_ACCESS_REMOTE_WRITE), VAL(IBV_ACCESS_REMOTE_READ),
+	VAL(IBV_QPT_RC), VAL(RDMA_PS_TCP), VAL(RAI_PASSIVE),
+};
+
+/* The value recorded under `name`, or UINT64_MAX when the name is unknown. */
+uint64_t rxe_shim_layout(const char *name)
+{
+	for (size_t i = 0; i < sizeof(layout) / sizeof(layout[0]); i++)
+		if (!strcmp(layout[i].name, name))
+			return layout[i].value;
+	return UINT64_MAX;
+}

@@ -1,0 +1,521 @@
+//! The queue pair: the core's [`SendQueue`] over `ibv_post_send` / `ibv_poll_cq`, plus the
+//! receive side a write with immediate needs.
+//!
+//! Send-side accounting uses free-running sequence numbers: `head` (oldest request whose
+//! completion is not reaped) ≤ `committed` (first request not yet given to the device) ≤ `tail`
+//! (next request to push). Each request carries its sequence number as the verbs `wr_id`; a
+//! completion for sequence `s` retires every request up to `s` (an RC send queue completes in
+//! order, and unsignalled requests before a signalled one complete with it), releasing the
+//! regions they held. Error and flush completions are reported for every request, signalled or
+//! not, so they retire one request each.
+
+use core::ffi::c_int;
+use core::ptr::{self, NonNull};
+
+use rdma_pmd::post::SourceKind;
+use rdma_pmd::region::{acquire_all, for_each_run};
+use rdma_pmd::{
+    Caps, Completion, Errno, Error, LocalBuf, QpNum, RegionUse, Result, SendFlags, SendQueue, Sge,
+    WcOpcode, WcStatus, WriteRequest,
+};
+
+use crate::cm::Conn;
+use crate::{ffi, last_errno};
+
+/// What to ask for when creating a queue pair; the device may grant more (see
+/// [`SendQueue::caps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpConfig {
+    /// Send queue depth (`max_send_wr`).
+    pub max_send_wr: u32,
+    /// Receive queue depth (`max_recv_wr`), for writes with immediate.
+    pub max_recv_wr: u32,
+    /// Scatter-gather elements per send request (rxe allows up to 32).
+    pub max_sge: u32,
+    /// Inline bytes per request.
+    pub max_inline: u32,
+}
+
+impl Default for QpConfig {
+    fn default() -> Self {
+        QpConfig { max_send_wr: 128, max_recv_wr: 16, max_sge: 8, max_inline: 64 }
+    }
+}
+
+/// Per send-queue slot: what to report and what to release when the request retires.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    wr_id: u64,
+    runs: u32,
+}
+
+/// Completions fetched per `ibv_poll_cq` call.
+const WC_BATCH: usize = 32;
+
+/// An RC queue pair on rxe, connected through its [`Conn`], posting from regions that live
+/// for `'r` (the queue pair is destroyed first, so no request outlives its buffers).
+pub struct RxeQp<'r> {
+    conn: &'r Conn,
+    qp: NonNull<ffi::ibv_qp>,
+    send_cq: NonNull<ffi::ibv_cq>,
+    recv_cq: NonNull<ffi::ibv_cq>,
+    caps: Caps,
+    qpn: QpNum,
+    connected: bool,
+    head: u64,
+    committed: u64,
+    tail: u64,
+    slots: Vec<Slot>,
+    /// `max_sge` entries per slot: the regions a request acquired, released when it retires.
+    runs: Vec<Option<&'r RegionUse>>,
+    /// Requests pushed since the last commit, chained and posted by one `ibv_post_send`.
+    wrs: Vec<ffi::ibv_send_wr>,
+    /// Their scatter-gather lists (`max_sge` per request); `Sge` is `struct ibv_sge`.
+    sges: Vec<Sge>,
+    /// Their inline payloads (`max_inline` bytes per request), copied at push time.
+    inline: Vec<u8>,
+    wcs: Vec<ffi::ibv_wc>,
+    /// A post that failed at commit (`commit` cannot return it), reported by the next `poll`.
+    deferred: Option<Error>,
+    recv_head: u64,
+    recv_tail: u64,
+    recv_slots: Vec<(u64, Option<&'r RegionUse>)>,
+    max_recv: u32,
+}
+
+fn cq(conn: &Conn, entries: u32) -> Result<NonNull<ffi::ibv_cq>> {
+    // SAFETY: the context is live; no completion channel: completions are busy-polled.
+    let cq = unsafe {
+        ffi::ibv_create_cq(conn.verbs(), entries as c_int, ptr::null_mut(), ptr::null_mut(), 0)
+    };
+    NonNull::new(cq).ok_or_else(last_errno)
+}
+
+fn device_error(rc: c_int) -> Error {
+    match rc {
+        0 => Error::Device(Errno::EIO),
+        rc => Error::Device(Errno(rc.abs())),
+    }
+}
+
+impl<'r> RxeQp<'r> {
+    /// Create an RC queue pair on `conn` with its own send and receive completion queues (no
+    /// completion channel). It cannot post until [`connect`](Self::connect) or
+    /// [`accept`](Self::accept) succeeded ([`Error::NotConnected`]).
+    pub fn create(conn: &'r Conn, cfg: QpConfig) -> Result<RxeQp<'r>> {
+        if cfg.max_send_wr == 0 || cfg.max_sge == 0 {
+            return Err(Error::InvalidArgument("max_send_wr and max_sge must be non-zero"));
+        }
+        let send_cq = cq(conn, cfg.max_send_wr)?;
+        let recv_cq = match cq(conn, cfg.max_recv_wr.max(1)) {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: created above, unused.
+                unsafe { ffi::ibv_destroy_cq(send_cq.as_ptr()) };
+                return Err(e);
+            }
+        };
+        let mut attr = ffi::ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: send_cq.as_ptr(),
+            recv_cq: recv_cq.as_ptr(),
+            srq: ptr::null_mut(),
+            cap: ffi::ibv_qp_cap {
+                max_send_wr: cfg.max_send_wr,
+                max_recv_wr: cfg.max_recv_wr.max(1),
+                max_send_sge: cfg.max_sge,
+                max_recv_sge: 1,
+                max_inline_data: cfg.max_inline,
+            },
+            qp_type: ffi::IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        // SAFETY: a bound id without a QP; both CQs belong to its device; a null PD selects the
+        // id's (the one regions are registered with).
+        let rc = unsafe { ffi::rdma_create_qp(conn.id(), ptr::null_mut(), &mut attr) };
+        // SAFETY: after a successful create the id holds the QP.
+        let qp = (rc == 0).then(|| unsafe { ffi::rxe_shim_id_qp(conn.id()) });
+        let Some(qp) = qp.and_then(NonNull::new) else {
+            let e = last_errno();
+            // SAFETY: created above, unused by any QP.
+            unsafe {
+                ffi::ibv_destroy_cq(send_cq.as_ptr());
+                ffi::ibv_destroy_cq(recv_cq.as_ptr());
+            }
+            return Err(e);
+        };
+        // rdma_create_qp writes back what the device granted.
+        let caps = Caps {
+            max_send_wr: attr.cap.max_send_wr,
+            max_sge: attr.cap.max_send_sge,
+            max_inline: attr.cap.max_inline_data,
+        };
+        let n = caps.max_send_wr as usize;
+        let sge = caps.max_sge as usize;
+        // SAFETY: a live QP.
+        let qpn = QpNum(unsafe { ffi::rxe_shim_qp_num(qp.as_ptr()) });
+        let max_recv = attr.cap.max_recv_wr;
+        Ok(RxeQp {
+            conn,
+            qp,
+            send_cq,
+            recv_cq,
+            caps,
+            qpn,
+            connected: false,
+            head: 0,
+            committed: 0,
+            tail: 0,
+            slots: vec![Slot::default(); n],
+            runs: vec![None; n * sge],
+            wrs: vec![ffi::ibv_send_wr::ZERO; n],
+            sges: vec![Sge::default(); n * sge],
+            inline: vec![0; n * caps.max_inline as usize],
+            wcs: vec![ffi::ibv_wc::default(); WC_BATCH],
+            deferred: None,
+            recv_head: 0,
+            recv_tail: 0,
+            recv_slots: vec![(0, None); max_recv as usize],
+            max_recv,
+        })
+    }
+
+    fn conn_param(private: &[u8]) -> Result<ffi::rdma_conn_param> {
+        let len = u8::try_from(private.len())
+            .map_err(|_| Error::InvalidArgument("private data above 255 bytes"))?;
+        Ok(ffi::rdma_conn_param {
+            private_data: if private.is_empty() { ptr::null() } else { private.as_ptr().cast() },
+            private_data_len: len,
+            responder_resources: 1,
+            initiator_depth: 1,
+            flow_control: 0,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: 0,
+            qp_num: 0,
+        })
+    }
+
+    /// Active side: `rdma_connect`, sending `private` (at most 56 bytes on RoCE). Returns when
+    /// the connection is established; the peer's accept data is then in
+    /// [`Conn::peer_data`].
+    pub fn connect(&mut self, private: &[u8]) -> Result<()> {
+        let mut p = Self::conn_param(private)?;
+        // SAFETY: a resolved id with our QP; `p` and its data outlive the call.
+        if unsafe { ffi::rdma_connect(self.conn.id(), &mut p) } != 0 {
+            return Err(last_errno());
+        }
+        self.connected = true;
+        Ok(())
+    }
+
+    /// Passive side: `rdma_accept` a request from [`Listener::get_request`](crate::Listener),
+    /// sending `private` (at most 196 bytes on RoCE). Read the request's data with
+    /// [`Conn::peer_data`] before accepting.
+    pub fn accept(&mut self, private: &[u8]) -> Result<()> {
+        let mut p = Self::conn_param(private)?;
+        // SAFETY: a requested id with our QP; `p` and its data outlive the call.
+        if unsafe { ffi::rdma_accept(self.conn.id(), &mut p) } != 0 {
+            return Err(last_errno());
+        }
+        self.connected = true;
+        Ok(())
+    }
+
+    /// Whether the queue pair may post sends.
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// The connection this queue pair belongs to.
+    pub fn conn(&self) -> &'r Conn {
+        self.conn
+    }
+
+    fn release_slot(&mut self, seq: u64) {
+        let cap = self.caps.max_send_wr as u64;
+        let s = (seq % cap) as usize;
+        let base = s * self.caps.max_sge as usize;
+        for i in 0..self.slots[s].runs as usize {
+            if let Some(r) = self.runs[base + i].take() {
+                r.release();
+            }
+        }
+        self.slots[s].runs = 0;
+    }
+
+    /// Post a receive for an incoming write with immediate (its payload lands where the writer
+    /// said; a buffer here is only needed for SENDs). Allowed before the connection is up.
+    pub fn post_recv(&mut self, wr_id: u64, buf: Option<LocalBuf<'r>>) -> Result<()> {
+        let free = self.max_recv as u64 - (self.recv_tail - self.recv_head);
+        if free == 0 {
+            return Err(Error::QueueFull { needed: 1, free: 0 });
+        }
+        let region = match &buf {
+            Some(b) => {
+                b.region().acquire()?;
+                Some(b.region())
+            }
+            None => None,
+        };
+        let mut sge = buf.map(|b| b.sge()).unwrap_or_default();
+        let mut wr = ffi::ibv_recv_wr {
+            wr_id: self.recv_tail,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: buf.is_some() as c_int,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: a live QP; `wr` and `sge` outlive the call (the provider copies them); the
+        // buffer stays registered until the completion is reaped (acquired above).
+        let rc = unsafe { ffi::rxe_shim_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
+        if rc != 0 {
+            if let Some(r) = region {
+                r.release();
+            }
+            return Err(device_error(rc));
+        }
+        let slot = (self.recv_tail % self.max_recv as u64) as usize;
+        self.recv_slots[slot] = (wr_id, region);
+        self.recv_tail += 1;
+        Ok(())
+    }
+
+    /// Reap receive completions (writes with immediate, sends); never blocks.
+    pub fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let want = out.len().min(WC_BATCH);
+        if want == 0 {
+            return Ok(0);
+        }
+        // SAFETY: a live CQ; `wcs` has room for `want` entries.
+        let n = unsafe {
+            ffi::rxe_shim_poll_cq(self.recv_cq.as_ptr(), want as c_int, self.wcs.as_mut_ptr())
+        };
+        if n < 0 {
+            return Err(device_error(n));
+        }
+        for (i, wc) in self.wcs[..n as usize].iter().enumerate() {
+            let slot = (wc.wr_id % self.max_recv as u64) as usize;
+            let (wr_id, region) = self.recv_slots[slot];
+            if let Some(r) = region {
+                r.release();
+            }
+            self.recv_slots[slot] = (0, None);
+            self.recv_head = self.recv_head.max(wc.wr_id + 1);
+            out[i] = Completion {
+                wr_id,
+                status: WcStatus::from(wc.status),
+                opcode: WcOpcode::from(wc.opcode),
+                vendor_err: wc.vendor_err,
+                byte_len: wc.byte_len,
+                qp_num: QpNum(wc.qp_num),
+                imm: (wc.wc_flags & ffi::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(wc.imm_data)),
+            };
+        }
+        Ok(n as usize)
+    }
+
+    /// Copy an inline payload into staging slot `idx`; returns its length.
+    fn stage_inline(&mut self, idx: usize, req: &WriteRequest<'_, 'r>) -> usize {
+        let max = self.caps.max_inline as usize;
+        let dst = &mut self.inline[idx * max..(idx + 1) * max];
+        let mut at = 0;
+        let mut put = |p: *const u8, len: usize| {
+            // SAFETY: `check` bounded the total by `max_inline`; `p` is readable for `len`
+            // bytes: a slice, a registered buffer borrowed for 'r, or (raw) the caller's
+            // promise in `Source::raw`.
+            unsafe { ptr::copy_nonoverlapping(p, dst[at..at + len].as_mut_ptr(), len) };
+            at += len;
+        };
+        match *req.source.kind() {
+            SourceKind::Inline(parts) => parts.iter().for_each(|b| put(b.as_ptr(), b.len())),
+            SourceKind::Sgl(bufs) => bufs.iter().for_each(|b| put(b.as_ptr(), b.len())),
+            SourceKind::Raw { 0: sges, .. } => {
+                sges.iter().for_each(|e| put(e.addr as usize as *const u8, e.length as usize))
+            }
+        }
+        at
+    }
+}
+
+impl<'r> SendQueue<'r> for RxeQp<'r> {
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    fn qp_num(&self) -> QpNum {
+        self.qpn
+    }
+
+    fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        if !self.connected {
+            return Err(Error::NotConnected);
+        }
+        req.check(&self.caps)?;
+        let cap = self.caps.max_send_wr as u64;
+        let free = (cap - (self.tail - self.head)) as u32;
+        if free == 0 {
+            return Err(Error::QueueFull { needed: 1, free });
+        }
+        let idx = (self.tail - self.committed) as usize;
+        let slot = (self.tail % cap) as usize;
+        let max_sge = self.caps.max_sge as usize;
+        let sgl_base = idx * max_sge;
+        let mut runs = 0u32;
+        let num_sge = if req.is_inline() {
+            let len = self.stage_inline(idx, req);
+            let at = self.inline[idx * self.caps.max_inline as usize..].as_ptr();
+            // Inline data needs no key: the provider copies the bytes into the WQE.
+            self.sges[sgl_base] = Sge::new(at as u64, len as u32, rdma_pmd::Lkey(0));
+            (len > 0) as usize
+        } else {
+            match *req.source.kind() {
+                SourceKind::Sgl(bufs) => {
+                    acquire_all(bufs)?;
+                    let run_base = slot * max_sge;
+                    for_each_run(bufs, |r| {
+                        self.runs[run_base + runs as usize] = Some(r);
+                        runs += 1;
+                    });
+                    for (i, b) in bufs.iter().enumerate() {
+                        self.sges[sgl_base + i] = b.sge();
+                    }
+                    bufs.len()
+                }
+                SourceKind::Raw { 0: sges, .. } => {
+                    self.sges[sgl_base..sgl_base + sges.len()].copy_from_slice(sges);
+                    sges.len()
+                }
+                SourceKind::Inline(_) => unreachable!("inline sources are inline requests"),
+            }
+        };
+        let mut flags = req.flags;
+        if req.is_inline() {
+            flags |= SendFlags::INLINE;
+        }
+        self.wrs[idx] = ffi::ibv_send_wr {
+            wr_id: self.tail,
+            next: ptr::null_mut(),
+            sg_list: self.sges[sgl_base..].as_mut_ptr(),
+            num_sge: num_sge as c_int,
+            opcode: if req.imm.is_some() {
+                ffi::IBV_WR_RDMA_WRITE_WITH_IMM
+            } else {
+                ffi::IBV_WR_RDMA_WRITE
+            },
+            send_flags: flags.bits(),
+            imm_data: req.imm.unwrap_or(0).to_be(),
+            remote_addr: req.remote.addr,
+            rkey: req.remote.rkey.get(),
+            ..ffi::ibv_send_wr::ZERO
+        };
+        self.slots[slot] = Slot { wr_id: req.wr_id, runs };
+        self.tail += 1;
+        Ok(())
+    }
+
+    fn commit(&mut self) {
+        let n = (self.tail - self.committed) as usize;
+        if n == 0 {
+            return;
+        }
+        let base = self.wrs.as_mut_ptr();
+        for i in 0..n {
+            // SAFETY: i + 1 <= n <= wrs.len(); the chain lives in `wrs` until the post returns.
+            unsafe {
+                (*base.add(i)).next = if i + 1 < n { base.add(i + 1) } else { ptr::null_mut() };
+            }
+        }
+        let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
+        // SAFETY: a live QP; every request's SGEs name memory acquired until its completion,
+        // or inline bytes staged in `inline` (copied by the provider during this call).
+        let rc = unsafe { ffi::rxe_shim_post_send(self.qp.as_ptr(), base, &mut bad) };
+        if rc == 0 {
+            self.committed = self.tail;
+            return;
+        }
+        // Requests before `bad` were posted; `bad` and later ones were not.
+        let posted = if bad.is_null() {
+            0
+        } else {
+            // SAFETY: rdma-core points `bad` into the chain we passed.
+            unsafe { bad.offset_from(base) }.clamp(0, n as isize) as u64
+        };
+        self.committed += posted;
+        self.abort();
+        self.deferred = Some(device_error(rc));
+    }
+
+    fn abort(&mut self) {
+        while self.tail > self.committed {
+            self.tail -= 1;
+            self.release_slot(self.tail);
+        }
+    }
+
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        let want = out.len().min(WC_BATCH);
+        if want == 0 {
+            return Ok(0);
+        }
+        // SAFETY: a live CQ; `wcs` has room for `want` entries.
+        let n = unsafe {
+            ffi::rxe_shim_poll_cq(self.send_cq.as_ptr(), want as c_int, self.wcs.as_mut_ptr())
+        };
+        if n < 0 {
+            return Err(device_error(n));
+        }
+        let cap = self.caps.max_send_wr as u64;
+        for (i, o) in out.iter_mut().enumerate().take(n as usize) {
+            let wc = self.wcs[i];
+            let seq = wc.wr_id;
+            let wr_id = self.slots[(seq % cap) as usize].wr_id;
+            if seq >= self.head && seq < self.committed {
+                while self.head <= seq {
+                    self.release_slot(self.head);
+                    self.head += 1;
+                }
+            }
+            *o = Completion {
+                wr_id,
+                status: WcStatus::from(wc.status),
+                opcode: WcOpcode::from(wc.opcode),
+                vendor_err: wc.vendor_err,
+                byte_len: wc.byte_len,
+                qp_num: QpNum(wc.qp_num),
+                imm: None,
+            };
+        }
+        Ok(n as usize)
+    }
+
+    fn outstanding(&self) -> u32 {
+        (self.committed - self.head) as u32
+    }
+}
+
+impl Drop for RxeQp<'_> {
+    fn drop(&mut self) {
+        // SAFETY: our QP on the id; after this the device reads and writes none of our
+        // buffers, so every region a pending request held can be released.
+        unsafe { ffi::rdma_destroy_qp(self.conn.id()) };
+        self.abort();
+        while self.head < self.committed {
+            self.release_slot(self.head);
+            self.head += 1;
+        }
+        for (_, r) in self.recv_slots.iter_mut() {
+            if let Some(r) = r.take() {
+                r.release();
+            }
+        }
+        // SAFETY: the QP using them is gone.
+        unsafe {
+            ffi::ibv_destroy_cq(self.send_cq.as_ptr());
+            ffi::ibv_destroy_cq(self.recv_cq.as_ptr());
+        }
+    }
+}
