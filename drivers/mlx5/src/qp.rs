@@ -21,6 +21,47 @@
 //! The QP borrows its device and may read any region whose buffers it was given for `'r`; it
 //! is dropped before them. Dropping it moves it to ERR and RST, destroys it and its CQs, and
 //! only then releases the regions of requests that never completed and frees its memory.
+//!
+//! ```
+//! use rdma_pmd::{Completion, PostWrite, SendFlags, SendQueue};
+//! use rdma_pmd_mlx5::{control::Access, Mlx5, QpConfig, SharedDma};
+//! use rdma_pmd_mlx5_model::Model;
+//!
+//! // A software device; on hardware the three handles come from VFIO or bare metal.
+//! let model = Model::new();
+//! let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())?;
+//! let src = dev.reg(4096, Access::LOCAL_WRITE)?;
+//! let dst = dev.reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let mut a = dev.create_qp::<64, 16>(&QpConfig::default())?;
+//! let mut b = dev.create_qp::<64, 16>(&QpConfig::default())?;
+//! let (na, nb) = (a.qp_num(), b.qp_num());
+//! a.connect_loopback(nb)?;
+//! b.connect_loopback(na)?;
+//!
+//! src.write(0, b"hello, mlx5")?;
+//! a.post_write(7, src.slice(0, 11)?, SendFlags::SIGNALED, dst.remote(100))?;
+//! let mut wc = [Completion::default(); 4];
+//! let n = a.poll_bounded(&mut wc, 1_000_000_000)?;
+//! assert_eq!((n, wc[0].wr_id, wc[0].status.is_ok()), (1, 7, true));
+//! let mut got = [0u8; 11];
+//! dst.read(100, &mut got)?;
+//! assert_eq!(&got, b"hello, mlx5");
+//! # Ok::<(), rdma_pmd::Error>(())
+//! ```
+//!
+//! A region must outlive every QP that may read it; posting from one declared after the QP
+//! (so dropped before it) does not compile:
+//!
+//! ```compile_fail,E0597
+//! # use rdma_pmd::{PostWrite, RemoteBuf, SendFlags};
+//! # use rdma_pmd_mlx5::{control::Access, Mlx5, QpConfig, SharedDma};
+//! # let model = rdma_pmd_mlx5_model::Model::new();
+//! # let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())?;
+//! let mut qp = dev.create_qp::<64, 16>(&QpConfig::default())?;
+//! let src = dev.reg(4096, Access::LOCAL_WRITE)?;
+//! qp.post_write(1, src.slice(0, 8)?, SendFlags::SIGNALED, RemoteBuf::default())?;
+//! # Ok::<(), rdma_pmd::Error>(())
+//! ```
 
 use core::mem::ManuallyDrop;
 

@@ -414,3 +414,27 @@ fn roce_v2_between_two_devices_on_a_wire() {
     clean(&m1);
     clean(&m2);
 }
+
+#[test]
+fn physical_mode_regions_carry_bus_addresses() {
+    let model = Model::new();
+    let dev = open(&model);
+    let src = dev.reg_physical(8192, TARGET).unwrap();
+    let dst = dev.reg_physical(8192, TARGET).unwrap();
+    let mtt = dev.reg(8192, TARGET).unwrap();
+    src.write(0, &pattern(29, 8192)).unwrap();
+    mtt.write(0, &pattern(31, 8192)).unwrap();
+    let (mut a, _b) = pair::<_, _, 64>(&dev, &QpConfig::default());
+    // Physical to physical, crossing a page boundary on both sides.
+    a.post_write(1, src.slice(4000, 500).unwrap(), SIG, dst.remote(3900)).unwrap();
+    // MTT source into a physical target, and back.
+    a.post_write(2, mtt.slice(10, 300).unwrap(), SIG, dst.remote(7000)).unwrap();
+    a.post_write(3, src.slice(0, 4096).unwrap(), SIG, mtt.remote(4096)).unwrap();
+    let c = wait(&mut a, 3);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    assert_eq!(bytes(&dst, 3900, 500), bytes(&src, 4000, 500));
+    assert_eq!(bytes(&dst, 7000, 300), bytes(&mtt, 10, 300));
+    assert_eq!(bytes(&mtt, 4096, 4096), bytes(&src, 0, 4096));
+    quiet(&mut a);
+    clean(&model);
+}
