@@ -77,6 +77,7 @@ mod cq;
 pub mod cqe;
 pub mod direct;
 pub mod engine;
+pub mod fw;
 mod model;
 mod objects;
 mod responder;

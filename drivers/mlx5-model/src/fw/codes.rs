@@ -1,0 +1,340 @@
+//! Numeric codes of the command interface, as enums with an `Unknown(raw)` arm.
+//!
+//! Sources: the kernel's `include/linux/mlx5/mlx5_ifc.h` (`MLX5_CMD_OP_*`,
+//! `MLX5_QUERY_PAGES_IN_OP_MOD_*`, `MLX5_MANAGE_PAGES_IN_OP_MOD_*`, `MLX5_QPC_STATE_*`),
+//! `include/linux/mlx5/device.h` (`MLX5_CMD_STAT_*`, `MLX5_EVENT_TYPE_*`, `MLX5_CAP_*`),
+//! `include/linux/mlx5/driver.h` (`MLX5_REG_*`) and `drivers/net/ethernet/mellanox/mlx5/core/
+//! cmd.c` (`MLX5_CMD_DELIVERY_STAT_*`). The `header` test compares each value with the
+//! installed headers (the delivery statuses live in `cmd.c`, which is not installed).
+
+macro_rules! fw_code {
+    ($(#[$m:meta])* $name:ident : $t:ty { $($(#[$vm:meta])* $v:ident = $n:literal ($c:literal),)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vm])* $v,)*
+            /// A value the firmware model does not know.
+            Unknown($t),
+        }
+
+        impl From<$t> for $name {
+            fn from(raw: $t) -> Self {
+                match raw {
+                    $($n => $name::$v,)*
+                    other => $name::Unknown(other),
+                }
+            }
+        }
+
+        impl From<$name> for $t {
+            fn from(v: $name) -> $t {
+                match v {
+                    $($name::$v => $n,)*
+                    $name::Unknown(raw) => raw,
+                }
+            }
+        }
+
+        impl $name {
+            /// (C name in the kernel headers, value) of every known code, for the header check
+            /// (the delivery statuses are in `cmd.c`, which is not installed: unchecked).
+            #[cfg(test)]
+            #[allow(dead_code)]
+            pub(crate) const HEADER: &'static [(&'static str, u64)] = &[$(($c, $n as u64)),*];
+        }
+    };
+}
+
+fw_code! {
+    /// Command opcode (`opcode` of every command input).
+    Opcode: u16 {
+        /// Query device capabilities.
+        QueryHcaCap = 0x100 ("MLX5_CMD_OP_QUERY_HCA_CAP"),
+        /// Initialize the HCA (after boot and init pages were given).
+        InitHca = 0x102 ("MLX5_CMD_OP_INIT_HCA"),
+        /// Tear the HCA down.
+        TeardownHca = 0x103 ("MLX5_CMD_OP_TEARDOWN_HCA"),
+        /// Enable the function (first command after the queue is set up).
+        EnableHca = 0x104 ("MLX5_CMD_OP_ENABLE_HCA"),
+        /// Disable the function (last command).
+        DisableHca = 0x105 ("MLX5_CMD_OP_DISABLE_HCA"),
+        /// How many pages the firmware wants (boot, init, regular).
+        QueryPages = 0x107 ("MLX5_CMD_OP_QUERY_PAGES"),
+        /// Give pages to, or take pages back from, the firmware.
+        ManagePages = 0x108 ("MLX5_CMD_OP_MANAGE_PAGES"),
+        /// Set capabilities (before `INIT_HCA`).
+        SetHcaCap = 0x109 ("MLX5_CMD_OP_SET_HCA_CAP"),
+        /// Query the supported and current interface step sequence IDs.
+        QueryIssi = 0x10a ("MLX5_CMD_OP_QUERY_ISSI"),
+        /// Choose the interface step sequence ID.
+        SetIssi = 0x10b ("MLX5_CMD_OP_SET_ISSI"),
+        /// Create a memory key.
+        CreateMkey = 0x200 ("MLX5_CMD_OP_CREATE_MKEY"),
+        /// Destroy a memory key.
+        DestroyMkey = 0x202 ("MLX5_CMD_OP_DESTROY_MKEY"),
+        /// Create an event queue.
+        CreateEq = 0x301 ("MLX5_CMD_OP_CREATE_EQ"),
+        /// Destroy an event queue.
+        DestroyEq = 0x302 ("MLX5_CMD_OP_DESTROY_EQ"),
+        /// Create a completion queue.
+        CreateCq = 0x400 ("MLX5_CMD_OP_CREATE_CQ"),
+        /// Destroy a completion queue.
+        DestroyCq = 0x401 ("MLX5_CMD_OP_DESTROY_CQ"),
+        /// Create a queue pair (in RESET).
+        CreateQp = 0x500 ("MLX5_CMD_OP_CREATE_QP"),
+        /// Destroy a queue pair.
+        DestroyQp = 0x501 ("MLX5_CMD_OP_DESTROY_QP"),
+        /// RESET to INIT.
+        Rst2InitQp = 0x502 ("MLX5_CMD_OP_RST2INIT_QP"),
+        /// INIT to RTR.
+        Init2RtrQp = 0x503 ("MLX5_CMD_OP_INIT2RTR_QP"),
+        /// RTR to RTS.
+        Rtr2RtsQp = 0x504 ("MLX5_CMD_OP_RTR2RTS_QP"),
+        /// Any state to ERROR.
+        ToErrQp = 0x507 ("MLX5_CMD_OP_2ERR_QP"),
+        /// Any state to RESET.
+        ToRstQp = 0x50a ("MLX5_CMD_OP_2RST_QP"),
+        /// Read the NIC vport context.
+        QueryNicVportContext = 0x754 ("MLX5_CMD_OP_QUERY_NIC_VPORT_CONTEXT"),
+        /// Modify the NIC vport context (`roce_en`).
+        ModifyNicVportContext = 0x755 ("MLX5_CMD_OP_MODIFY_NIC_VPORT_CONTEXT"),
+        /// Allocate a protection domain.
+        AllocPd = 0x800 ("MLX5_CMD_OP_ALLOC_PD"),
+        /// Free a protection domain.
+        DeallocPd = 0x801 ("MLX5_CMD_OP_DEALLOC_PD"),
+        /// Allocate a UAR page.
+        AllocUar = 0x802 ("MLX5_CMD_OP_ALLOC_UAR"),
+        /// Free a UAR page.
+        DeallocUar = 0x803 ("MLX5_CMD_OP_DEALLOC_UAR"),
+        /// Read or write a device register.
+        AccessReg = 0x805 ("MLX5_CMD_OP_ACCESS_REG"),
+        /// Do nothing (a liveness probe).
+        Nop = 0x80d ("MLX5_CMD_OP_NOP"),
+    }
+}
+
+fw_code! {
+    /// Command status: byte 0 of every command output.
+    CmdStatus: u8 {
+        /// Success.
+        Ok = 0x0 ("MLX5_CMD_STAT_OK"),
+        /// Internal error.
+        InternalError = 0x1 ("MLX5_CMD_STAT_INT_ERR"),
+        /// Unknown or unsupported opcode or op_mod.
+        BadOp = 0x2 ("MLX5_CMD_STAT_BAD_OP_ERR"),
+        /// A parameter is invalid.
+        BadParam = 0x3 ("MLX5_CMD_STAT_BAD_PARAM_ERR"),
+        /// The command is not allowed in the HCA's current state.
+        BadSysState = 0x4 ("MLX5_CMD_STAT_BAD_SYS_STATE_ERR"),
+        /// The named resource does not exist.
+        BadResource = 0x5 ("MLX5_CMD_STAT_BAD_RES_ERR"),
+        /// The resource is still in use.
+        ResourceBusy = 0x6 ("MLX5_CMD_STAT_RES_BUSY"),
+        /// A limit would be exceeded.
+        ExceedLim = 0x8 ("MLX5_CMD_STAT_LIM_ERR"),
+        /// The resource is in a state that does not allow the command.
+        BadResState = 0x9 ("MLX5_CMD_STAT_BAD_RES_STATE_ERR"),
+        /// An index is out of range.
+        BadIndex = 0xa ("MLX5_CMD_STAT_IX_ERR"),
+        /// Out of resources (pages, objects).
+        NoResources = 0xf ("MLX5_CMD_STAT_NO_RES_ERR"),
+        /// The input is shorter than the command needs.
+        BadInputLen = 0x50 ("MLX5_CMD_STAT_BAD_INP_LEN_ERR"),
+        /// The output is shorter than the command needs.
+        BadOutputLen = 0x51 ("MLX5_CMD_STAT_BAD_OUTP_LEN_ERR"),
+        /// Illegal QP state transition.
+        BadQpState = 0x10 ("MLX5_CMD_STAT_BAD_QP_STATE_ERR"),
+        /// Malformed packet (register data).
+        BadPkt = 0x30 ("MLX5_CMD_STAT_BAD_PKT_ERR"),
+        /// Bad size (more outstanding CQEs than the CQ holds, or a CQ larger than allowed).
+        BadSize = 0x40 ("MLX5_CMD_STAT_BAD_SIZE_OUTS_CQES_ERR"),
+    }
+}
+
+fw_code! {
+    /// Delivery status: bits 7:1 of the command entry's `status_own` byte, set by the firmware
+    /// when it could not even run the command (the command status is then meaningless).
+    DeliveryStatus: u8 {
+        /// Delivered; the command status in the output says how it went.
+        Ok = 0x0 ("MLX5_CMD_DELIVERY_STAT_OK"),
+        /// Signature check failed.
+        SignatureErr = 0x1 ("MLX5_CMD_DELIVERY_STAT_SIGNAT_ERR"),
+        /// A mailbox's token differs from the entry's.
+        TokenErr = 0x2 ("MLX5_CMD_DELIVERY_STAT_TOK_ERR"),
+        /// A mailbox's block number is not its position in the chain.
+        BadBlockNumber = 0x3 ("MLX5_CMD_DELIVERY_STAT_BAD_BLK_NUM_ERR"),
+        /// An output mailbox pointer is misaligned or unreachable.
+        OutPtrAlignErr = 0x4 ("MLX5_CMD_DELIVERY_STAT_OUT_PTR_ALIGN_ERR"),
+        /// An input mailbox pointer is misaligned or unreachable.
+        InPtrAlignErr = 0x5 ("MLX5_CMD_DELIVERY_STAT_IN_PTR_ALIGN_ERR"),
+        /// Firmware error.
+        FwErr = 0x6 ("MLX5_CMD_DELIVERY_STAT_FW_ERR"),
+        /// The input length is impossible.
+        InLengthErr = 0x7 ("MLX5_CMD_DELIVERY_STAT_IN_LENGTH_ERR"),
+        /// The output length is impossible.
+        OutLengthErr = 0x8 ("MLX5_CMD_DELIVERY_STAT_OUT_LENGTH_ERR"),
+        /// A reserved field is not clear.
+        ResFldNotClrErr = 0x9 ("MLX5_CMD_DELIVERY_STAT_RES_FLD_NOT_CLR_ERR"),
+        /// The entry's type is not the PCIe command interface.
+        CmdDescrErr = 0x10 ("MLX5_CMD_DELIVERY_STAT_CMD_DESCR_ERR"),
+    }
+}
+
+fw_code! {
+    /// `QUERY_PAGES` `op_mod`: which stage's page count is asked for.
+    PagesStage: u16 {
+        /// Pages needed before `QUERY_HCA_CAP`.
+        Boot = 0x1 ("MLX5_QUERY_PAGES_IN_OP_MOD_BOOT_PAGES"),
+        /// Pages needed before `INIT_HCA`.
+        Init = 0x2 ("MLX5_QUERY_PAGES_IN_OP_MOD_INIT_PAGES"),
+        /// Pages needed (positive) or returnable (negative) at run time.
+        Regular = 0x3 ("MLX5_QUERY_PAGES_IN_OP_MOD_REGULAR_PAGES"),
+    }
+}
+
+fw_code! {
+    /// `MANAGE_PAGES` `op_mod`.
+    ManagePagesMode: u16 {
+        /// The driver cannot satisfy a page request.
+        AllocationFail = 0x0 ("MLX5_MANAGE_PAGES_IN_OP_MOD_ALLOCATION_FAIL"),
+        /// The driver gives the listed pages.
+        Give = 0x1 ("MLX5_MANAGE_PAGES_IN_OP_MOD_ALLOCATION_SUCCESS"),
+        /// The driver asks for pages back.
+        Take = 0x2 ("MLX5_MANAGE_PAGES_IN_OP_MOD_HCA_RETURN_PAGES"),
+    }
+}
+
+fw_code! {
+    /// Capability type: `op_mod >> 1` of `QUERY_HCA_CAP` / `SET_HCA_CAP`.
+    CapType: u16 {
+        /// `cmd_hca_cap`.
+        General = 0x0 ("MLX5_SET_HCA_CAP_OP_MOD_GENERAL_DEVICE"),
+        /// `roce_cap`.
+        Roce = 0x4 ("MLX5_SET_HCA_CAP_OP_MOD_ROCE"),
+    }
+}
+
+fw_code! {
+    /// QP state (`qpc.state`).
+    QpState: u8 {
+        /// RESET.
+        Rst = 0x0 ("MLX5_QPC_STATE_RST"),
+        /// INIT.
+        Init = 0x1 ("MLX5_QPC_STATE_INIT"),
+        /// Ready to receive.
+        Rtr = 0x2 ("MLX5_QPC_STATE_RTR"),
+        /// Ready to send.
+        Rts = 0x3 ("MLX5_QPC_STATE_RTS"),
+        /// ERROR.
+        Err = 0x6 ("MLX5_QPC_STATE_ERR"),
+    }
+}
+
+fw_code! {
+    /// Event type of an EQE (bit position in `create_eq_in.event_bitmask`).
+    EventType: u8 {
+        /// A command completed (`cmd_inter_comp_event`).
+        Cmd = 0x0a ("MLX5_EVENT_TYPE_CMD"),
+        /// The firmware asks for, or returns, pages (`pages_req_event`).
+        PageRequest = 0x0b ("MLX5_EVENT_TYPE_PAGE_REQUEST"),
+    }
+}
+
+/// `type` of a command entry: PCIe transport (`MLX5_PCI_CMD_XPORT`, device.h).
+pub const PCI_CMD_XPORT: u8 = 7;
+/// Command interface revision (`CMD_IF_REV`, cmd.c): `cmdif_rev_fw_sub >> 16`.
+pub const CMD_IF_REV: u16 = 5;
+/// Register id of the host endianness register (`MLX5_REG_HOST_ENDIANNESS`, driver.h).
+pub const REG_HOST_ENDIANNESS: u16 = 0x7004;
+/// `cmd_hca_cap.port_type` Ethernet (`MLX5_CAP_PORT_TYPE_ETH`, mlx5_ifc.h).
+pub const PORT_TYPE_ETH: u8 = 1;
+/// `qpc.st` RC (`MLX5_QPC_ST_RC`, mlx5_ifc.h).
+pub const QPC_ST_RC: u8 = 0;
+/// `mkc.access_mode` physical addresses (`MLX5_MKC_ACCESS_MODE_PA`, mlx5_ifc.h).
+pub const MKC_ACCESS_MODE_PA: u8 = 0;
+/// `mkc.access_mode` MTT (`MLX5_MKC_ACCESS_MODE_MTT`, mlx5_ifc.h).
+pub const MKC_ACCESS_MODE_MTT: u8 = 1;
+/// `qpc.rq_type` for a QP without receive queue (`MLX5_ZERO_LEN_RQ`, kernel qp.h).
+pub const ZERO_LEN_RQ: u8 = 3;
+/// `teardown_hca_in.profile` graceful close (`MLX5_TEARDOWN_HCA_IN_PROFILE_GRACEFUL_CLOSE`).
+pub const TEARDOWN_GRACEFUL: u16 = 0;
+/// `teardown_hca_in.profile` force close (`MLX5_TEARDOWN_HCA_IN_PROFILE_FORCE_CLOSE`).
+pub const TEARDOWN_FORCE: u16 = 1;
+
+/// The syndromes the firmware model reports with a failing command status.
+///
+/// Real firmware's syndromes are opaque 32-bit values; the model's are its own, one per reason,
+/// so that a test can tell which check refused a command. They have the form `0x4d46_xxxx`
+/// (`"MF"`, model firmware).
+pub mod syndrome {
+    /// Opcode unknown to the model.
+    pub const UNKNOWN_OPCODE: u32 = 0x4d46_0001;
+    /// `op_mod` unknown for this opcode.
+    pub const BAD_OP_MOD: u32 = 0x4d46_0002;
+    /// Input shorter than the command's layout.
+    pub const INPUT_TOO_SHORT: u32 = 0x4d46_0003;
+    /// Output shorter than the command's layout.
+    pub const OUTPUT_TOO_SHORT: u32 = 0x4d46_0004;
+    /// Command before `ENABLE_HCA`.
+    pub const NOT_ENABLED: u32 = 0x4d46_0010;
+    /// Command needs `INIT_HCA` first.
+    pub const NOT_INITIALIZED: u32 = 0x4d46_0011;
+    /// Command only allowed before `INIT_HCA`.
+    pub const ALREADY_INITIALIZED: u32 = 0x4d46_0012;
+    /// `ENABLE_HCA` on an enabled function, or `DISABLE_HCA` on a disabled one.
+    pub const FUNCTION_STATE: u32 = 0x4d46_0013;
+    /// `INIT_HCA` or a capability command without enough pages given.
+    pub const NOT_ENOUGH_PAGES: u32 = 0x4d46_0014;
+    /// `TEARDOWN_HCA` with objects alive, or `DISABLE_HCA` with pages not taken back.
+    pub const OBJECTS_ALIVE: u32 = 0x4d46_0015;
+    /// Function other than 0 (the model has one physical function, no VFs).
+    pub const BAD_FUNCTION: u32 = 0x4d46_0016;
+    /// ISSI not supported.
+    pub const BAD_ISSI: u32 = 0x4d46_0017;
+    /// Page address not 4 KiB aligned, not reachable, or already given.
+    pub const BAD_PAGE: u32 = 0x4d46_0020;
+    /// `MANAGE_PAGES` with a number of entries that does not fit the input.
+    pub const BAD_PAGE_COUNT: u32 = 0x4d46_0021;
+    /// Capability type the model does not have.
+    pub const BAD_CAP_TYPE: u32 = 0x4d46_0030;
+    /// `SET_HCA_CAP` asks for more than the maximum capability allows.
+    pub const CAP_ABOVE_MAX: u32 = 0x4d46_0031;
+    /// Register unknown to the model.
+    pub const BAD_REGISTER: u32 = 0x4d46_0032;
+    /// Register data shorter than the register.
+    pub const SHORT_REGISTER: u32 = 0x4d46_0033;
+    /// Index beyond the table.
+    pub const INDEX_RANGE: u32 = 0x4d46_0040;
+    /// Object does not exist.
+    pub const NO_SUCH_OBJECT: u32 = 0x4d46_0041;
+    /// Object is referenced by another object.
+    pub const OBJECT_IN_USE: u32 = 0x4d46_0042;
+    /// Object count limit (`log_max_*`) reached.
+    pub const OBJECT_LIMIT: u32 = 0x4d46_0043;
+    /// The device model has no room for another object.
+    pub const MODEL_FULL: u32 = 0x4d46_0044;
+    /// A queue larger than the capability allows.
+    pub const QUEUE_TOO_BIG: u32 = 0x4d46_0050;
+    /// PAS entries missing for the queue's size.
+    pub const PAS_TOO_SHORT: u32 = 0x4d46_0051;
+    /// PAS entries not contiguous (the model's queues need contiguous buffers).
+    pub const PAS_NOT_CONTIGUOUS: u32 = 0x4d46_0052;
+    /// A buffer, doorbell record or page address that does not translate.
+    pub const BAD_ADDRESS: u32 = 0x4d46_0053;
+    /// A memory key of length 0.
+    pub const EMPTY_RANGE: u32 = 0x4d46_0055;
+    /// A context field with a value the model does not support.
+    pub const UNSUPPORTED_CONTEXT: u32 = 0x4d46_0054;
+    /// Illegal QP state transition.
+    pub const QP_TRANSITION: u32 = 0x4d46_0060;
+    /// Bad port number.
+    pub const BAD_PORT: u32 = 0x4d46_0061;
+    /// Bad path MTU.
+    pub const BAD_MTU: u32 = 0x4d46_0062;
+    /// RoCE traffic while RoCE is disabled in the NIC vport context.
+    pub const ROCE_DISABLED: u32 = 0x4d46_0063;
+    /// The device model refused the operation.
+    pub const MODEL_REFUSED: u32 = 0x4d46_0070;
+    /// A fault injected by a test.
+    pub const INJECTED: u32 = 0x4d46_00ff;
+}

@@ -1,0 +1,87 @@
+//! Event queues the firmware writes: command completion and page request events.
+//!
+//! An EQ is a ring of 64-byte EQEs (`struct mlx5_ifc_eqe_bits`) in host pages listed by
+//! `CREATE_EQ`'s PAS (each `4096 << eqc.log_page_size` bytes). Entry *n* lives at byte
+//! `64 * (n mod size)`; its owner bit is `(n >> log_eq_size) & 1`, so the driver, which
+//! initialized every owner bit to 1 (kernel `eq.c` `init_eq_buf`), sees entry *n* as new when
+//! the bit equals its own pass parity (kernel `next_eqe_sw`). The model writes the body, then,
+//! after a release fence, the last byte holding the owner bit.
+//!
+//! The model does not read the EQ doorbell (the UAR's EQ registers belong to the device model),
+//! so it cannot tell an overrun; it keeps writing.
+
+use std::sync::atomic::{fence, Ordering};
+
+use rdma_pmd::BusAddr;
+use rdma_pmd_hal::mem::HeapDma;
+
+use super::codes::EventType;
+use super::ifc::eqe;
+
+/// One event queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Eq {
+    /// EQ number.
+    pub eqn: u8,
+    /// log2 of the number of EQEs.
+    pub log_size: u8,
+    /// log2 of the bytes of each PAS page.
+    pub page_shift: u32,
+    /// Bus addresses of the pages.
+    pub pages: Vec<u64>,
+    /// UAR index the EQ was created with.
+    pub uar: u32,
+    /// `event_bitmask` as four 64-bit words (bit *t* of word *t / 64* = event type *t*).
+    pub mask: [u64; 4],
+    /// EQEs written so far.
+    pub producer: u32,
+}
+
+impl Eq {
+    /// Whether the EQ asked for events of type `t`.
+    pub fn wants(&self, t: EventType) -> bool {
+        let t = u8::from(t) as usize;
+        self.mask[t / 64] >> (t % 64) & 1 == 1
+    }
+
+    fn slot(&self, n: u32) -> u64 {
+        let off = (u64::from(n) & ((1 << self.log_size) - 1)) * 64;
+        let page = (off >> self.page_shift) as usize;
+        self.pages[page] + (off & ((1 << self.page_shift) - 1))
+    }
+
+    /// Write one EQE of type `t` with `data` (the 28-byte `event_data`). False on a DMA fault.
+    pub fn post(&mut self, dma: &HeapDma, t: EventType, data: &[u8]) -> bool {
+        let mut e = [0u8; eqe::SIZE];
+        eqe::EVENT_TYPE.set(&mut e, u64::from(u8::from(t)));
+        let d = eqe::EVENT_DATA;
+        e[d.byte()..d.byte() + data.len().min(d.bytes())]
+            .copy_from_slice(&data[..data.len().min(d.bytes())]);
+        let owner = (self.producer >> self.log_size) & 1;
+        eqe::OWNER.set(&mut e, u64::from(owner));
+        let at = BusAddr(self.slot(self.producer));
+        let last = eqe::SIZE - 1;
+        let ok = dma.write(at, &e[..last]);
+        // Orders the EQE body before the byte holding its owner bit.
+        fence(Ordering::Release);
+        let ok = ok && dma.write(at.add(last as u64), &e[last..]);
+        self.producer = self.producer.wrapping_add(1);
+        ok
+    }
+}
+
+/// Build the 28-byte event data of a command completion for the slots in `vector`.
+pub fn cmd_event(vector: u32) -> [u8; 28] {
+    let mut d = [0u8; 28];
+    super::ifc::cmd_inter_comp_event::COMMAND_COMPLETION_VECTOR.set(&mut d, u64::from(vector));
+    d
+}
+
+/// Build the 28-byte event data of a page request for `num_pages` (negative: pages offered).
+pub fn page_event(function_id: u16, num_pages: i32) -> [u8; 28] {
+    use super::ifc::pages_req_event as p;
+    let mut d = [0u8; 28];
+    p::FUNCTION_ID.set(&mut d, u64::from(function_id));
+    p::NUM_PAGES.set(&mut d, u64::from(num_pages as u32));
+    d
+}

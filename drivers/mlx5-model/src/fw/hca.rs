@@ -1,0 +1,555 @@
+//! Command execution: the HCA's life cycle, pages, capabilities and registers. The resource
+//! commands are in [`super::resources`].
+//!
+//! | state | entered by | allowed there |
+//! |---|---|---|
+//! | `Disabled` | start, `DISABLE_HCA` | `ENABLE_HCA` |
+//! | `Enabled` | `ENABLE_HCA` | `QUERY_ISSI`, `SET_ISSI`, `QUERY_PAGES`, `MANAGE_PAGES`, `ACCESS_REG`, `QUERY_HCA_CAP`, `SET_HCA_CAP`, `INIT_HCA`, `DISABLE_HCA`, `NOP`, queries |
+//! | `Initialized` | `INIT_HCA` | everything but `SET_ISSI`, `SET_HCA_CAP`, `INIT_HCA`, `ENABLE_HCA`, `DISABLE_HCA` |
+//! | `TornDown` | `TEARDOWN_HCA` | `QUERY_PAGES`, `MANAGE_PAGES` (take), `DISABLE_HCA`, `NOP` |
+//!
+//! Capability and register commands additionally need the boot pages given; `INIT_HCA` needs
+//! boot + init pages (`NO_RESOURCES` otherwise).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use rdma_pmd::BusAddr;
+use rdma_pmd_mlx5::control::Uar;
+
+use super::codes::{
+    syndrome as syn, CapType, CmdStatus, ManagePagesMode, Opcode, PagesStage, PORT_TYPE_ETH,
+    REG_HOST_ENDIANNESS, TEARDOWN_FORCE, TEARDOWN_GRACEFUL,
+};
+use super::eq::Eq;
+use super::ifc::{self, cmd_hca_cap as gen, roce_cap, Field};
+use super::pages::{Pages, PAGE_SIZE};
+use super::FwConfig;
+use crate::direct::ModelControl;
+use crate::model::Shared;
+
+/// A refused command: the status and syndrome written to its output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fail {
+    /// Command status.
+    pub status: CmdStatus,
+    /// Syndrome (see [`super::codes::syndrome`]).
+    pub syndrome: u32,
+}
+
+/// Shorthand for a refusal.
+pub(crate) fn fail(status: CmdStatus, syndrome: u32) -> Fail {
+    Fail { status, syndrome }
+}
+
+pub(crate) type Res = Result<(), Fail>;
+
+/// The HCA function's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HcaState {
+    /// Before `ENABLE_HCA` or after `DISABLE_HCA`.
+    Disabled,
+    /// After `ENABLE_HCA`, before `INIT_HCA`.
+    Enabled,
+    /// After `INIT_HCA`.
+    Initialized,
+    /// After `TEARDOWN_HCA`.
+    TornDown,
+}
+
+/// One executed command, as the firmware saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Executed {
+    /// Opcode.
+    pub opcode: Opcode,
+    /// `op_mod`.
+    pub op_mod: u16,
+    /// Status written.
+    pub status: CmdStatus,
+    /// Syndrome written.
+    pub syndrome: u32,
+}
+
+pub(crate) struct CqObj {
+    pub uar: u32,
+    pub eqn: u8,
+}
+
+pub(crate) struct QpObj {
+    pub pd: u32,
+    pub cqs: [u32; 2],
+    pub uar: u32,
+}
+
+pub(crate) struct MkeyObj {
+    pub key: u32,
+    pub pd: u32,
+}
+
+/// Everything the firmware knows. Lives under the firmware's lock.
+pub(crate) struct Hca {
+    pub state: HcaState,
+    pub issi: u16,
+    pub pages: Pages,
+    pub gen_max: Vec<u8>,
+    pub gen_cur: Vec<u8>,
+    pub roce_max: Vec<u8>,
+    pub roce_cur: Vec<u8>,
+    pub host_endianness: [u8; ifc::register_host_endianness::SIZE],
+    pub roce_en: bool,
+    pub vport_mtu: u16,
+    pub uars: BTreeMap<u32, Uar>,
+    pub pds: BTreeSet<u32>,
+    pub mkeys: BTreeMap<u32, MkeyObj>,
+    pub cqs: BTreeMap<u32, CqObj>,
+    pub qps: BTreeMap<u32, QpObj>,
+    pub eqs: BTreeMap<u8, Eq>,
+    pub control: ModelControl,
+    pub shared: Arc<Shared>,
+    pub log: Vec<Executed>,
+}
+
+/// (input size, output size) of each command the model executes.
+fn sizes(op: Opcode) -> Option<(usize, usize)> {
+    use ifc::*;
+    use Opcode::*;
+    Some(match op {
+        EnableHca => (enable_hca_in::SIZE, enable_hca_out::SIZE),
+        DisableHca => (disable_hca_in::SIZE, disable_hca_out::SIZE),
+        QueryIssi => (query_issi_in::SIZE, query_issi_out::SIZE),
+        SetIssi => (set_issi_in::SIZE, set_issi_out::SIZE),
+        QueryPages => (query_pages_in::SIZE, query_pages_out::SIZE),
+        ManagePages => (manage_pages_in::SIZE, manage_pages_out::SIZE),
+        QueryHcaCap => (query_hca_cap_in::SIZE, query_hca_cap_out::SIZE),
+        SetHcaCap => (set_hca_cap_in::SIZE, set_hca_cap_out::SIZE),
+        InitHca => (init_hca_in::SIZE, init_hca_out::SIZE),
+        TeardownHca => (teardown_hca_in::SIZE, teardown_hca_out::SIZE),
+        AccessReg => (access_register_in::SIZE, access_register_out::SIZE),
+        AllocUar => (alloc_uar_in::SIZE, alloc_uar_out::SIZE),
+        DeallocUar => (dealloc_uar_in::SIZE, dealloc_uar_out::SIZE),
+        AllocPd => (alloc_pd_in::SIZE, alloc_pd_out::SIZE),
+        DeallocPd => (dealloc_pd_in::SIZE, dealloc_pd_out::SIZE),
+        CreateEq => (create_eq_in::SIZE, create_eq_out::SIZE),
+        DestroyEq => (destroy_eq_in::SIZE, destroy_eq_out::SIZE),
+        CreateMkey => (create_mkey_in::SIZE, create_mkey_out::SIZE),
+        DestroyMkey => (destroy_mkey_in::SIZE, destroy_mkey_out::SIZE),
+        CreateCq => (create_cq_in::SIZE, create_cq_out::SIZE),
+        DestroyCq => (destroy_cq_in::SIZE, destroy_cq_out::SIZE),
+        CreateQp => (create_qp_in::SIZE, create_qp_out::SIZE),
+        DestroyQp => (destroy_qp_in::SIZE, destroy_qp_out::SIZE),
+        Rst2InitQp => (rst2init_qp_in::SIZE, rst2init_qp_out::SIZE),
+        Init2RtrQp => (init2rtr_qp_in::SIZE, init2rtr_qp_out::SIZE),
+        Rtr2RtsQp => (rtr2rts_qp_in::SIZE, rtr2rts_qp_out::SIZE),
+        ToErrQp => (qp_2err_in::SIZE, qp_2err_out::SIZE),
+        ToRstQp => (qp_2rst_in::SIZE, qp_2rst_out::SIZE),
+        ModifyNicVportContext => {
+            (modify_nic_vport_context_in::SIZE, modify_nic_vport_context_out::SIZE)
+        }
+        QueryNicVportContext => {
+            (query_nic_vport_context_in::SIZE, query_nic_vport_context_out::SIZE)
+        }
+        // NOP carries only the header.
+        Nop => (8, 8),
+        Unknown(_) => return None,
+    })
+}
+
+/// Default general capabilities (maximum = initial current).
+fn general_caps(cfg: &FwConfig, shared: &Shared) -> Vec<u8> {
+    let mc = shared.dev().caps;
+    let mut c = vec![0u8; ifc::query_hca_cap_out::SIZE - 16];
+    let set = |c: &mut Vec<u8>, f: Field, v: u64| f.set(c, v);
+    set(&mut c, gen::LOG_MAX_QP_SZ, u64::from(mc.log_max_qp_sz));
+    set(&mut c, gen::LOG_MAX_QP, u64::from(cfg.log_max_qp));
+    set(&mut c, gen::LOG_MAX_CQ_SZ, u64::from(mc.log_max_cq_sz));
+    set(&mut c, gen::LOG_MAX_CQ, u64::from(cfg.log_max_cq));
+    set(&mut c, gen::LOG_MAX_EQ_SZ, u64::from(cfg.log_max_eq_sz));
+    set(&mut c, gen::LOG_MAX_MKEY, u64::from(cfg.log_max_mkey));
+    set(&mut c, gen::LOG_MAX_EQ, u64::from(cfg.log_max_eq));
+    set(&mut c, gen::LOG_MAX_MRW_SZ, 48);
+    set(&mut c, gen::LOG_MAX_RA_REQ_QP, 4);
+    set(&mut c, gen::LOG_MAX_RA_RES_QP, 4);
+    set(&mut c, gen::GID_TABLE_SIZE, shared.gids.len() as u64);
+    set(&mut c, gen::PORT_TYPE, u64::from(PORT_TYPE_ETH));
+    set(&mut c, gen::NUM_PORTS, 1);
+    set(&mut c, gen::LOG_MAX_MSG, 30);
+    set(&mut c, gen::CQE_VERSION, 1);
+    set(&mut c, gen::ROCE, 1);
+    set(&mut c, gen::UAR_4K, 1);
+    set(&mut c, gen::FL_RC_QP_WHEN_ROCE_DISABLED, 1);
+    set(&mut c, gen::LOG_PG_SZ, 12);
+    set(&mut c, gen::LOG_BF_REG_SIZE, u64::from(mc.log_bf_reg_size));
+    set(&mut c, gen::MAX_WQE_SZ_SQ, u64::from(mc.max_wqe_sz_sq));
+    set(&mut c, gen::LOG_MAX_PD, u64::from(cfg.log_max_pd));
+    set(&mut c, gen::LOG_UAR_PAGE_SZ, 0);
+    set(&mut c, gen::NUM_OF_UARS_PER_PAGE, 1);
+    c
+}
+
+/// Default RoCE capabilities.
+fn roce_caps() -> Vec<u8> {
+    let mut c = vec![0u8; ifc::query_hca_cap_out::SIZE - 16];
+    roce_cap::FL_RC_QP_WHEN_ROCE_DISABLED.set(&mut c, 1);
+    roce_cap::FL_RC_QP_WHEN_ROCE_ENABLED.set(&mut c, 1);
+    // MLX5_ROCE_L3_TYPE_IPV4_CAP | MLX5_ROCE_L3_TYPE_IPV6_CAP (device.h).
+    roce_cap::L3_TYPE.set(&mut c, 0b110);
+    // MLX5_ROCE_VERSION_2_CAP (device.h).
+    roce_cap::ROCE_VERSION.set(&mut c, 1 << 2);
+    roce_cap::R_ROCE_DEST_UDP_PORT.set(&mut c, 4791);
+    roce_cap::R_ROCE_MAX_SRC_UDP_PORT.set(&mut c, 0xffff);
+    roce_cap::R_ROCE_MIN_SRC_UDP_PORT.set(&mut c, 0xc000);
+    roce_cap::ROCE_ADDRESS_TABLE_SIZE.set(&mut c, 16);
+    c
+}
+
+/// General capabilities `SET_HCA_CAP` may change (each at most its maximum).
+const SETTABLE: &[Field] =
+    &[gen::LOG_MAX_QP, gen::CQE_VERSION, gen::UAR_4K, gen::ROCE, gen::CMDIF_CHECKSUM];
+
+impl Hca {
+    pub(crate) fn new(cfg: FwConfig, control: ModelControl, shared: Arc<Shared>) -> Self {
+        let gen_max = general_caps(&cfg, &shared);
+        let roce_max = roce_caps();
+        Hca {
+            state: HcaState::Disabled,
+            issi: 0,
+            pages: Pages::new(cfg.boot_pages, cfg.init_pages),
+            gen_cur: gen_max.clone(),
+            gen_max,
+            roce_cur: roce_max.clone(),
+            roce_max,
+            host_endianness: [0; ifc::register_host_endianness::SIZE],
+            roce_en: false,
+            vport_mtu: 1500,
+            uars: BTreeMap::new(),
+            pds: BTreeSet::new(),
+            mkeys: BTreeMap::new(),
+            cqs: BTreeMap::new(),
+            qps: BTreeMap::new(),
+            eqs: BTreeMap::new(),
+            control,
+            shared,
+            log: Vec::new(),
+        }
+    }
+
+    /// Execute one command: `input` is its whole input, the result is exactly `outlen` bytes.
+    pub(crate) fn execute(&mut self, input: &[u8], outlen: usize) -> Vec<u8> {
+        let mut out = vec![0u8; outlen];
+        let op = Opcode::from(ifc::cmd_in::OPCODE.get(input) as u16);
+        let op_mod = ifc::cmd_in::OP_MOD.get(input) as u16;
+        let r = self.dispatch(op, input, &mut out);
+        self.finish(op, op_mod, r, &mut out);
+        out
+    }
+
+    /// Write the status and syndrome of a command into its output, and log it.
+    pub(crate) fn finish(&mut self, op: Opcode, op_mod: u16, r: Res, out: &mut [u8]) {
+        let (status, syndrome) = match r {
+            Ok(()) => (CmdStatus::Ok, 0),
+            Err(f) => {
+                out.fill(0);
+                (f.status, f.syndrome)
+            }
+        };
+        ifc::cmd_out::STATUS.set(out, u64::from(u8::from(status)));
+        ifc::cmd_out::SYNDROME.set(out, u64::from(syndrome));
+        self.log.push(Executed { opcode: op, op_mod, status, syndrome });
+    }
+
+    fn dispatch(&mut self, op: Opcode, inp: &[u8], out: &mut [u8]) -> Res {
+        use Opcode::*;
+        let Some((isz, osz)) = sizes(op) else {
+            return Err(fail(CmdStatus::BadOp, syn::UNKNOWN_OPCODE));
+        };
+        self.gate(op)?;
+        if inp.len() < isz {
+            return Err(fail(CmdStatus::BadInputLen, syn::INPUT_TOO_SHORT));
+        }
+        if out.len() < osz {
+            return Err(fail(CmdStatus::BadOutputLen, syn::OUTPUT_TOO_SHORT));
+        }
+        match op {
+            EnableHca => self.enable_hca(inp),
+            DisableHca => self.disable_hca(inp),
+            QueryIssi => self.query_issi(out),
+            SetIssi => self.set_issi(inp),
+            QueryPages => self.query_pages(inp, out),
+            ManagePages => self.manage_pages(inp, out),
+            QueryHcaCap => self.query_hca_cap(inp, out),
+            SetHcaCap => self.set_hca_cap(inp),
+            InitHca => self.init_hca(),
+            TeardownHca => self.teardown_hca(inp),
+            AccessReg => self.access_reg(inp, out),
+            Nop => Ok(()),
+            _ => self.resource_command(op, inp, out),
+        }
+    }
+
+    /// Which commands the HCA state allows (see the module table).
+    fn gate(&self, op: Opcode) -> Res {
+        use HcaState::*;
+        use Opcode::*;
+        let st = self.state;
+        match op {
+            EnableHca => Ok(()),
+            _ if st == Disabled => Err(fail(CmdStatus::BadSysState, syn::NOT_ENABLED)),
+            DisableHca | QueryPages | ManagePages | Nop => Ok(()),
+            _ if st == TornDown => Err(fail(CmdStatus::BadSysState, syn::NOT_INITIALIZED)),
+            QueryIssi | QueryHcaCap | AccessReg | TeardownHca | QueryNicVportContext => Ok(()),
+            SetIssi | SetHcaCap | InitHca if st == Initialized => {
+                Err(fail(CmdStatus::BadSysState, syn::ALREADY_INITIALIZED))
+            }
+            SetIssi | SetHcaCap | InitHca => Ok(()),
+            _ if st != Initialized => Err(fail(CmdStatus::BadSysState, syn::NOT_INITIALIZED)),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_function(&self, other: u64, function_id: u64) -> Res {
+        if other != 0 || function_id != 0 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_FUNCTION));
+        }
+        Ok(())
+    }
+
+    fn need_boot_pages(&self) -> Res {
+        if self.pages.held() < self.pages.boot as usize {
+            return Err(fail(CmdStatus::NoResources, syn::NOT_ENOUGH_PAGES));
+        }
+        Ok(())
+    }
+
+    fn enable_hca(&mut self, inp: &[u8]) -> Res {
+        use ifc::enable_hca_in as e;
+        self.check_function(e::EMBEDDED_CPU_FUNCTION.get(inp), e::FUNCTION_ID.get(inp))?;
+        if self.state != HcaState::Disabled {
+            return Err(fail(CmdStatus::BadResState, syn::FUNCTION_STATE));
+        }
+        self.state = HcaState::Enabled;
+        self.pages.enabled = true;
+        Ok(())
+    }
+
+    fn disable_hca(&mut self, inp: &[u8]) -> Res {
+        self.check_function(0, ifc::disable_hca_in::FUNCTION_ID.get(inp))?;
+        match self.state {
+            HcaState::Disabled => return Err(fail(CmdStatus::BadResState, syn::FUNCTION_STATE)),
+            HcaState::Initialized => {
+                return Err(fail(CmdStatus::BadSysState, syn::ALREADY_INITIALIZED))
+            }
+            HcaState::Enabled | HcaState::TornDown => {}
+        }
+        if self.pages.held() != 0 {
+            return Err(fail(CmdStatus::ResourceBusy, syn::OBJECTS_ALIVE));
+        }
+        self.state = HcaState::Disabled;
+        self.pages.enabled = false;
+        self.pages.initialized = false;
+        self.pages.runtime = 0;
+        self.issi = 0;
+        self.gen_cur = self.gen_max.clone();
+        self.roce_cur = self.roce_max.clone();
+        self.roce_en = false;
+        Ok(())
+    }
+
+    fn query_issi(&mut self, out: &mut [u8]) -> Res {
+        use ifc::query_issi_out as o;
+        o::CURRENT_ISSI.set(out, u64::from(self.issi));
+        // Bit n = ISSI n supported: 0 and 1.
+        o::SUPPORTED_ISSI_DW0.set(out, 0b11);
+        Ok(())
+    }
+
+    fn set_issi(&mut self, inp: &[u8]) -> Res {
+        let issi = ifc::set_issi_in::CURRENT_ISSI.get(inp) as u16;
+        if issi > 1 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_ISSI));
+        }
+        self.issi = issi;
+        Ok(())
+    }
+
+    fn query_pages(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
+        use ifc::query_pages_out as o;
+        self.check_function(0, ifc::query_pages_in::FUNCTION_ID.get(inp))?;
+        let stage = PagesStage::from(ifc::cmd_in::OP_MOD.get(inp) as u16);
+        if let PagesStage::Unknown(_) = stage {
+            return Err(fail(CmdStatus::BadOp, syn::BAD_OP_MOD));
+        }
+        o::FUNCTION_ID.set(out, 0);
+        o::NUM_PAGES.set(out, u64::from(self.pages.query(stage) as u32));
+        Ok(())
+    }
+
+    fn manage_pages(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
+        use ifc::manage_pages_in as i;
+        use ifc::manage_pages_out as o;
+        self.check_function(0, i::FUNCTION_ID.get(inp))?;
+        let n = i::INPUT_NUM_ENTRIES.get(inp) as usize;
+        match ManagePagesMode::from(ifc::cmd_in::OP_MOD.get(inp) as u16) {
+            ManagePagesMode::AllocationFail => {
+                self.pages.allocation_failed();
+                Ok(())
+            }
+            ManagePagesMode::Give => {
+                if self.state == HcaState::TornDown {
+                    return Err(fail(CmdStatus::BadSysState, syn::NOT_INITIALIZED));
+                }
+                if n > (inp.len() - i::SIZE) / 8 {
+                    return Err(fail(CmdStatus::BadInputLen, syn::BAD_PAGE_COUNT));
+                }
+                let mut list = Vec::with_capacity(n);
+                let mut seen = BTreeSet::new();
+                for k in 0..n as u32 {
+                    let a = i::PAS.index(k).get(inp);
+                    let ok = a % PAGE_SIZE == 0
+                        && self.shared.dma.translate(BusAddr(a), PAGE_SIZE as usize).is_some()
+                        && !self.pages.holds(a)
+                        && seen.insert(a);
+                    if !ok {
+                        return Err(fail(CmdStatus::BadParam, syn::BAD_PAGE));
+                    }
+                    list.push(a);
+                }
+                // The firmware uses its pages: scribble on them so that a driver that still
+                // reads or reuses one notices.
+                let scribble = [0xf5u8; PAGE_SIZE as usize];
+                for a in &list {
+                    self.shared.dma.write(BusAddr(*a), &scribble);
+                }
+                self.pages.give(&list);
+                Ok(())
+            }
+            ManagePagesMode::Take => {
+                if out.len() < o::SIZE + 8 * n {
+                    return Err(fail(CmdStatus::BadOutputLen, syn::OUTPUT_TOO_SHORT));
+                }
+                let back = self.pages.take(n);
+                o::OUTPUT_NUM_ENTRIES.set(out, back.len() as u64);
+                for (k, a) in back.iter().enumerate() {
+                    o::PAS.index(k as u32).set(out, *a);
+                }
+                Ok(())
+            }
+            ManagePagesMode::Unknown(_) => Err(fail(CmdStatus::BadOp, syn::BAD_OP_MOD)),
+        }
+    }
+
+    fn caps_for(&self, op_mod: u16) -> Result<(&Vec<u8>, &Vec<u8>), Fail> {
+        match CapType::from(op_mod >> 1) {
+            CapType::General => Ok((&self.gen_max, &self.gen_cur)),
+            CapType::Roce => Ok((&self.roce_max, &self.roce_cur)),
+            CapType::Unknown(_) => Err(fail(CmdStatus::BadParam, syn::BAD_CAP_TYPE)),
+        }
+    }
+
+    fn query_hca_cap(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
+        use ifc::query_hca_cap_in as i;
+        self.check_function(i::OTHER_FUNCTION.get(inp), i::FUNCTION_ID.get(inp))?;
+        self.need_boot_pages()?;
+        let op_mod = ifc::cmd_in::OP_MOD.get(inp) as u16;
+        let (max, cur) = self.caps_for(op_mod)?;
+        let caps = if op_mod & 1 == 1 { cur } else { max };
+        let at = ifc::query_hca_cap_out::CAPABILITY.byte();
+        out[at..at + caps.len()].copy_from_slice(caps);
+        Ok(())
+    }
+
+    fn set_hca_cap(&mut self, inp: &[u8]) -> Res {
+        use ifc::set_hca_cap_in as i;
+        self.check_function(i::OTHER_FUNCTION.get(inp), 0)?;
+        self.need_boot_pages()?;
+        let op_mod = ifc::cmd_in::OP_MOD.get(inp) as u16;
+        self.caps_for(op_mod)?;
+        if CapType::from(op_mod >> 1) != CapType::General {
+            // Nothing in the RoCE capabilities is settable; the firmware ignores the rest.
+            return Ok(());
+        }
+        let at = i::CAPABILITY.byte();
+        let new = &inp[at..at + self.gen_cur.len()];
+        if gen::LOG_UAR_PAGE_SZ.get(new) != 0 {
+            return Err(fail(CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
+        }
+        for f in SETTABLE {
+            if f.get(new) > f.get(&self.gen_max) {
+                return Err(fail(CmdStatus::BadParam, syn::CAP_ABOVE_MAX));
+            }
+        }
+        for f in SETTABLE {
+            f.set(&mut self.gen_cur, f.get(new));
+        }
+        Ok(())
+    }
+
+    fn init_hca(&mut self) -> Res {
+        if self.state != HcaState::Enabled {
+            return Err(fail(CmdStatus::BadSysState, syn::FUNCTION_STATE));
+        }
+        if self.pages.held() < (self.pages.boot + self.pages.init) as usize {
+            return Err(fail(CmdStatus::NoResources, syn::NOT_ENOUGH_PAGES));
+        }
+        self.state = HcaState::Initialized;
+        self.pages.initialized = true;
+        Ok(())
+    }
+
+    /// Objects created through the command interface and not destroyed.
+    pub(crate) fn live_objects(&self) -> usize {
+        self.uars.len()
+            + self.pds.len()
+            + self.mkeys.len()
+            + self.cqs.len()
+            + self.qps.len()
+            + self.eqs.len()
+    }
+
+    fn teardown_hca(&mut self, inp: &[u8]) -> Res {
+        if self.state != HcaState::Initialized {
+            return Err(fail(CmdStatus::BadSysState, syn::NOT_INITIALIZED));
+        }
+        let profile = ifc::teardown_hca_in::PROFILE.get(inp) as u16;
+        if profile != TEARDOWN_GRACEFUL && profile != TEARDOWN_FORCE {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_OP_MOD));
+        }
+        if self.live_objects() != 0 {
+            return Err(fail(CmdStatus::ResourceBusy, syn::OBJECTS_ALIVE));
+        }
+        self.state = HcaState::TornDown;
+        self.pages.initialized = false;
+        self.pages.enabled = false;
+        self.pages.runtime = 0;
+        Ok(())
+    }
+
+    fn access_reg(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
+        use ifc::access_register_in as i;
+        self.need_boot_pages()?;
+        let reg = i::REGISTER_ID.get(inp) as u16;
+        if reg != REG_HOST_ENDIANNESS {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_REGISTER));
+        }
+        let len = self.host_endianness.len();
+        let data = i::REGISTER_DATA.byte();
+        match ifc::cmd_in::OP_MOD.get(inp) {
+            // op_mod 0 writes, 1 reads (kernel `mlx5_core_access_reg`).
+            0 => {
+                if inp.len() < data + len {
+                    return Err(fail(CmdStatus::BadPkt, syn::SHORT_REGISTER));
+                }
+                self.host_endianness.copy_from_slice(&inp[data..data + len]);
+                Ok(())
+            }
+            1 => {
+                let at = ifc::access_register_out::REGISTER_DATA.byte();
+                if out.len() < at + len {
+                    return Err(fail(CmdStatus::BadOutputLen, syn::OUTPUT_TOO_SHORT));
+                }
+                out[at..at + len].copy_from_slice(&self.host_endianness);
+                Ok(())
+            }
+            _ => Err(fail(CmdStatus::BadOp, syn::BAD_OP_MOD)),
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! Field positions of the PRM command layouts the firmware model decodes and encodes.
+//!
+//! Every constant is a [`Field`]: a bit offset from the start of a structure and a width, in
+//! the PRM's numbering (bit 0 is the most significant bit of byte 0; a structure is a sequence
+//! of big-endian dwords). The values are those of the kernel's `include/linux/mlx5/mlx5_ifc.h`
+//! (`struct mlx5_ifc_<name>_bits`, where `u8 field[0xN]` is an N-bit field); each module names
+//! its structure, and the `header` test re-derives every offset, width and size from the
+//! installed header and compares.
+//!
+//! Nested contexts (`qpc`, `cqc`, `mkc`, `eqc`, `ads`, `cmd_hca_cap`, …) have their own module;
+//! [`Field::at`] places one of their fields inside the command that embeds them.
+
+/// A field of a PRM layout: `width` bits starting `bit` bits from the start of the structure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Field {
+    /// Offset in bits from the most significant bit of byte 0.
+    pub bit: u32,
+    /// Width in bits (for arrays: the whole array; for flexible arrays: one element).
+    pub width: u32,
+}
+
+impl Field {
+    /// A field of `width` bits at bit offset `bit`.
+    pub const fn new(bit: u32, width: u32) -> Self {
+        Field { bit, width }
+    }
+
+    /// This field of a nested structure, placed inside `outer` (the embedding member).
+    pub const fn at(self, outer: Field) -> Field {
+        Field { bit: outer.bit + self.bit, width: self.width }
+    }
+
+    /// The `i`-th element of an array whose element is this field.
+    pub const fn index(self, i: u32) -> Field {
+        Field { bit: self.bit + i * self.width, width: self.width }
+    }
+
+    /// Byte offset of the first byte the field touches.
+    pub const fn byte(self) -> usize {
+        (self.bit / 8) as usize
+    }
+
+    /// Number of bytes a byte-aligned field spans.
+    pub const fn bytes(self) -> usize {
+        self.width.div_ceil(8) as usize
+    }
+
+    fn span(self, len: usize) -> (usize, usize) {
+        let start = (self.bit / 8) as usize;
+        let end = (self.bit + self.width).div_ceil(8) as usize;
+        assert!(self.width > 0 && self.width <= 64, "field of {} bits is not a scalar", self.width);
+        assert!(end <= len, "field at bit {:#x} outside a {len}-byte buffer", self.bit);
+        (start, end)
+    }
+
+    /// The field's value (big-endian bit order, as `MLX5_GET`/`MLX5_GET64` read it).
+    pub fn get(self, buf: &[u8]) -> u64 {
+        let (start, end) = self.span(buf.len());
+        let mut acc: u128 = 0;
+        for b in &buf[start..end] {
+            acc = (acc << 8) | u128::from(*b);
+        }
+        let shift = end as u32 * 8 - (self.bit + self.width);
+        ((acc >> shift) & ((1u128 << self.width) - 1)) as u64
+    }
+
+    /// Store `value` (truncated to the width) into the field, leaving other bits alone.
+    pub fn set(self, buf: &mut [u8], value: u64) {
+        let (start, end) = self.span(buf.len());
+        let mut acc: u128 = 0;
+        for b in &buf[start..end] {
+            acc = (acc << 8) | u128::from(*b);
+        }
+        let shift = end as u32 * 8 - (self.bit + self.width);
+        let mask = ((1u128 << self.width) - 1) << shift;
+        acc = (acc & !mask) | ((u128::from(value) << shift) & mask);
+        for (i, b) in buf[start..end].iter_mut().enumerate().rev() {
+            *b = (acc >> (8 * (end - start - 1 - i))) as u8;
+        }
+    }
+
+    /// The bytes of a byte-aligned field (arrays such as `rgid_rip`).
+    pub fn slice(self, buf: &[u8]) -> &[u8] {
+        assert!(self.bit % 8 == 0 && self.width % 8 == 0, "field is not byte aligned");
+        &buf[self.byte()..self.byte() + self.bytes()]
+    }
+
+    /// Mutable bytes of a byte-aligned field.
+    pub fn slice_mut(self, buf: &mut [u8]) -> &mut [u8] {
+        assert!(self.bit % 8 == 0 && self.width % 8 == 0, "field is not byte aligned");
+        let b = self.byte();
+        &mut buf[b..b + self.bytes()]
+    }
+}
+
+/// Declares one module per `mlx5_ifc_<name>_bits` structure: its size and its fields.
+macro_rules! ifc {
+    ($(
+        $(#[$m:meta])*
+        $module:ident = $cname:literal, $bytes:literal bytes {
+            $($field:ident = $path:literal @ $bit:literal : $width:literal;)*
+        }
+    )*) => {$(
+        $(#[$m])*
+        #[doc = concat!("\n\nLayout: `struct mlx5_ifc_", $cname, "_bits` (", $bytes, " bytes).")]
+        pub mod $module {
+            #[allow(unused_imports)]
+            use super::Field;
+            /// Size of the structure in bytes.
+            pub const SIZE: usize = $bytes;
+            $(
+                #[doc = concat!("`", $cname, ".", $path, "`")]
+                pub const $field: Field = Field::new($bit, $width);
+            )*
+            /// (structure, size in bytes, [(member path, field)]) for the header check.
+            #[cfg(test)]
+            pub(crate) const HEADER: (&str, usize, &[(&str, Field)]) =
+                ($cname, $bytes, &[$(($path, $field)),*]);
+        }
+    )*
+
+    /// Every declared structure, for the header check.
+    #[cfg(test)]
+    pub(crate) const ALL: &[(&str, usize, &[(&str, Field)])] = &[$($module::HEADER),*];
+    };
+}
+
+ifc! {
+    /// The header every command input starts with (shown here by `alloc_pd_in`).
+    cmd_in = "alloc_pd_in", 16 bytes {
+        OPCODE = "opcode" @ 0x0 : 16;
+        UID = "uid" @ 0x10 : 16;
+        OP_MOD = "op_mod" @ 0x30 : 16;
+    }
+    /// The header every command output starts with (shown here by `alloc_pd_out`).
+    cmd_out = "alloc_pd_out", 16 bytes {
+        STATUS = "status" @ 0x0 : 8;
+        SYNDROME = "syndrome" @ 0x20 : 32;
+    }
+    /// `ENABLE_HCA` input.
+    enable_hca_in = "enable_hca_in", 16 bytes {
+        EMBEDDED_CPU_FUNCTION = "embedded_cpu_function" @ 0x40 : 1;
+        FUNCTION_ID = "function_id" @ 0x50 : 16;
+    }
+    /// `ENABLE_HCA` output.
+    enable_hca_out = "enable_hca_out", 12 bytes {}
+    /// `DISABLE_HCA` input.
+    disable_hca_in = "disable_hca_in", 16 bytes {
+        FUNCTION_ID = "function_id" @ 0x50 : 16;
+    }
+    /// `DISABLE_HCA` output.
+    disable_hca_out = "disable_hca_out", 12 bytes {}
+    /// `QUERY_ISSI` input.
+    query_issi_in = "query_issi_in", 16 bytes {}
+    /// `QUERY_ISSI` output.
+    query_issi_out = "query_issi_out", 112 bytes {
+        CURRENT_ISSI = "current_issi" @ 0x50 : 16;
+        SUPPORTED_ISSI_DW0 = "supported_issi_dw0" @ 0x360 : 32;
+    }
+    /// `SET_ISSI` input.
+    set_issi_in = "set_issi_in", 16 bytes {
+        CURRENT_ISSI = "current_issi" @ 0x50 : 16;
+    }
+    /// `SET_ISSI` output.
+    set_issi_out = "set_issi_out", 16 bytes {}
+    /// `QUERY_PAGES` input.
+    query_pages_in = "query_pages_in", 16 bytes {
+        FUNCTION_ID = "function_id" @ 0x50 : 16;
+    }
+    /// `QUERY_PAGES` output.
+    query_pages_out = "query_pages_out", 16 bytes {
+        FUNCTION_ID = "function_id" @ 0x50 : 16;
+        NUM_PAGES = "num_pages" @ 0x60 : 32;
+    }
+    /// `MANAGE_PAGES` input (followed by `input_num_entries` 64-bit page addresses).
+    manage_pages_in = "manage_pages_in", 16 bytes {
+        FUNCTION_ID = "function_id" @ 0x50 : 16;
+        INPUT_NUM_ENTRIES = "input_num_entries" @ 0x60 : 32;
+        PAS = "pas" @ 0x80 : 64;
+    }
+    /// `MANAGE_PAGES` output (followed by `output_num_entries` 64-bit page addresses).
+    manage_pages_out = "manage_pages_out", 16 bytes {
+        OUTPUT_NUM_ENTRIES = "output_num_entries" @ 0x40 : 32;
+        PAS = "pas" @ 0x80 : 64;
+    }
+    /// `QUERY_HCA_CAP` input; `op_mod` is `capability type << 1 | current`.
+    query_hca_cap_in = "query_hca_cap_in", 16 bytes {
+        OTHER_FUNCTION = "other_function" @ 0x40 : 1;
+        FUNCTION_ID = "function_id" @ 0x50 : 16;
+    }
+    /// `QUERY_HCA_CAP` output.
+    query_hca_cap_out = "query_hca_cap_out", 4112 bytes {
+        CAPABILITY = "capability" @ 0x80 : 32768;
+    }
+    /// `SET_HCA_CAP` input; `op_mod` is `capability type << 1`.
+    set_hca_cap_in = "set_hca_cap_in", 4112 bytes {
+        OTHER_FUNCTION = "other_function" @ 0x40 : 1;
+        CAPABILITY = "capability" @ 0x80 : 32768;
+    }
+    /// `SET_HCA_CAP` output.
+    set_hca_cap_out = "set_hca_cap_out", 16 bytes {}
+    /// General device capabilities (capability type 0).
+    cmd_hca_cap = "cmd_hca_cap", 256 bytes {
+        LOG_MAX_QP_SZ = "log_max_qp_sz" @ 0x88 : 8;
+        LOG_MAX_QP = "log_max_qp" @ 0x9b : 5;
+        LOG_MAX_CQ_SZ = "log_max_cq_sz" @ 0xc8 : 8;
+        LOG_MAX_CQ = "log_max_cq" @ 0xdb : 5;
+        LOG_MAX_EQ_SZ = "log_max_eq_sz" @ 0xe0 : 8;
+        LOG_MAX_MKEY = "log_max_mkey" @ 0xea : 6;
+        LOG_MAX_EQ = "log_max_eq" @ 0xfc : 4;
+        LOG_MAX_MRW_SZ = "log_max_mrw_sz" @ 0x109 : 7;
+        LOG_MAX_RA_REQ_QP = "log_max_ra_req_qp" @ 0x14a : 6;
+        LOG_MAX_RA_RES_QP = "log_max_ra_res_qp" @ 0x15a : 6;
+        GID_TABLE_SIZE = "gid_table_size" @ 0x170 : 16;
+        PKEY_TABLE_SIZE = "pkey_table_size" @ 0x190 : 16;
+        PORT_TYPE = "port_type" @ 0x1b6 : 2;
+        NUM_PORTS = "num_ports" @ 0x1b8 : 8;
+        LOG_MAX_MSG = "log_max_msg" @ 0x1c3 : 5;
+        CQE_VERSION = "cqe_version" @ 0x1fc : 4;
+        CMDIF_CHECKSUM = "cmdif_checksum" @ 0x210 : 2;
+        ROCE = "roce" @ 0x21d : 1;
+        UAR_4K = "uar_4k" @ 0x240 : 1;
+        FL_RC_QP_WHEN_ROCE_DISABLED = "fl_rc_qp_when_roce_disabled" @ 0x248 : 1;
+        UAR_SZ = "uar_sz" @ 0x24a : 6;
+        LOG_PG_SZ = "log_pg_sz" @ 0x258 : 8;
+        LOG_BF_REG_SIZE = "log_bf_reg_size" @ 0x26b : 5;
+        MAX_WQE_SZ_SQ = "max_wqe_sz_sq" @ 0x290 : 16;
+        LOG_MAX_PD = "log_max_pd" @ 0x32b : 5;
+        LOG_UAR_PAGE_SZ = "log_uar_page_sz" @ 0x490 : 16;
+        NUM_OF_UARS_PER_PAGE = "num_of_uars_per_page" @ 0x520 : 32;
+    }
+    /// RoCE capabilities (capability type 4).
+    roce_cap = "roce_cap", 256 bytes {
+        FL_RC_QP_WHEN_ROCE_DISABLED = "fl_rc_qp_when_roce_disabled" @ 0x5 : 1;
+        FL_RC_QP_WHEN_ROCE_ENABLED = "fl_rc_qp_when_roce_enabled" @ 0x6 : 1;
+        L3_TYPE = "l3_type" @ 0x8c : 4;
+        ROCE_VERSION = "roce_version" @ 0x98 : 8;
+        R_ROCE_DEST_UDP_PORT = "r_roce_dest_udp_port" @ 0xb0 : 16;
+        R_ROCE_MAX_SRC_UDP_PORT = "r_roce_max_src_udp_port" @ 0xc0 : 16;
+        R_ROCE_MIN_SRC_UDP_PORT = "r_roce_min_src_udp_port" @ 0xd0 : 16;
+        ROCE_ADDRESS_TABLE_SIZE = "roce_address_table_size" @ 0xf0 : 16;
+    }
+    /// `INIT_HCA` input.
+    init_hca_in = "init_hca_in", 32 bytes {}
+    /// `INIT_HCA` output.
+    init_hca_out = "init_hca_out", 16 bytes {}
+    /// `TEARDOWN_HCA` input.
+    teardown_hca_in = "teardown_hca_in", 16 bytes {
+        PROFILE = "profile" @ 0x50 : 16;
+    }
+    /// `TEARDOWN_HCA` output.
+    teardown_hca_out = "teardown_hca_out", 16 bytes {
+        STATE = "state" @ 0x7f : 1;
+    }
+    /// `ACCESS_REG` input (`op_mod` 0 writes, 1 reads), followed by the register data.
+    access_register_in = "access_register_in", 16 bytes {
+        REGISTER_ID = "register_id" @ 0x50 : 16;
+        ARGUMENT = "argument" @ 0x60 : 32;
+        REGISTER_DATA = "register_data" @ 0x80 : 32;
+    }
+    /// `ACCESS_REG` output, followed by the register data.
+    access_register_out = "access_register_out", 16 bytes {
+        REGISTER_DATA = "register_data" @ 0x80 : 32;
+    }
+    /// The host endianness register (register id `0x7004`).
+    register_host_endianness = "register_host_endianness", 16 bytes {
+        HE = "he" @ 0x0 : 1;
+    }
+    /// `ALLOC_UAR` input.
+    alloc_uar_in = "alloc_uar_in", 16 bytes {}
+    /// `ALLOC_UAR` output.
+    alloc_uar_out = "alloc_uar_out", 16 bytes {
+        UAR = "uar" @ 0x48 : 24;
+    }
+    /// `DEALLOC_UAR` input.
+    dealloc_uar_in = "dealloc_uar_in", 16 bytes {
+        UAR = "uar" @ 0x48 : 24;
+    }
+    /// `DEALLOC_UAR` output.
+    dealloc_uar_out = "dealloc_uar_out", 16 bytes {}
+    /// `ALLOC_PD` input.
+    alloc_pd_in = "alloc_pd_in", 16 bytes {}
+    /// `ALLOC_PD` output.
+    alloc_pd_out = "alloc_pd_out", 16 bytes {
+        PD = "pd" @ 0x48 : 24;
+    }
+    /// `DEALLOC_PD` input.
+    dealloc_pd_in = "dealloc_pd_in", 16 bytes {
+        PD = "pd" @ 0x48 : 24;
+    }
+    /// `DEALLOC_PD` output.
+    dealloc_pd_out = "dealloc_pd_out", 16 bytes {}
+    /// `CREATE_EQ` input (followed by the PAS list).
+    create_eq_in = "create_eq_in", 272 bytes {
+        EQ_CONTEXT = "eq_context_entry" @ 0x80 : 512;
+        EVENT_BITMASK = "event_bitmask" @ 0x2c0 : 256;
+        PAS = "pas" @ 0x880 : 64;
+    }
+    /// `CREATE_EQ` output.
+    create_eq_out = "create_eq_out", 16 bytes {
+        EQ_NUMBER = "eq_number" @ 0x58 : 8;
+    }
+    /// `DESTROY_EQ` input.
+    destroy_eq_in = "destroy_eq_in", 16 bytes {
+        EQ_NUMBER = "eq_number" @ 0x58 : 8;
+    }
+    /// `DESTROY_EQ` output.
+    destroy_eq_out = "destroy_eq_out", 16 bytes {}
+    /// Event queue context.
+    eqc = "eqc", 64 bytes {
+        STATUS = "status" @ 0x0 : 4;
+        EC = "ec" @ 0xd : 1;
+        OI = "oi" @ 0xe : 1;
+        ST = "st" @ 0x14 : 4;
+        PAGE_OFFSET = "page_offset" @ 0x54 : 6;
+        LOG_EQ_SIZE = "log_eq_size" @ 0x63 : 5;
+        UAR_PAGE = "uar_page" @ 0x68 : 24;
+        INTR = "intr" @ 0xb4 : 12;
+        LOG_PAGE_SIZE = "log_page_size" @ 0xc3 : 5;
+        CONSUMER_COUNTER = "consumer_counter" @ 0x148 : 24;
+        PRODUCER_COUNTER = "producer_counter" @ 0x168 : 24;
+    }
+    /// An event queue entry.
+    eqe = "eqe", 64 bytes {
+        EVENT_TYPE = "event_type" @ 0x8 : 8;
+        EVENT_SUB_TYPE = "event_sub_type" @ 0x18 : 8;
+        EVENT_DATA = "event_data" @ 0x100 : 224;
+        SIGNATURE = "signature" @ 0x1f0 : 8;
+        OWNER = "owner" @ 0x1ff : 1;
+    }
+    /// Event data of a command completion event.
+    cmd_inter_comp_event = "cmd_inter_comp_event", 28 bytes {
+        COMMAND_COMPLETION_VECTOR = "command_completion_vector" @ 0x0 : 32;
+    }
+    /// Event data of a page request event.
+    pages_req_event = "pages_req_event", 28 bytes {
+        FUNCTION_ID = "function_id" @ 0x10 : 16;
+        NUM_PAGES = "num_pages" @ 0x20 : 32;
+    }
+    /// `CREATE_MKEY` input (followed by the translation entries).
+    create_mkey_in = "create_mkey_in", 272 bytes {
+        PG_ACCESS = "pg_access" @ 0x60 : 1;
+        MKEY_CONTEXT = "memory_key_mkey_entry" @ 0x80 : 512;
+        TRANSLATIONS_OCTWORD_ACTUAL_SIZE = "translations_octword_actual_size" @ 0x300 : 32;
+        KLM_PAS_MTT = "klm_pas_mtt" @ 0x880 : 32;
+    }
+    /// `CREATE_MKEY` output.
+    create_mkey_out = "create_mkey_out", 16 bytes {
+        MKEY_INDEX = "mkey_index" @ 0x48 : 24;
+    }
+    /// `DESTROY_MKEY` input.
+    destroy_mkey_in = "destroy_mkey_in", 16 bytes {
+        MKEY_INDEX = "mkey_index" @ 0x48 : 24;
+    }
+    /// `DESTROY_MKEY` output.
+    destroy_mkey_out = "destroy_mkey_out", 16 bytes {}
+    /// Memory key context.
+    mkc = "mkc", 64 bytes {
+        FREE = "free" @ 0x1 : 1;
+        ACCESS_MODE_4_2 = "access_mode_4_2" @ 0x3 : 3;
+        UMR_EN = "umr_en" @ 0x10 : 1;
+        A = "a" @ 0x11 : 1;
+        RW = "rw" @ 0x12 : 1;
+        RR = "rr" @ 0x13 : 1;
+        LW = "lw" @ 0x14 : 1;
+        LR = "lr" @ 0x15 : 1;
+        ACCESS_MODE_1_0 = "access_mode_1_0" @ 0x16 : 2;
+        QPN = "qpn" @ 0x20 : 24;
+        MKEY_7_0 = "mkey_7_0" @ 0x38 : 8;
+        LENGTH64 = "length64" @ 0x60 : 1;
+        PD = "pd" @ 0x68 : 24;
+        START_ADDR = "start_addr" @ 0x80 : 64;
+        LEN = "len" @ 0xc0 : 64;
+        TRANSLATIONS_OCTWORD_SIZE = "translations_octword_size" @ 0x1a0 : 32;
+        LOG_PAGE_SIZE = "log_page_size" @ 0x1db : 5;
+    }
+    /// `CREATE_CQ` input (followed by the PAS list).
+    create_cq_in = "create_cq_in", 272 bytes {
+        CQ_CONTEXT = "cq_context" @ 0x80 : 512;
+        CQ_UMEM_VALID = "cq_umem_valid" @ 0x2e0 : 1;
+        PAS = "pas" @ 0x880 : 64;
+    }
+    /// `CREATE_CQ` output.
+    create_cq_out = "create_cq_out", 16 bytes {
+        CQN = "cqn" @ 0x48 : 24;
+    }
+    /// `DESTROY_CQ` input.
+    destroy_cq_in = "destroy_cq_in", 16 bytes {
+        CQN = "cqn" @ 0x48 : 24;
+    }
+    /// `DESTROY_CQ` output.
+    destroy_cq_out = "destroy_cq_out", 16 bytes {}
+    /// Completion queue context.
+    cqc = "cqc", 64 bytes {
+        STATUS = "status" @ 0x0 : 4;
+        DBR_UMEM_VALID = "dbr_umem_valid" @ 0x6 : 1;
+        CQE_SZ = "cqe_sz" @ 0x8 : 3;
+        CC = "cc" @ 0xb : 1;
+        OI = "oi" @ 0xe : 1;
+        CQE_COMP_EN = "cqe_comp_en" @ 0x11 : 1;
+        PAGE_OFFSET = "page_offset" @ 0x54 : 6;
+        LOG_CQ_SIZE = "log_cq_size" @ 0x63 : 5;
+        UAR_PAGE = "uar_page" @ 0x68 : 24;
+        C_EQN = "c_eqn_or_apu_element" @ 0xa0 : 32;
+        LOG_PAGE_SIZE = "log_page_size" @ 0xc3 : 5;
+        DBR_ADDR = "dbr_addr" @ 0x1c0 : 64;
+    }
+    /// `CREATE_QP` input (followed by the PAS list).
+    create_qp_in = "create_qp_in", 272 bytes {
+        INPUT_QPN = "input_qpn" @ 0x48 : 24;
+        OPT_PARAM_MASK = "opt_param_mask" @ 0x80 : 32;
+        QPC = "qpc" @ 0xc0 : 1856;
+        WQ_UMEM_VALID = "wq_umem_valid" @ 0x860 : 1;
+        PAS = "pas" @ 0x880 : 64;
+    }
+    /// `CREATE_QP` output.
+    create_qp_out = "create_qp_out", 16 bytes {
+        QPN = "qpn" @ 0x48 : 24;
+    }
+    /// `DESTROY_QP` input.
+    destroy_qp_in = "destroy_qp_in", 16 bytes {
+        QPN = "qpn" @ 0x48 : 24;
+    }
+    /// `DESTROY_QP` output.
+    destroy_qp_out = "destroy_qp_out", 16 bytes {}
+    /// `RST2INIT_QP` input.
+    rst2init_qp_in = "rst2init_qp_in", 272 bytes {
+        QPN = "qpn" @ 0x48 : 24;
+        OPT_PARAM_MASK = "opt_param_mask" @ 0x80 : 32;
+        QPC = "qpc" @ 0xc0 : 1856;
+    }
+    /// `RST2INIT_QP` output.
+    rst2init_qp_out = "rst2init_qp_out", 16 bytes {}
+    /// `INIT2RTR_QP` input.
+    init2rtr_qp_in = "init2rtr_qp_in", 272 bytes {
+        QPN = "qpn" @ 0x48 : 24;
+        OPT_PARAM_MASK = "opt_param_mask" @ 0x80 : 32;
+        QPC = "qpc" @ 0xc0 : 1856;
+    }
+    /// `INIT2RTR_QP` output.
+    init2rtr_qp_out = "init2rtr_qp_out", 16 bytes {}
+    /// `RTR2RTS_QP` input.
+    rtr2rts_qp_in = "rtr2rts_qp_in", 272 bytes {
+        QPN = "qpn" @ 0x48 : 24;
+        OPT_PARAM_MASK = "opt_param_mask" @ 0x80 : 32;
+        QPC = "qpc" @ 0xc0 : 1856;
+    }
+    /// `RTR2RTS_QP` output.
+    rtr2rts_qp_out = "rtr2rts_qp_out", 16 bytes {}
+    /// `2ERR_QP` input.
+    qp_2err_in = "qp_2err_in", 16 bytes {
+        QPN = "qpn" @ 0x48 : 24;
+    }
+    /// `2ERR_QP` output.
+    qp_2err_out = "qp_2err_out", 16 bytes {}
+    /// `2RST_QP` input.
+    qp_2rst_in = "qp_2rst_in", 16 bytes {
+        QPN = "qpn" @ 0x48 : 24;
+    }
+    /// `2RST_QP` output.
+    qp_2rst_out = "qp_2rst_out", 16 bytes {}
+    /// Queue pair context.
+    qpc = "qpc", 232 bytes {
+        STATE = "state" @ 0x0 : 4;
+        ST = "st" @ 0x8 : 8;
+        PM_STATE = "pm_state" @ 0x13 : 2;
+        PD = "pd" @ 0x28 : 24;
+        MTU = "mtu" @ 0x40 : 3;
+        LOG_MSG_MAX = "log_msg_max" @ 0x43 : 5;
+        LOG_RQ_SIZE = "log_rq_size" @ 0x49 : 4;
+        LOG_RQ_STRIDE = "log_rq_stride" @ 0x4d : 3;
+        NO_SQ = "no_sq" @ 0x50 : 1;
+        LOG_SQ_SIZE = "log_sq_size" @ 0x51 : 4;
+        UAR_PAGE = "uar_page" @ 0x68 : 24;
+        LOG_PAGE_SIZE = "log_page_size" @ 0xa3 : 5;
+        REMOTE_QPN = "remote_qpn" @ 0xa8 : 24;
+        PRIMARY_ADDRESS_PATH = "primary_address_path" @ 0xc0 : 352;
+        RETRY_COUNT = "retry_count" @ 0x38d : 3;
+        RNR_RETRY = "rnr_retry" @ 0x390 : 3;
+        NEXT_SEND_PSN = "next_send_psn" @ 0x3c8 : 24;
+        CQN_SND = "cqn_snd" @ 0x3e8 : 24;
+        RRE = "rre" @ 0x490 : 1;
+        RWE = "rwe" @ 0x491 : 1;
+        RAE = "rae" @ 0x492 : 1;
+        PAGE_OFFSET = "page_offset" @ 0x494 : 6;
+        MIN_RNR_NAK = "min_rnr_nak" @ 0x4a3 : 5;
+        NEXT_RCV_PSN = "next_rcv_psn" @ 0x4a8 : 24;
+        CQN_RCV = "cqn_rcv" @ 0x4e8 : 24;
+        DBR_ADDR = "dbr_addr" @ 0x500 : 64;
+        RQ_TYPE = "rq_type" @ 0x565 : 3;
+    }
+    /// Address path (inside `qpc`).
+    ads = "ads", 44 bytes {
+        FL = "fl" @ 0x0 : 1;
+        PKEY_INDEX = "pkey_index" @ 0x10 : 16;
+        GRH = "grh" @ 0x28 : 1;
+        ACK_TIMEOUT = "ack_timeout" @ 0x40 : 5;
+        SRC_ADDR_INDEX = "src_addr_index" @ 0x48 : 8;
+        HOP_LIMIT = "hop_limit" @ 0x58 : 8;
+        RGID_RIP = "rgid_rip" @ 0x80 : 128;
+        UDP_SPORT = "udp_sport" @ 0x110 : 16;
+        VHCA_PORT_NUM = "vhca_port_num" @ 0x128 : 8;
+        RMAC_47_32 = "rmac_47_32" @ 0x130 : 16;
+        RMAC_31_0 = "rmac_31_0" @ 0x140 : 32;
+    }
+    /// `MODIFY_NIC_VPORT_CONTEXT` input.
+    modify_nic_vport_context_in = "modify_nic_vport_context_in", 512 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+        FIELD_SELECT_ROCE_EN = "field_select.roce_en" @ 0x7e : 1;
+        FIELD_SELECT_MTU = "field_select.mtu" @ 0x79 : 1;
+        NIC_VPORT_CONTEXT = "nic_vport_context" @ 0x800 : 2048;
+    }
+    /// `MODIFY_NIC_VPORT_CONTEXT` output.
+    modify_nic_vport_context_out = "modify_nic_vport_context_out", 16 bytes {}
+    /// `QUERY_NIC_VPORT_CONTEXT` input.
+    query_nic_vport_context_in = "query_nic_vport_context_in", 16 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+    }
+    /// `QUERY_NIC_VPORT_CONTEXT` output.
+    query_nic_vport_context_out = "query_nic_vport_context_out", 272 bytes {
+        NIC_VPORT_CONTEXT = "nic_vport_context" @ 0x80 : 2048;
+    }
+    /// NIC vport context.
+    nic_vport_context = "nic_vport_context", 256 bytes {
+        ROCE_EN = "roce_en" @ 0x1f : 1;
+        MTU = "mtu" @ 0x130 : 16;
+        MAC_47_32 = "permanent_address.mac_addr_47_32" @ 0x7b0 : 16;
+        MAC_31_0 = "permanent_address.mac_addr_31_0" @ 0x7c0 : 32;
+    }
+}

@@ -1,0 +1,552 @@
+//! The model's firmware: the initialization segment and the command interface.
+//!
+//! A driver brings a real mlx5 HCA up through BAR0 page 0 and a command queue in host memory;
+//! [`Firmware`] plays the firmware's side so that a driver's bring-up code can be tested
+//! against the model, and every object it creates is the same object the model's engine then
+//! executes WQEs on.
+//!
+//! ```
+//! use rdma_pmd_hal::Mmio;
+//! use rdma_pmd_mlx5_model::fw::{init_seg, FwConfig, Firmware, HcaState};
+//! use rdma_pmd_mlx5_model::Model;
+//!
+//! let model = Model::new();
+//! let fw = Firmware::start(&model, FwConfig::default()).unwrap();
+//! let bar = fw.bar(); // BAR0: initialization segment + the model's UAR pages
+//! assert_eq!(bar.read_be32(init_seg::CMDIF_REV_FW_SUB) >> 16, 5);
+//! assert_eq!(bar.read_be32(init_seg::INITIALIZING) >> 31, 0);
+//! assert_eq!(fw.state(), HcaState::Disabled);
+//! ```
+//!
+//! ## BAR0
+//!
+//! Page 0 is the initialization segment ([`init_seg`]: firmware revision, command interface
+//! revision 5, command queue address and size, command doorbell, `initializing`, health
+//! buffer); the timer and health counter words at 0x1000..0x1014 are the firmware's too. Every
+//! other offset belongs to the model's UAR pages (see the crate docs): [`Firmware::bar`] is a
+//! BAR whose handler sends page-0 accesses here and the rest to the model.
+//!
+//! ## Command queue
+//!
+//! [`cmdq`]: `1 << log_cmdq_size` slots (default 32) of `1 << log_cmdq_stride` bytes (64) at
+//! the address the driver stores in `cmdq_addr_h/l`. A store of bit *i* to `cmd_dbell` queues
+//! slot *i* for the firmware thread, which sleeps on a condition variable while there is
+//! nothing to do. Per slot: owner bit must be set (else the doorbell is counted as spurious),
+//! `type` 7, lengths sane, mailboxes aligned, reachable, numbered 0, 1, … and carrying the
+//! entry's token (else the delivery status says which); then the command executes, the output
+//! is scattered, the delivery status is written and, after a release fence, the owner bit is
+//! cleared. If an EQ subscribed to command events exists, a command completion EQE with
+//! `1 << slot` follows.
+//!
+//! ## Commands
+//!
+//! `ENABLE_HCA`, `DISABLE_HCA`, `QUERY_ISSI`, `SET_ISSI` (ISSI 0 and 1), `QUERY_PAGES`
+//! (boot/init/regular), `MANAGE_PAGES` (give/take/allocation-fail), `QUERY_HCA_CAP` and
+//! `SET_HCA_CAP` (general and RoCE capabilities), `ACCESS_REG` (host endianness), `INIT_HCA`,
+//! `TEARDOWN_HCA`, `ALLOC_UAR`, `DEALLOC_UAR`, `ALLOC_PD`, `DEALLOC_PD`, `CREATE_EQ`,
+//! `DESTROY_EQ`, `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`, `CREATE_CQ`,
+//! `DESTROY_CQ`, `CREATE_QP` (RC), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,
+//! `2ERR_QP`, `2RST_QP`, `QUERY_NIC_VPORT_CONTEXT`, `MODIFY_NIC_VPORT_CONTEXT` (`roce_en`,
+//! `mtu`), `NOP`. Anything else: `BAD_OP`. The life-cycle rules are in the `hca` module, the
+//! resource checks in the `resources` module; syndromes in [`codes::syndrome`].
+//!
+//! ## Test hooks
+//!
+//! Faults: [`Firmware::fail_next`] (a command fails with a chosen status and syndrome),
+//! [`Firmware::hang_next`] (a command is taken and never handed back),
+//! [`Firmware::set_stuck_initializing`], [`Firmware::set_health_syndrome`] (a fatal error:
+//! the health buffer reports it, the health counter stops, doorbells are ignored).
+//! Run-time pages: [`Firmware::request_pages`] posts a page request EQE. Observation:
+//! [`Firmware::state`], [`Firmware::pages`], [`Firmware::executed`],
+//! [`Firmware::delivery_errors`], [`Firmware::live_objects`].
+//!
+//! ## Sources
+//!
+//! The kernel's `include/linux/mlx5/device.h` (`struct mlx5_init_seg`, `health_buffer`,
+//! `mlx5_cmd_layout`, `mlx5_cmd_prot_block`, `MLX5_CMD_STAT_*`, event types), `driver.h`
+//! (`CMD_OWNER_HW`, `MLX5_REG_HOST_ENDIANNESS`), `mlx5_ifc.h` (every command layout, checked
+//! by the `header` test against the installed header), and `drivers/net/ethernet/mellanox/
+//! mlx5/core/cmd.c` (`CMD_IF_REV`, delivery statuses, the queue protocol), `pagealloc.c` (page
+//! stages), `eq.c` (EQE ownership), `main.c` (the bring-up order).
+//!
+//! ## Modelling choices (not hardware facts)
+//!
+//! * One physical function (function id 0), no VFs, one port (Ethernet, RoCE v2).
+//! * Signatures are not checked (`cmdif_checksum` is 0); mailbox pointers need 512-byte
+//!   alignment.
+//! * Queue buffers (CQ, QP) and MTT translations must be bus-contiguous: the device model
+//!   addresses them linearly.
+//! * `TEARDOWN_HCA` refuses while objects created through commands remain, and `DISABLE_HCA`
+//!   while the firmware still holds pages, so that leaks show up as failures.
+//! * Given pages are overwritten with `0xf5`, as firmware would use them.
+
+pub mod cmdq;
+pub mod codes;
+pub mod eq;
+mod hca;
+pub mod ifc;
+pub mod init_seg;
+pub mod pages;
+mod resources;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdma_pmd::{Errno, Error};
+use rdma_pmd_hal::mem::{BarHandler, BarMem, HeapDma, MemBar};
+use rdma_pmd_hal::Mmio;
+
+pub use codes::{CmdStatus, DeliveryStatus, Opcode};
+pub use hca::{Executed, HcaState};
+pub use pages::PageStats;
+
+use crate::model::Model;
+use hca::Hca;
+
+/// How the firmware behaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FwConfig {
+    /// Firmware revision: major, minor, subminor.
+    pub fw_rev: (u16, u16, u16),
+    /// Pages needed after `ENABLE_HCA`.
+    pub boot_pages: u32,
+    /// Further pages needed before `INIT_HCA`.
+    pub init_pages: u32,
+    /// How long `initializing` stays set after the firmware starts.
+    pub init_delay: Duration,
+    /// log2 of the number of command slots (at most 5).
+    pub log_cmdq_size: u8,
+    /// log2 of the bytes per slot (at least 6).
+    pub log_cmdq_stride: u8,
+    /// `cmd_exec_to` reported in the initialization segment (ms).
+    pub cmd_exec_timeout_ms: u32,
+    /// `log_max_qp`.
+    pub log_max_qp: u8,
+    /// `log_max_cq`.
+    pub log_max_cq: u8,
+    /// `log_max_eq`.
+    pub log_max_eq: u8,
+    /// `log_max_eq_sz`.
+    pub log_max_eq_sz: u8,
+    /// `log_max_mkey`.
+    pub log_max_mkey: u8,
+    /// `log_max_pd`.
+    pub log_max_pd: u8,
+}
+
+impl Default for FwConfig {
+    fn default() -> Self {
+        FwConfig {
+            fw_rev: (16, 35, 1012),
+            boot_pages: 4,
+            init_pages: 16,
+            init_delay: Duration::ZERO,
+            log_cmdq_size: 5,
+            log_cmdq_stride: 6,
+            cmd_exec_timeout_ms: 60_000,
+            log_max_qp: 10,
+            log_max_cq: 10,
+            log_max_eq: 4,
+            log_max_eq_sz: 12,
+            log_max_mkey: 12,
+            log_max_pd: 10,
+        }
+    }
+}
+
+/// Why a test hook could not act.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FwError {
+    /// The HCA is not initialized (run-time page requests need `INIT_HCA`).
+    NotInitialized,
+    /// No EQ asked for this kind of event.
+    NoEventQueue,
+    /// The EQ's memory did not translate.
+    DmaFault,
+}
+
+impl fmt::Display for FwError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FwError::NotInitialized => f.write_str("the HCA is not initialized"),
+            FwError::NoEventQueue => f.write_str("no event queue subscribed to the event"),
+            FwError::DmaFault => f.write_str("event queue memory did not translate"),
+        }
+    }
+}
+
+impl std::error::Error for FwError {}
+
+/// A delivery failure the firmware reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeliveryError {
+    /// Command slot.
+    pub slot: u32,
+    /// What was wrong.
+    pub status: DeliveryStatus,
+}
+
+#[derive(Default)]
+struct Faults {
+    fail: VecDeque<(Opcode, CmdStatus, u32)>,
+    hang: VecDeque<Opcode>,
+    stuck_initializing: bool,
+    health: (u8, u16),
+}
+
+#[derive(Default)]
+struct Regs {
+    cmdq_base: u64,
+    health_counter: u32,
+    faults: Faults,
+    spurious_doorbells: u64,
+    ignored_stores: u64,
+    delivery_errors: Vec<DeliveryError>,
+    hung: Vec<u32>,
+}
+
+#[derive(Default)]
+struct Bell {
+    pending: u32,
+    stop: bool,
+}
+
+pub(crate) struct FwShared {
+    hca: Mutex<Hca>,
+    regs: Mutex<Regs>,
+    bell: Mutex<Bell>,
+    wake: Condvar,
+    dma: Arc<HeapDma>,
+    cfg: FwConfig,
+    start: Instant,
+}
+
+impl FwShared {
+    fn hca(&self) -> MutexGuard<'_, Hca> {
+        self.hca.lock().expect("firmware state poisoned")
+    }
+
+    fn regs(&self) -> MutexGuard<'_, Regs> {
+        self.regs.lock().expect("firmware registers poisoned")
+    }
+
+    fn registers(&self, r: &Regs) -> init_seg::Registers {
+        let initializing =
+            r.faults.stuck_initializing || self.start.elapsed() < self.cfg.init_delay;
+        init_seg::Registers {
+            fw_rev: self.cfg.fw_rev,
+            cmdif_rev: codes::CMD_IF_REV,
+            log_cmdq_size: self.cfg.log_cmdq_size,
+            log_cmdq_stride: self.cfg.log_cmdq_stride,
+            nic_interface: 0,
+            initializing,
+            health_syndrome: r.faults.health.0,
+            health_ext_syndrome: r.faults.health.1,
+            cmd_exec_timeout_ms: self.cfg.cmd_exec_timeout_ms,
+            cmd_q_init_timeout_ms: self.cfg.init_delay.as_millis().min(u128::from(u32::MAX)) as u32,
+            timer_ns: self.start.elapsed().as_nanos() as u64,
+            health_counter: r.health_counter,
+        }
+    }
+
+    /// A driver store to a firmware register.
+    fn on_write(&self, mem: &BarMem, off: usize, len: usize) {
+        match (off, len) {
+            (init_seg::CMD_DBELL, 4) => {
+                let bits = init_seg::doorbell(mem);
+                let mut b = self.bell.lock().expect("doorbell poisoned");
+                b.pending |= bits;
+                drop(b);
+                self.wake.notify_one();
+            }
+            (init_seg::CMDQ_ADDR_H, 4) | (init_seg::CMDQ_ADDR_L_SZ, 4) => {
+                self.regs().cmdq_base = init_seg::cmdq_address(mem);
+            }
+            _ => self.regs().ignored_stores += 1,
+        }
+    }
+
+    /// A driver load from a firmware register: make every firmware register current.
+    fn on_read(&self, mem: &BarMem, off: usize, _len: usize) {
+        let mut r = self.regs();
+        if off == init_seg::HEALTH_COUNTER && r.faults.health.0 == 0 {
+            r.health_counter = r.health_counter.wrapping_add(1);
+        }
+        self.registers(&r).store(mem);
+    }
+
+    /// Execute the command in `slot`, if the firmware can.
+    fn run_slot(&self, slot: u32) {
+        let (base, dead, initializing) = {
+            let r = self.regs();
+            let regs = self.registers(&r);
+            (r.cmdq_base, r.faults.health.0 != 0, regs.initializing)
+        };
+        let hung = self.regs().hung.contains(&slot);
+        if base == 0 || dead || initializing || hung || slot >= 1 << self.cfg.log_cmdq_size {
+            self.regs().spurious_doorbells += 1;
+            return;
+        }
+        let Some((at, entry)) = cmdq::read_entry(&self.dma, base, self.cfg.log_cmdq_stride, slot)
+        else {
+            self.regs().spurious_doorbells += 1;
+            return;
+        };
+        if !entry.hw_owned() {
+            self.regs().spurious_doorbells += 1;
+            return;
+        }
+        let d = match cmdq::deliver(&self.dma, &entry) {
+            Ok(d) => d,
+            Err(status) => {
+                self.regs().delivery_errors.push(DeliveryError { slot, status });
+                cmdq::complete(&self.dma, at, status);
+                self.post_cmd_event(slot);
+                return;
+            }
+        };
+        let op = Opcode::from(ifc::cmd_in::OPCODE.get(&d.input) as u16);
+        let op_mod = ifc::cmd_in::OP_MOD.get(&d.input) as u16;
+        let injected = {
+            let mut r = self.regs();
+            if let Some(i) = r.faults.hang.iter().position(|h| *h == op) {
+                r.faults.hang.remove(i);
+                r.hung.push(slot);
+                return;
+            }
+            let i = r.faults.fail.iter().position(|f| f.0 == op);
+            i.and_then(|i| r.faults.fail.remove(i))
+        };
+        let out = {
+            let mut hca = self.hca();
+            match injected {
+                Some((_, status, syndrome)) => {
+                    let mut out = vec![0u8; d.outlen];
+                    hca.finish(op, op_mod, Err(hca::fail(status, syndrome)), &mut out);
+                    out
+                }
+                None => hca.execute(&d.input, d.outlen),
+            }
+        };
+        cmdq::scatter(&self.dma, at, &d.out_blocks, &out);
+        cmdq::complete(&self.dma, at, DeliveryStatus::Ok);
+        self.post_cmd_event(slot);
+    }
+
+    fn post_cmd_event(&self, slot: u32) {
+        let mut hca = self.hca();
+        if let Some(eq) = hca.eqs.values_mut().find(|e| e.wants(codes::EventType::Cmd)) {
+            eq.post(&self.dma, codes::EventType::Cmd, &eq::cmd_event(1 << slot));
+        }
+    }
+
+    fn run(&self) {
+        loop {
+            let bits = {
+                let mut b = self.bell.lock().expect("doorbell poisoned");
+                while b.pending == 0 && !b.stop {
+                    b = self.wake.wait(b).expect("doorbell poisoned");
+                }
+                if b.stop {
+                    return;
+                }
+                std::mem::take(&mut b.pending)
+            };
+            for slot in 0..32 {
+                if bits & (1 << slot) != 0 {
+                    self.run_slot(slot);
+                }
+            }
+        }
+    }
+}
+
+/// The BAR handler of [`Firmware::bar`]: firmware registers here, UAR pages to the model.
+struct Bar0 {
+    fw: Arc<FwShared>,
+    model: crate::bar::Handler,
+}
+
+impl BarHandler for Bar0 {
+    fn on_write(&self, mem: &BarMem, off: usize, len: usize) {
+        if init_seg::is_firmware_register(off, len) {
+            self.fw.on_write(mem, off, len);
+        } else {
+            self.model.on_write(mem, off, len);
+        }
+    }
+
+    fn on_read(&self, mem: &BarMem, off: usize, len: usize) {
+        if init_seg::is_firmware_register(off, len) {
+            self.fw.on_read(mem, off, len);
+        } else {
+            self.model.on_read(mem, off, len);
+        }
+    }
+}
+
+/// The firmware of one [`Model`]: its thread, its BAR0, its test hooks. Dropping it stops the
+/// thread (commands in flight are abandoned).
+pub struct Firmware {
+    shared: Arc<FwShared>,
+    bar: MemBar,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Firmware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Firmware({:?})", self.state())
+    }
+}
+
+impl Firmware {
+    /// Start the firmware of `model`. Its objects are created on the model (through the same
+    /// path as [`Model::control`]).
+    pub fn start(model: &Model, cfg: FwConfig) -> Result<Firmware, Error> {
+        if cfg.log_cmdq_size > 5 || cfg.log_cmdq_stride < 6 {
+            return Err(Error::InvalidArgument("command queue of more than 32 slots or <64 B"));
+        }
+        if u32::from(cfg.log_cmdq_size) + u32::from(cfg.log_cmdq_stride) > 12 {
+            return Err(Error::InvalidArgument("command queue larger than a page"));
+        }
+        let shared = model.shared().clone();
+        let hca = Hca::new(cfg.clone(), model.control(), shared.clone());
+        let fw = Arc::new(FwShared {
+            hca: Mutex::new(hca),
+            regs: Mutex::new(Regs::default()),
+            bell: Mutex::new(Bell::default()),
+            wake: Condvar::new(),
+            dma: shared.dma.clone(),
+            cfg,
+            start: Instant::now(),
+        });
+        let bar = MemBar::with_handler(
+            model.bar().size(),
+            Arc::new(Bar0 { fw: fw.clone(), model: crate::bar::Handler(shared.clone()) }),
+        );
+        let t = fw.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("mlx5-model-fw-{}", shared.id))
+            .spawn(move || t.run())
+            .map_err(|_| Error::Device(Errno::EAGAIN))?;
+        Ok(Firmware { shared: fw, bar, thread: Some(thread) })
+    }
+
+    /// BAR0 as the driver maps it: the initialization segment in page 0, the model's UAR
+    /// pages after it.
+    pub fn bar(&self) -> MemBar {
+        self.bar.clone()
+    }
+
+    /// The HCA's state.
+    pub fn state(&self) -> HcaState {
+        self.shared.hca().state
+    }
+
+    /// The ISSI the driver chose.
+    pub fn issi(&self) -> u16 {
+        self.shared.hca().issi
+    }
+
+    /// Page accounting.
+    pub fn pages(&self) -> PageStats {
+        self.shared.hca().pages.stats()
+    }
+
+    /// Every command executed (or failed by injection), oldest first.
+    pub fn executed(&self) -> Vec<Executed> {
+        self.shared.hca().log.clone()
+    }
+
+    /// Commands refused at delivery (bad entry or mailbox), oldest first.
+    pub fn delivery_errors(&self) -> Vec<DeliveryError> {
+        self.shared.regs().delivery_errors.clone()
+    }
+
+    /// Slots taken by a hung command ([`hang_next`](Self::hang_next)).
+    pub fn hung_slots(&self) -> Vec<u32> {
+        self.shared.regs().hung.clone()
+    }
+
+    /// Doorbells that found nothing to execute (slot not owned by hardware, queue not set,
+    /// firmware initializing or dead).
+    pub fn spurious_doorbells(&self) -> u64 {
+        self.shared.regs().spurious_doorbells
+    }
+
+    /// Stores to firmware registers that are not writable.
+    pub fn ignored_stores(&self) -> u64 {
+        self.shared.regs().ignored_stores
+    }
+
+    /// Objects created through commands and not yet destroyed.
+    pub fn live_objects(&self) -> usize {
+        self.shared.hca().live_objects()
+    }
+
+    /// Whether `roce_en` is set in the NIC vport context.
+    pub fn roce_enabled(&self) -> bool {
+        self.shared.hca().roce_en
+    }
+
+    /// The host endianness register as last written (`he` is bit 0 of byte 0's MSB).
+    pub fn host_endianness(&self) -> [u8; 16] {
+        self.shared.hca().host_endianness
+    }
+
+    /// The next command with `opcode` completes with `status` and `syndrome` instead of
+    /// executing. Calls queue up.
+    pub fn fail_next(&self, opcode: Opcode, status: CmdStatus, syndrome: u32) {
+        self.shared.regs().faults.fail.push_back((opcode, status, syndrome));
+    }
+
+    /// The next command with `opcode` is taken and never handed back (its owner bit stays set).
+    pub fn hang_next(&self, opcode: Opcode) {
+        self.shared.regs().faults.hang.push_back(opcode);
+    }
+
+    /// Keep `initializing` set (doorbells are ignored meanwhile), or let it follow
+    /// [`FwConfig::init_delay`] again.
+    pub fn set_stuck_initializing(&self, stuck: bool) {
+        self.shared.regs().faults.stuck_initializing = stuck;
+    }
+
+    /// Report a fatal error in the health buffer (`synd`, `ext_synd`); while `synd` is non-zero
+    /// the health counter stops and doorbells are ignored. `(0, 0)` clears it.
+    pub fn set_health_syndrome(&self, synd: u8, ext_synd: u16) {
+        self.shared.regs().faults.health = (synd, ext_synd);
+    }
+
+    /// Ask the driver for `n` more pages (negative: offer `-n` back) with a page request EQE
+    /// on the first EQ subscribed to page requests. The driver answers with `MANAGE_PAGES`.
+    pub fn request_pages(&self, n: i32) -> Result<(), FwError> {
+        let mut hca = self.shared.hca();
+        if hca.state != HcaState::Initialized {
+            return Err(FwError::NotInitialized);
+        }
+        let t = codes::EventType::PageRequest;
+        let dma = self.shared.dma.clone();
+        let eq = hca.eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
+        if !eq.post(&dma, t, &eq::page_event(0, n)) {
+            return Err(FwError::DmaFault);
+        }
+        hca.pages.runtime += i64::from(n);
+        Ok(())
+    }
+}
+
+impl Drop for Firmware {
+    fn drop(&mut self) {
+        self.shared.bell.lock().expect("doorbell poisoned").stop = true;
+        self.shared.wake.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

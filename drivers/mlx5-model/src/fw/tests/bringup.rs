@@ -1,0 +1,283 @@
+//! The whole life of an HCA through the command interface: initialization segment, bring-up,
+//! objects (checked on the model), events, teardown and page accounting.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::*;
+use crate::fw::HcaState;
+use crate::objects::QpState as ModelQp;
+
+#[test]
+fn initialization_segment_reads_as_configured() {
+    let cfg = FwConfig { fw_rev: (16, 35, 1012), ..FwConfig::default() };
+    let d = Dev::new(cfg);
+    let fw_rev = d.bar.read_be32(seg::FW_REV);
+    assert_eq!((fw_rev & 0xffff, fw_rev >> 16), (16, 35));
+    let sub = d.bar.read_be32(seg::CMDIF_REV_FW_SUB);
+    assert_eq!((sub >> 16, sub & 0xffff), (u32::from(CMD_IF_REV), 1012));
+    let l = d.bar.read_be32(seg::CMDQ_ADDR_L_SZ);
+    assert_eq!(l & !0xfff, d.q.bus().0 as u32, "the address the driver stored stays");
+    assert_eq!(((l >> 4) & 0xf, l & 0xf), (5, 6), "32 slots of 64 bytes");
+    assert_eq!((l >> 8) & 7, 0, "nic_interface: full driver");
+    assert_eq!(d.bar.read_be32(seg::CMDQ_ADDR_H), (d.q.bus().0 >> 32) as u32);
+    assert_eq!(d.bar.read_be32(seg::INITIALIZING) & seg::INITIALIZING_BIT, 0);
+    assert_eq!(d.bar.read_be32(seg::HEALTH_IRISC_INDEX), 0, "no health syndrome");
+    assert_eq!(d.bar.read_be32(seg::CMD_EXEC_TO), 60_000);
+    let c1 = d.bar.read_be32(seg::HEALTH_COUNTER);
+    let c2 = d.bar.read_be32(seg::HEALTH_COUNTER);
+    assert_ne!(c1, c2, "a live firmware's health counter moves");
+    let t1 = u64::from(d.bar.read_be32(seg::INTERNAL_TIMER_H)) << 32
+        | u64::from(d.bar.read_be32(seg::INTERNAL_TIMER_L));
+    std::thread::sleep(Duration::from_millis(2));
+    let t2 = u64::from(d.bar.read_be32(seg::INTERNAL_TIMER_L));
+    assert!(t2 > t1 & 0xffff_ffff || d.bar.read_be32(seg::INTERNAL_TIMER_H) > (t1 >> 32) as u32);
+    // Stores to read-only registers are counted and otherwise ignored.
+    d.bar.write_be32(seg::FW_REV, 0xdead_beef);
+    assert_eq!(d.bar.read_be32(seg::FW_REV) & 0xffff, 16);
+    assert_eq!(d.fw.ignored_stores(), 1);
+}
+
+#[test]
+fn initializing_clears_after_the_configured_delay() {
+    let cfg = FwConfig { init_delay: Duration::from_millis(300), ..FwConfig::default() };
+    let d = Dev::new(cfg);
+    assert_ne!(d.bar.read_be32(seg::INITIALIZING) & seg::INITIALIZING_BIT, 0);
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    while d.bar.read_be32(seg::INITIALIZING) & seg::INITIALIZING_BIT != 0 {
+        assert!(std::time::Instant::now() < end, "initializing never cleared");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(d.bar.read_be32(seg::CMD_Q_INIT_TO), 300);
+}
+
+#[test]
+fn full_bring_up_objects_and_teardown() {
+    let mut d = Dev::new(FwConfig { boot_pages: 3, init_pages: 9, ..FwConfig::default() });
+    assert_eq!(d.fw.state(), HcaState::Disabled);
+    d.simple(Opcode::EnableHca, 0);
+    assert_eq!(d.fw.state(), HcaState::Enabled);
+    assert_eq!(d.query_pages(PagesStage::Boot), 3);
+    d.satisfy(PagesStage::Boot);
+    assert_eq!(d.query_pages(PagesStage::Boot), 0);
+    assert_eq!(d.query_pages(PagesStage::Init), 9);
+    let out = d.ok(&input(Opcode::QueryIssi, 0, 16), ifc::query_issi_out::SIZE);
+    assert_eq!(ifc::query_issi_out::CURRENT_ISSI.get(&out), 0);
+    let mut issi = input(Opcode::SetIssi, 0, 16);
+    ifc::set_issi_in::CURRENT_ISSI.set(&mut issi, 1);
+    d.ok(&issi, 16);
+    assert_eq!(d.fw.issi(), 1);
+
+    // Host endianness: write, then read back (register data through the inline/mailbox split).
+    let mut reg = input(Opcode::AccessReg, 0, 32);
+    ifc::access_register_in::REGISTER_ID.set(&mut reg, u64::from(REG_HOST_ENDIANNESS));
+    ifc::register_host_endianness::HE.at(ifc::access_register_in::REGISTER_DATA).set(&mut reg, 1);
+    d.ok(&reg, 16);
+    assert_eq!(d.fw.host_endianness()[0], 0x80);
+    let mut rd = input(Opcode::AccessReg, 1, 16);
+    ifc::access_register_in::REGISTER_ID.set(&mut rd, u64::from(REG_HOST_ENDIANNESS));
+    let out = d.ok(&rd, 32);
+    assert_eq!(
+        ifc::register_host_endianness::HE.at(ifc::access_register_out::REGISTER_DATA).get(&out),
+        1
+    );
+
+    // Capabilities come back through eight output mailboxes and match the model's limits.
+    let caps = d.query_caps(CapType::General, false);
+    let mc = d.model.shared().dev().caps;
+    use ifc::cmd_hca_cap as g;
+    assert_eq!(g::LOG_MAX_QP_SZ.get(&caps), u64::from(mc.log_max_qp_sz));
+    assert_eq!(g::LOG_MAX_CQ_SZ.get(&caps), u64::from(mc.log_max_cq_sz));
+    assert_eq!(g::MAX_WQE_SZ_SQ.get(&caps), u64::from(mc.max_wqe_sz_sq));
+    assert_eq!(g::LOG_BF_REG_SIZE.get(&caps), u64::from(mc.log_bf_reg_size));
+    assert_eq!(g::PORT_TYPE.get(&caps), u64::from(PORT_TYPE_ETH));
+    assert_eq!((g::ROCE.get(&caps), g::NUM_PORTS.get(&caps)), (1, 1));
+    assert_eq!(g::LOG_MAX_QP.get(&caps), 10);
+    let roce = d.query_caps(CapType::Roce, true);
+    assert_eq!(ifc::roce_cap::R_ROCE_DEST_UDP_PORT.get(&roce), 4791);
+    assert_eq!(ifc::roce_cap::ROCE_VERSION.get(&roce), 1 << 2);
+
+    // SET_HCA_CAP lowers log_max_qp; the current capabilities show it, the maximum does not.
+    let mut caps = d.query_caps(CapType::General, true);
+    g::LOG_MAX_QP.set(&mut caps, 3);
+    let mut set = input(Opcode::SetHcaCap, 0, ifc::set_hca_cap_in::SIZE);
+    set[ifc::set_hca_cap_in::CAPABILITY.byte()..].copy_from_slice(&caps);
+    d.ok(&set, 16);
+    assert_eq!(g::LOG_MAX_QP.get(&d.query_caps(CapType::General, true)), 3);
+    assert_eq!(g::LOG_MAX_QP.get(&d.query_caps(CapType::General, false)), 10);
+
+    d.satisfy(PagesStage::Init);
+    d.init_hca();
+    assert_eq!(d.fw.state(), HcaState::Initialized);
+    assert_eq!(d.fw.pages().held, 12);
+    assert_eq!(d.query_pages(PagesStage::Regular), 0);
+    d.set_roce(true);
+    assert!(d.fw.roce_enabled());
+    let vport_out = ifc::query_nic_vport_context_out::SIZE;
+    let out = d.ok(&input(Opcode::QueryNicVportContext, 0, 16), vport_out);
+    let ctx = ifc::query_nic_vport_context_out::NIC_VPORT_CONTEXT;
+    assert_eq!(ifc::nic_vport_context::ROCE_EN.at(ctx).get(&out[..]), 1);
+    let mac = d.model.gids()[0].mac;
+    assert_eq!(
+        ifc::nic_vport_context::MAC_31_0.at(ctx).get(&out),
+        u64::from(u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]))
+    );
+
+    // Objects: each exists on the model afterwards.
+    let uar = d.alloc_uar();
+    assert!(d.model.shared().dev().uars.contains_key(&uar));
+    let (eqn, eq_buf) = d.create_eq(uar, 4, &[EventType::Cmd, EventType::PageRequest]);
+    let pd = d.alloc_pd();
+    assert!(d.model.shared().dev().pds.contains(&pd));
+    let (mk_in, _) = d.mkey_input(pd, 3 * 4096 + 100, 0xa7);
+    let out = d.ok(&mk_in, 16);
+    let mkey_index = ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32;
+    let key = mkey_index << 8 | 0xa7;
+    {
+        let dev = d.model.shared().dev();
+        let mk = dev.mkeys.get(&key).expect("the key the PRM promises: index << 8 | mkey_7_0");
+        assert_eq!((mk.pd, mk.start, mk.len), (pd, 0x7f00_0000_0000, 3 * 4096 + 100));
+        assert!(mk.rights.local_write && mk.rights.remote_write && !mk.rights.remote_read);
+    }
+    let cq = d.create_cq(uar, eqn, 6);
+    assert_eq!(d.model.shared().dev().cqs[&cq].log_size, 6);
+    let a = d.create_qp(pd, cq, uar);
+    let b = d.create_qp(pd, cq, uar);
+    {
+        let dev = d.model.shared().dev();
+        let q = &dev.qps[&a];
+        assert_eq!(
+            (q.pd, q.send_cq, q.log_sq_size, q.log_rq_size, q.log_rq_stride),
+            (pd, cq, 6, Some(4), 5)
+        );
+    }
+    d.connect(a, b);
+    d.connect(b, a);
+    assert_eq!(d.model.qp_state(a), Some(ModelQp::Rts));
+    assert_eq!(d.model.qp_state(b), Some(ModelQp::Rts));
+    assert_eq!(d.model.shared().dev().qps[&a].remote_qpn, b);
+    assert_eq!(d.fw.live_objects(), 7);
+
+    // Command completion events arrived on the EQ, one per command since it existed, with the
+    // owner bit of the first pass (0) and the slot's bit.
+    let done_since_eq =
+        d.fw.executed().iter().rev().take_while(|e| e.opcode != Opcode::CreateEq).count();
+    for n in 0..done_since_eq as u32 {
+        let e = d.eqe(eq_buf, 4, n);
+        assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::Cmd)));
+        assert_eq!(ifc::eqe::OWNER.get(&e), u64::from(n >> 4 & 1), "EQE {n}");
+        let data = ifc::eqe::EVENT_DATA;
+        assert_eq!(ifc::cmd_inter_comp_event::COMMAND_COMPLETION_VECTOR.get(data.slice(&e)), 1);
+    }
+
+    // Teardown in the kernel's order; the firmware then gives every page back.
+    for qp in [a, b] {
+        d.ok(&d.transition(Opcode::ToErrQp, qp), 16);
+        assert_eq!(d.model.qp_state(qp), Some(ModelQp::Error));
+        d.ok(&d.transition(Opcode::ToRstQp, qp), 16);
+        let mut x = input(Opcode::DestroyQp, 0, 16);
+        ifc::destroy_qp_in::QPN.set(&mut x, u64::from(qp));
+        d.ok(&x, 16);
+        assert_eq!(d.model.qp_state(qp), None);
+    }
+    let mut x = input(Opcode::DestroyCq, 0, 16);
+    ifc::destroy_cq_in::CQN.set(&mut x, u64::from(cq));
+    d.ok(&x, 16);
+    let mut x = input(Opcode::DestroyMkey, 0, 16);
+    ifc::destroy_mkey_in::MKEY_INDEX.set(&mut x, u64::from(mkey_index));
+    d.ok(&x, 16);
+    assert!(d.model.shared().dev().mkeys.is_empty());
+    let mut x = input(Opcode::DeallocPd, 0, 16);
+    ifc::dealloc_pd_in::PD.set(&mut x, u64::from(pd));
+    d.ok(&x, 16);
+    let mut x = input(Opcode::DestroyEq, 0, 16);
+    ifc::destroy_eq_in::EQ_NUMBER.set(&mut x, u64::from(eqn));
+    d.ok(&x, 16);
+    let mut x = input(Opcode::DeallocUar, 0, 16);
+    ifc::dealloc_uar_in::UAR.set(&mut x, u64::from(uar));
+    d.ok(&x, 16);
+    assert_eq!(d.fw.live_objects(), 0);
+    assert!(d.model.shared().dev().uars.is_empty());
+
+    d.simple(Opcode::TeardownHca, 0);
+    assert_eq!(d.fw.state(), HcaState::TornDown);
+    assert_eq!(d.query_pages(PagesStage::Regular), -12, "everything can be returned");
+    let lent: BTreeSet<u64> = d.lent.iter().copied().collect();
+    let mut back = d.take(5);
+    back.extend(d.take(100));
+    assert_eq!(back.len(), 12);
+    assert_eq!(back.iter().copied().collect::<BTreeSet<_>>(), lent, "exactly the pages lent");
+    assert!(d.take(4).is_empty());
+    d.simple(Opcode::DisableHca, 0);
+    assert_eq!(d.fw.state(), HcaState::Disabled);
+    let p = d.fw.pages();
+    assert_eq!((p.held, p.total_given, p.total_taken), (0, 12, 12));
+    assert!(d.fw.delivery_errors().is_empty());
+    assert_eq!(d.fw.spurious_doorbells(), 0);
+    assert_eq!(d.model.counters().validation_failures, 0);
+}
+
+#[test]
+fn given_pages_are_used_by_the_firmware() {
+    let mut d = Dev::new(FwConfig::default());
+    d.simple(Opcode::EnableHca, 0);
+    let pages = d.give(2);
+    let mut b = [0u8; 16];
+    assert!(d.dma.read(BusAddr(pages[1] + 4000), &mut b));
+    assert_eq!(b, [0xf5; 16]);
+}
+
+#[test]
+fn runtime_page_requests_go_through_the_pages_eq() {
+    let mut d = up();
+    assert_eq!(d.fw.request_pages(2), Err(crate::fw::FwError::NoEventQueue));
+    let uar = d.alloc_uar();
+    // A 2-entry EQ, so the owner bit flips on the third event.
+    let (_, buf) = d.create_eq(uar, 1, &[EventType::PageRequest]);
+    let held = d.fw.pages().held;
+    d.fw.request_pages(3).unwrap();
+    let e = d.eqe(buf, 1, 0);
+    assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::PageRequest)));
+    assert_eq!(ifc::eqe::OWNER.get(&e), 0);
+    let data = ifc::eqe::EVENT_DATA.slice(&e);
+    assert_eq!(ifc::pages_req_event::NUM_PAGES.get(data), 3);
+    assert_eq!(ifc::pages_req_event::FUNCTION_ID.get(data), 0);
+    assert_eq!(d.eqe(buf, 1, 1)[63] & 1, 1, "the next entry still has the initial owner bit");
+    assert_eq!(d.query_pages(PagesStage::Regular), 3);
+    d.give(3);
+    assert_eq!(d.query_pages(PagesStage::Regular), 0);
+    assert_eq!(d.fw.pages().held, held + 3);
+
+    // Offer two back: a negative request.
+    d.fw.request_pages(-2).unwrap();
+    let data = d.eqe(buf, 1, 1);
+    assert_eq!(
+        ifc::pages_req_event::NUM_PAGES.get(ifc::eqe::EVENT_DATA.slice(&data)) as u32 as i32,
+        -2
+    );
+    assert_eq!(d.query_pages(PagesStage::Regular), -2);
+    assert_eq!(d.take(5).len(), 2, "only the offered pages come back");
+    assert_eq!(d.query_pages(PagesStage::Regular), 0);
+
+    // Third event: the ring wrapped, owner bit 1.
+    d.fw.request_pages(1).unwrap();
+    assert_eq!(ifc::eqe::OWNER.get(&d.eqe(buf, 1, 2)), 1);
+    // The driver cannot: MANAGE_PAGES allocation-fail clears the request.
+    d.simple(Opcode::ManagePages, ManagePagesMode::AllocationFail.into());
+    assert_eq!(d.query_pages(PagesStage::Regular), 0);
+}
+
+#[test]
+fn commands_run_in_any_slot_and_concurrently() {
+    let mut d = up();
+    let posted: Vec<_> =
+        (0..8).map(|s| d.post(s, &input(Opcode::AllocPd, 0, 16), 16, Tweak::default())).collect();
+    let mut pds = BTreeSet::new();
+    for p in &posted {
+        assert_eq!(d.wait(p.slot, WAIT).map(|o| o >> 1), Some(0));
+        let out = d.output(p);
+        assert_eq!(ifc::cmd_out::STATUS.get(&out), 0);
+        pds.insert(ifc::alloc_pd_out::PD.get(&out));
+    }
+    assert_eq!(pds.len(), 8, "eight distinct PDs");
+}
