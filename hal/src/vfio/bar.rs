@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::device::{DeviceFile, RegionInfo};
 use super::error::VfioError;
+use super::pci::PciAddr;
 use crate::mmio::{check, Mmio};
 use std::os::fd::AsRawFd;
 
@@ -29,9 +30,16 @@ unsafe impl Send for VfioBar {}
 unsafe impl Sync for VfioBar {}
 
 impl VfioBar {
-    pub(crate) fn map(file: Arc<DeviceFile>, info: RegionInfo) -> Result<Self, VfioError> {
-        let len = usize::try_from(info.size)
-            .map_err(|_| VfioError::Region { index: info.index, why: "BAR larger than memory" })?;
+    pub(crate) fn map(
+        file: Arc<DeviceFile>,
+        dev: PciAddr,
+        info: RegionInfo,
+    ) -> Result<Self, VfioError> {
+        let len = usize::try_from(info.size).map_err(|_| VfioError::Region {
+            dev,
+            index: info.index,
+            why: "BAR larger than memory",
+        })?;
         // SAFETY: a fresh shared mapping of the device file at the region's offset; the kernel
         // checks the range against the BAR. No existing memory is touched.
         let p = unsafe {

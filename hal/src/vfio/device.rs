@@ -77,7 +77,7 @@ impl VfioDevice {
             )
         }?;
         if info.flags & VFIO_DEVICE_FLAGS_PCI == 0 {
-            return Err(VfioError::NotPci);
+            return Err(VfioError::NotPci { dev: addr });
         }
         let mut dev = VfioDevice {
             file,
@@ -88,6 +88,7 @@ impl VfioDevice {
         dev.config = dev.region_info(VFIO_PCI_CONFIG_REGION_INDEX)?;
         if dev.config.size < 64 || dev.config.flags & VFIO_REGION_INFO_FLAG_READ == 0 {
             return Err(VfioError::Region {
+                dev: addr,
                 index: VFIO_PCI_CONFIG_REGION_INDEX,
                 why: "config space missing or not readable",
             });
@@ -136,6 +137,7 @@ impl VfioDevice {
     fn config_check(&self, off: u64, len: usize) -> Result<(), VfioError> {
         if off.checked_add(len as u64).is_none_or(|end| end > self.config.size) {
             return Err(VfioError::Region {
+                dev: self.addr,
                 index: VFIO_PCI_CONFIG_REGION_INDEX,
                 why: "access beyond config space",
             });
@@ -207,6 +209,7 @@ impl VfioDevice {
         let now = self.command()?;
         if !now.contains(Command::MEMORY | Command::MASTER) {
             return Err(VfioError::Region {
+                dev: self.addr,
                 index: VFIO_PCI_CONFIG_REGION_INDEX,
                 why: "memory decoding / bus mastering did not stick in PCI_COMMAND",
             });
@@ -217,16 +220,24 @@ impl VfioDevice {
     /// `mmap` BAR `index` (0..=5) whole, uncached, shared with the device.
     pub fn map_bar(&self, index: u32) -> Result<VfioBar, VfioError> {
         if index > 5 {
-            return Err(VfioError::Region { index, why: "not a BAR index" });
+            return Err(VfioError::Region { dev: self.addr, index, why: "not a BAR index" });
         }
         let info = self.region_info(index)?;
         if info.size == 0 {
-            return Err(VfioError::Region { index, why: "BAR not implemented (size 0)" });
+            return Err(VfioError::Region {
+                dev: self.addr,
+                index,
+                why: "BAR not implemented (size 0)",
+            });
         }
         if !info.mmap_ok() {
-            return Err(VfioError::Region { index, why: "BAR cannot be mmap-ed (I/O port BAR?)" });
+            return Err(VfioError::Region {
+                dev: self.addr,
+                index,
+                why: "BAR cannot be mmap-ed (I/O port BAR?)",
+            });
         }
-        VfioBar::map(self.file.clone(), info)
+        VfioBar::map(self.file.clone(), self.addr, info)
     }
 
     /// DMA memory for this device, mapped in its container.

@@ -214,6 +214,7 @@ fn b_config_space_command_register_reaches_the_device() {
     let size = edu.dev.region_info(uapi::VFIO_PCI_CONFIG_REGION_INDEX).unwrap().size;
     let e = edu.dev.config_read(size - 2, &mut past_end).unwrap_err();
     assert!(matches!(e, VfioError::Region { index: 7, .. }), "{e}");
+    assert!(e.to_string().starts_with(&format!("device {} region 7: ", edu.dev.addr())), "{e}");
     let bar6 = edu.dev.map_bar(6).unwrap_err();
     assert!(matches!(bar6, VfioError::Region { index: 6, .. }), "{bar6}");
     let bar1 = edu.dev.map_bar(1).unwrap_err();

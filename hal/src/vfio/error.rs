@@ -148,9 +148,14 @@ pub enum VfioError {
         count: usize,
     },
     /// The device is not a PCI device (`VFIO_DEVICE_FLAGS_PCI` unset).
-    NotPci,
+    NotPci {
+        /// The device.
+        dev: PciAddr,
+    },
     /// A region that must exist has size 0, or cannot be used as asked.
     Region {
+        /// The device.
+        dev: PciAddr,
         /// Region index (BAR number, 7 for config space).
         index: u32,
         /// What is missing (`"empty"`, `"not mmap-able"`, `"not readable"`, ...).
@@ -248,8 +253,12 @@ impl fmt::Display for VfioError {
                 }
                 Ok(())
             }
-            VfioError::NotPci => write!(f, "VFIO_DEVICE_GET_INFO: not a vfio-pci device"),
-            VfioError::Region { index, why } => write!(f, "device region {index}: {why}"),
+            VfioError::NotPci { dev } => {
+                write!(f, "VFIO_DEVICE_GET_INFO on device {dev}: not a vfio-pci device")
+            }
+            VfioError::Region { dev, index, why } => {
+                write!(f, "device {dev} region {index}: {why}")
+            }
             VfioError::IovaExhausted { len, mask } => {
                 write!(f, "no free IOVA range of {len:#x} bytes below DMA mask {mask:#x}")
             }
@@ -274,7 +283,7 @@ impl From<VfioError> for HalError {
             VfioError::ApiVersion { .. } => HalError::Unsupported("VFIO API version"),
             VfioError::NoType1v2 => HalError::Unsupported("VFIO type1v2 IOMMU"),
             VfioError::GroupNotViable { .. } => HalError::Unsupported("non-viable IOMMU group"),
-            VfioError::NotPci => HalError::Unsupported("non-PCI VFIO device"),
+            VfioError::NotPci { .. } => HalError::Unsupported("non-PCI VFIO device"),
             VfioError::Region { why, .. } => HalError::Unsupported(why),
         }
     }
