@@ -320,3 +320,24 @@ impl Shared {
         Ok(())
     }
 }
+
+/// Hooks for the vector tests, which replay WQEs whose keys, QPN and counter are fixed.
+#[cfg(test)]
+impl Shared {
+    /// Create a memory key with a chosen value.
+    pub(crate) fn test_mkey_with_key(&self, key: u32, mk: Mkey) {
+        assert!(self.dev().mkeys.insert(key, mk).is_none(), "key {key:#x} exists");
+    }
+
+    /// Give QP `old` the number `new`.
+    pub(crate) fn test_renumber_qp(&self, old: u32, new: u32) {
+        let mut dev = self.dev();
+        let qp = dev.qps.remove(&old).expect("QP exists");
+        assert!(dev.qps.insert(new, qp).is_none(), "QPN {new:#x} exists");
+    }
+
+    /// Start the QP's send counter at `pi` (as if `pi` WQEBBs had been executed).
+    pub(crate) fn test_set_sq_counter(&self, qpn: u32, pi: u16) {
+        self.dev().qps.get_mut(&qpn).expect("QP exists").sq_pi = pi;
+    }
+}

@@ -318,7 +318,6 @@ fn validate(
     }
 
     // Walk the data segments (units 2..ds).
-    let mut payload = Vec::new();
     let mut gathers = Vec::new();
     let mut total: u64 = 0;
     let mut unit = 2usize;
@@ -359,18 +358,22 @@ fn validate(
             }
         }
     }
-    payload.reserve(total as usize);
+    // One zeroed allocation, then each gather copied into place.
+    let mut payload = vec![0u8; total as usize];
+    let mut at = 0usize;
     for g in gathers {
         match g {
-            Gather::Inline(start, len) => payload.extend_from_slice(&wqe[start..start + len]),
+            Gather::Inline(start, len) => {
+                payload[at..at + len].copy_from_slice(&wqe[start..start + len]);
+                at += len;
+            }
             Gather::Pointer { lkey, addr, len } => {
-                let mk = &dev.mkeys[&lkey];
-                let bus = mk.bus(addr);
-                let from = payload.len();
-                payload.resize(from + len as usize, 0);
-                if !sh.dma.read(BusAddr(bus), &mut payload[from..]) {
+                let bus = dev.mkeys[&lkey].bus(addr);
+                let end = at + len as usize;
+                if !sh.dma.read(BusAddr(bus), &mut payload[at..end]) {
                     return err(Reason::DmaFault { bus, len });
                 }
+                at = end;
             }
         }
     }
