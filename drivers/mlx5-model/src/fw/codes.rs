@@ -94,6 +94,12 @@ fw_code! {
         ToErrQp = 0x507 ("MLX5_CMD_OP_2ERR_QP"),
         /// Any state to RESET.
         ToRstQp = 0x50a ("MLX5_CMD_OP_2RST_QP"),
+        /// Read a QP's context.
+        QueryQp = 0x50b ("MLX5_CMD_OP_QUERY_QP"),
+        /// Read the vport's link state.
+        QueryVportState = 0x750 ("MLX5_CMD_OP_QUERY_VPORT_STATE"),
+        /// Read one entry of the RoCE address (GID) table.
+        QueryRoceAddress = 0x760 ("MLX5_CMD_OP_QUERY_ROCE_ADDRESS"),
         /// Read the NIC vport context.
         QueryNicVportContext = 0x754 ("MLX5_CMD_OP_QUERY_NIC_VPORT_CONTEXT"),
         /// Modify the NIC vport context (`roce_en`).
@@ -256,6 +262,15 @@ pub const MKC_ACCESS_MODE_PA: u8 = 0;
 pub const MKC_ACCESS_MODE_MTT: u8 = 1;
 /// `qpc.rq_type` for a QP without receive queue (`MLX5_ZERO_LEN_RQ`, kernel qp.h).
 pub const ZERO_LEN_RQ: u8 = 3;
+/// `roce_addr_layout.roce_version` for RoCE v2 (`MLX5_ROCE_VERSION_2`, device.h).
+pub const ROCE_VERSION_2: u8 = 2;
+/// `roce_addr_layout.roce_l3_type` IPv4 (`MLX5_ROCE_L3_TYPE_IPV4`, device.h).
+pub const ROCE_L3_TYPE_IPV4: u8 = 0;
+/// `roce_addr_layout.roce_l3_type` IPv6 (`MLX5_ROCE_L3_TYPE_IPV6`, device.h).
+pub const ROCE_L3_TYPE_IPV6: u8 = 1;
+/// Vport state up (`MLX5_VPORT_ADMIN_STATE_UP`, device.h; `query_vport_state_out.state`
+/// uses the same encoding).
+pub const VPORT_STATE_UP: u8 = 1;
 /// `teardown_hca_in.profile` graceful close (`MLX5_TEARDOWN_HCA_IN_PROFILE_GRACEFUL_CLOSE`).
 pub const TEARDOWN_GRACEFUL: u16 = 0;
 /// `teardown_hca_in.profile` force close (`MLX5_TEARDOWN_HCA_IN_PROFILE_FORCE_CLOSE`).

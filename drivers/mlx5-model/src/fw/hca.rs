@@ -148,6 +148,9 @@ fn sizes(op: Opcode) -> Option<(usize, usize)> {
         QueryNicVportContext => {
             (query_nic_vport_context_in::SIZE, query_nic_vport_context_out::SIZE)
         }
+        QueryQp => (query_qp_in::SIZE, query_qp_out::SIZE),
+        QueryVportState => (query_vport_state_in::SIZE, query_vport_state_out::SIZE),
+        QueryRoceAddress => (query_roce_address_in::SIZE, query_roce_address_out::SIZE),
         // NOP carries only the header.
         Nop => (8, 8),
         Unknown(_) => return None,

@@ -522,6 +522,42 @@ ifc! {
     query_nic_vport_context_out = "query_nic_vport_context_out", 272 bytes {
         NIC_VPORT_CONTEXT = "nic_vport_context" @ 0x80 : 2048;
     }
+    /// `QUERY_QP` input.
+    query_qp_in = "query_qp_in", 16 bytes {
+        QPN = "qpn" @ 0x48 : 24;
+    }
+    /// `QUERY_QP` output.
+    query_qp_out = "query_qp_out", 272 bytes {
+        QPC = "qpc" @ 0xc0 : 1856;
+    }
+    /// `QUERY_VPORT_STATE` input.
+    query_vport_state_in = "query_vport_state_in", 16 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+    }
+    /// `QUERY_VPORT_STATE` output.
+    query_vport_state_out = "query_vport_state_out", 16 bytes {
+        ADMIN_STATE = "admin_state" @ 0x78 : 4;
+        STATE = "state" @ 0x7c : 4;
+    }
+    /// `QUERY_ROCE_ADDRESS` input.
+    query_roce_address_in = "query_roce_address_in", 16 bytes {
+        ROCE_ADDRESS_INDEX = "roce_address_index" @ 0x40 : 16;
+        VHCA_PORT_NUM = "vhca_port_num" @ 0x5c : 4;
+    }
+    /// `QUERY_ROCE_ADDRESS` output.
+    query_roce_address_out = "query_roce_address_out", 48 bytes {
+        ROCE_ADDRESS = "roce_address" @ 0x80 : 256;
+    }
+    /// One RoCE address (GID) table entry.
+    roce_addr_layout = "roce_addr_layout", 32 bytes {
+        SOURCE_L3_ADDRESS = "source_l3_address" @ 0x0 : 128;
+        VLAN_VALID = "vlan_valid" @ 0x83 : 1;
+        SOURCE_MAC_47_32 = "source_mac_47_32" @ 0x90 : 16;
+        SOURCE_MAC_31_0 = "source_mac_31_0" @ 0xa0 : 32;
+        ROCE_L3_TYPE = "roce_l3_type" @ 0xd4 : 4;
+        ROCE_VERSION = "roce_version" @ 0xd8 : 8;
+    }
     /// NIC vport context.
     nic_vport_context = "nic_vport_context", 256 bytes {
         ROCE_EN = "roce_en" @ 0x1f : 1;

@@ -46,8 +46,8 @@
 //! `TEARDOWN_HCA`, `ALLOC_UAR`, `DEALLOC_UAR`, `ALLOC_PD`, `DEALLOC_PD`, `CREATE_EQ`,
 //! `DESTROY_EQ`, `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`, `CREATE_CQ`,
 //! `DESTROY_CQ`, `CREATE_QP` (RC), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,
-//! `2ERR_QP`, `2RST_QP`, `QUERY_NIC_VPORT_CONTEXT`, `MODIFY_NIC_VPORT_CONTEXT` (`roce_en`,
-//! `mtu`), `NOP`. Anything else: `BAD_OP`. The life-cycle rules are in the `hca` module, the
+//! `2ERR_QP`, `2RST_QP`, `QUERY_QP`, `QUERY_NIC_VPORT_CONTEXT`, `MODIFY_NIC_VPORT_CONTEXT`
+//! (`roce_en`, `mtu`), `QUERY_VPORT_STATE`, `QUERY_ROCE_ADDRESS` (the model's GID table), `NOP`. Anything else: `BAD_OP`. The life-cycle rules are in the `hca` module, the
 //! resource checks in the `resources` module; syndromes in [`codes::syndrome`].
 //!
 //! ## Test hooks

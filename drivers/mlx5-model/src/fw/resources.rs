@@ -15,6 +15,9 @@
 //! | `RST2INIT/INIT2RTR/RTR2RTS_QP` | QP exists (`BAD_RESOURCE`); QP state is RST/INIT/RTR (`BAD_QP_STATE`); port 1, MTU 1..=5 (`BAD_PARAM`); a RoCE path needs `roce_en` (`BAD_PARAM`; force-loopback does not: `fl_rc_qp_when_roce_disabled`) |
 //! | `2ERR_QP`, `2RST_QP` | QP exists |
 //! | `MODIFY_NIC_VPORT_CONTEXT` | own vport only; `roce_en` only if the RoCE capability is on (`BAD_PARAM`) |
+//! | `QUERY_QP` | QP exists; reports the model's state and the creation fields |
+//! | `QUERY_VPORT_STATE` | own vport only; always up |
+//! | `QUERY_ROCE_ADDRESS` | port 0 or 1 (`BAD_PARAM`); index below `roce_address_table_size` (`BAD_INDEX`); the model's GID table, empty past its end |
 //!
 //! The model's own checks (see the `commands` module) run after these; a refusal there is
 //! reported as `BAD_PARAM` (or `NO_RESOURCES` when the model is full).
@@ -25,7 +28,7 @@ use rdma_pmd_mlx5::control::{
 };
 
 use super::codes::{
-    syndrome as syn, CmdStatus, Opcode, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, QPC_ST_RC,
+    self, syndrome as syn, CmdStatus, Opcode, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA, QPC_ST_RC,
     ZERO_LEN_RQ,
 };
 use super::eq::Eq;
@@ -132,6 +135,9 @@ impl Hca {
             Rst2InitQp | Init2RtrQp | Rtr2RtsQp | ToErrQp | ToRstQp => self.modify_qp(op, inp),
             ModifyNicVportContext => self.modify_vport(inp),
             QueryNicVportContext => self.query_vport(inp, out),
+            QueryQp => self.query_qp(inp, out),
+            QueryVportState => self.query_vport_state(inp, out),
+            QueryRoceAddress => self.query_roce_address(inp, out),
             _ => Err(fail(CmdStatus::BadOp, syn::UNKNOWN_OPCODE)),
         }
     }
@@ -537,6 +543,78 @@ impl Hca {
             nvc::MAC_47_32.at(at).set(out, mac >> 32);
             nvc::MAC_31_0.at(at).set(out, mac & 0xffff_ffff);
         }
+        Ok(())
+    }
+}
+
+impl Hca {
+    fn query_qp(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
+        let qpn = ifc::query_qp_in::QPN.get(inp) as u32;
+        if !self.qps.contains_key(&qpn) {
+            return Err(no_such());
+        }
+        let dev = self.shared.dev();
+        let q = dev.qps.get(&qpn).ok_or_else(no_such)?;
+        let ctx = ifc::query_qp_out::QPC;
+        let state = match q.state {
+            QpState::Reset => codes::QpState::Rst,
+            QpState::Init => codes::QpState::Init,
+            QpState::Rtr => codes::QpState::Rtr,
+            QpState::Rts => codes::QpState::Rts,
+            QpState::Error => codes::QpState::Err,
+        };
+        let mut set = |f: Field, v: u64| f.at(ctx).set(out, v);
+        set(qpc::STATE, u64::from(u8::from(state)));
+        set(qpc::ST, u64::from(QPC_ST_RC));
+        set(qpc::PD, u64::from(q.pd));
+        set(qpc::UAR_PAGE, u64::from(q.uar));
+        set(qpc::LOG_SQ_SIZE, u64::from(q.log_sq_size));
+        match q.log_rq_size {
+            Some(l) => set(qpc::LOG_RQ_SIZE, u64::from(l)),
+            None => set(qpc::RQ_TYPE, u64::from(ZERO_LEN_RQ)),
+        }
+        set(qpc::LOG_RQ_STRIDE, u64::from(q.log_rq_stride.saturating_sub(4)));
+        set(qpc::CQN_SND, u64::from(q.send_cq));
+        set(qpc::CQN_RCV, u64::from(q.recv_cq));
+        set(qpc::REMOTE_QPN, u64::from(q.remote_qpn));
+        set(qpc::DBR_ADDR, q.dbrec);
+        Ok(())
+    }
+
+    fn query_vport_state(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
+        use ifc::query_vport_state_in as i;
+        if i::OTHER_VPORT.get(inp) != 0 || i::VPORT_NUMBER.get(inp) != 0 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_FUNCTION));
+        }
+        let up = u64::from(codes::VPORT_STATE_UP);
+        ifc::query_vport_state_out::STATE.set(out, up);
+        ifc::query_vport_state_out::ADMIN_STATE.set(out, up);
+        Ok(())
+    }
+
+    /// Entries past the model's GIDs, inside `roce_address_table_size`, read as empty.
+    fn query_roce_address(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
+        use ifc::query_roce_address_in as i;
+        use ifc::roce_addr_layout as r;
+        if i::VHCA_PORT_NUM.get(inp) > 1 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_PORT));
+        }
+        let index = i::ROCE_ADDRESS_INDEX.get(inp) as usize;
+        if index as u64 >= ifc::roce_cap::ROCE_ADDRESS_TABLE_SIZE.get(&self.roce_cur) {
+            return Err(fail(CmdStatus::BadIndex, syn::INDEX_RANGE));
+        }
+        let Some(g) = self.shared.gids.get(index).copied() else { return Ok(()) };
+        let at = ifc::query_roce_address_out::ROCE_ADDRESS;
+        r::SOURCE_L3_ADDRESS.at(at).slice_mut(out).copy_from_slice(&g.gid);
+        let mut m = [0u8; 8];
+        m[2..].copy_from_slice(&g.mac);
+        let mac = u64::from_be_bytes(m);
+        r::SOURCE_MAC_47_32.at(at).set(out, mac >> 32);
+        r::SOURCE_MAC_31_0.at(at).set(out, mac & 0xffff_ffff);
+        let v4 = g.gid[..10].iter().all(|b| *b == 0) && g.gid[10..12] == [0xff, 0xff];
+        let l3 = if v4 { codes::ROCE_L3_TYPE_IPV4 } else { codes::ROCE_L3_TYPE_IPV6 };
+        r::ROCE_L3_TYPE.at(at).set(out, u64::from(l3));
+        r::ROCE_VERSION.at(at).set(out, u64::from(codes::ROCE_VERSION_2));
         Ok(())
     }
 }

@@ -156,13 +156,48 @@ fn full_bring_up_objects_and_teardown() {
     assert_eq!(d.model.qp_state(a), Some(ModelQp::Rts));
     assert_eq!(d.model.qp_state(b), Some(ModelQp::Rts));
     assert_eq!(d.model.shared().dev().qps[&a].remote_qpn, b);
+    let mut x = input(Opcode::QueryQp, 0, 16);
+    ifc::query_qp_in::QPN.set(&mut x, u64::from(a));
+    let out = d.ok(&x, ifc::query_qp_out::SIZE);
+    let qpc = |f: Field| f.at(ifc::query_qp_out::QPC).get(&out);
+    assert_eq!(qpc(ifc::qpc::STATE), u64::from(u8::from(QpState::Rts)));
+    assert_eq!((qpc(ifc::qpc::REMOTE_QPN), qpc(ifc::qpc::PD)), (u64::from(b), u64::from(pd)));
+    assert_eq!((qpc(ifc::qpc::CQN_SND), qpc(ifc::qpc::LOG_SQ_SIZE)), (u64::from(cq), 6));
+    let out = d.ok(&input(Opcode::QueryVportState, 0, 16), 16);
+    assert_eq!(ifc::query_vport_state_out::STATE.get(&out), u64::from(VPORT_STATE_UP));
+    let out = d.ok(&input(Opcode::QueryRoceAddress, 0, 16), ifc::query_roce_address_out::SIZE);
+    let at = ifc::query_roce_address_out::ROCE_ADDRESS;
+    let g = d.model.gids()[0];
+    assert_eq!(ifc::roce_addr_layout::SOURCE_L3_ADDRESS.at(at).slice(&out), &g.gid[..]);
+    assert_eq!(
+        ifc::roce_addr_layout::SOURCE_MAC_31_0.at(at).get(&out),
+        u64::from(u32::from_be_bytes([g.mac[2], g.mac[3], g.mac[4], g.mac[5]]))
+    );
+    assert_eq!(ifc::roce_addr_layout::ROCE_L3_TYPE.at(at).get(&out), u64::from(ROCE_L3_TYPE_IPV4));
+    assert_eq!(ifc::roce_addr_layout::ROCE_VERSION.at(at).get(&out), u64::from(ROCE_VERSION_2));
+    let mut x = input(Opcode::QueryRoceAddress, 0, 16);
+    ifc::query_roce_address_in::ROCE_ADDRESS_INDEX.set(&mut x, 1);
+    let out = d.ok(&x, ifc::query_roce_address_out::SIZE);
+    assert!(out[16..].iter().all(|b| *b == 0), "an empty entry");
+    ifc::query_roce_address_in::ROCE_ADDRESS_INDEX.set(&mut x, 16);
+    assert_eq!(
+        d.status(&x, ifc::query_roce_address_out::SIZE),
+        (CmdStatus::BadIndex, crate::fw::codes::syndrome::INDEX_RANGE)
+    );
     assert_eq!(d.fw.live_objects(), 7);
 
-    // Command completion events arrived on the EQ, one per command since it existed, with the
-    // owner bit of the first pass (0) and the slot's bit.
-    let done_since_eq =
-        d.fw.executed().iter().rev().take_while(|e| e.opcode != Opcode::CreateEq).count();
-    for n in 0..done_since_eq as u32 {
+    // Command completion events arrived on the EQ, one per command since (and including)
+    // CREATE_EQ, with the slot's bit and the owner bit of their pass over the 16-entry ring.
+    let log = d.fw.executed();
+    let total = 1 + log.iter().rev().take_while(|e| e.opcode != Opcode::CreateEq).count() as u32;
+    assert!(total > 16, "the ring wrapped");
+    // The last event follows the last completion (the owner bit is handed back first).
+    let end = std::time::Instant::now() + WAIT;
+    while ifc::eqe::OWNER.get(&d.eqe(eq_buf, 4, total - 1)) != u64::from((total - 1) >> 4 & 1) {
+        assert!(std::time::Instant::now() < end, "no event for the last command");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    for n in total - 16..total {
         let e = d.eqe(eq_buf, 4, n);
         assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::Cmd)));
         assert_eq!(ifc::eqe::OWNER.get(&e), u64::from(n >> 4 & 1), "EQE {n}");

@@ -5,6 +5,7 @@
 //! owner bit with a deadline, as a driver would.
 
 mod bringup;
+mod datapath;
 mod faults;
 mod header;
 mod rejections;
@@ -68,6 +69,8 @@ struct Dev {
     keep: Vec<DmaBuf>,
     /// Pages given to the firmware and not taken back.
     lent: Vec<u64>,
+    /// (buffer, doorbell record) of the last queue input built.
+    last_queue: (u64, u64),
 }
 
 impl Dev {
@@ -80,7 +83,17 @@ impl Dev {
         let base = q.bus().0;
         bar.write_be32(seg::CMDQ_ADDR_H, (base >> 32) as u32);
         bar.write_be32(seg::CMDQ_ADDR_L_SZ, base as u32);
-        Dev { model, fw, bar, dma, q, token: 0, keep: Vec::new(), lent: Vec::new() }
+        Dev {
+            model,
+            fw,
+            bar,
+            dma,
+            q,
+            token: 0,
+            keep: Vec::new(),
+            lent: Vec::new(),
+            last_queue: (0, 0),
+        }
     }
 
     fn alloc(&mut self, len: usize, align: usize) -> u64 {
@@ -343,7 +356,12 @@ impl Dev {
         use ifc::create_cq_in as i;
         let bytes = 64usize << log_size;
         let buf = self.alloc(bytes.max(4096), 4096);
+        // Every CQE starts invalid: opcode 0xf, owner 1 (rdma-core `mlx5_alloc_cq_buf`).
+        for k in 0..1u64 << log_size {
+            assert!(self.dma.write(BusAddr(buf + 64 * k + 63), &[0xf1]));
+        }
         let dbr = self.alloc(64, 64);
+        self.last_queue = (buf, dbr);
         let pages = bytes.div_ceil(4096);
         let mut inp = input(Opcode::CreateCq, 0, i::SIZE + 8 * pages);
         set_in(&mut inp, i::CQ_CONTEXT, cqc::LOG_CQ_SIZE, u64::from(log_size));
@@ -368,6 +386,7 @@ impl Dev {
         let bytes = (16usize << 5) + (64usize << log_sq);
         let buf = self.alloc(bytes.next_multiple_of(4096), 4096);
         let dbr = self.alloc(64, 64);
+        self.last_queue = (buf, dbr);
         let pages = bytes.div_ceil(4096);
         let mut inp = input(Opcode::CreateQp, 0, i::SIZE + 8 * pages);
         let q = |b: &mut Vec<u8>, f: Field, v: u64| set_in(b, i::QPC, f, v);
