@@ -16,7 +16,7 @@ pub const PAGE_SIZE: u64 = 4096;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pages {
     given: BTreeSet<u64>,
-    /// Pages needed once enabled.
+    /// Pages needed after `ENABLE_HCA` (before capabilities and registers are used).
     pub boot: u32,
     /// Further pages needed before `INIT_HCA`.
     pub init: u32,
@@ -69,15 +69,16 @@ impl Pages {
     }
 
     /// Pages needed in the current state.
+    ///
+    /// Before `INIT_HCA` nothing is committed: a driver whose bring-up failed takes every page
+    /// back before `DISABLE_HCA` (kernel `mlx5_function_setup` error path); the commands that
+    /// need pages check what is held. From `INIT_HCA` to `TEARDOWN_HCA` boot + init + run-time
+    /// pages are locked.
     pub fn required(&self) -> usize {
-        if !self.enabled {
+        if !self.initialized {
             return 0;
         }
-        let mut n = i64::from(self.boot);
-        if self.initialized {
-            n += i64::from(self.init) + self.runtime;
-        }
-        n.max(0) as usize
+        (i64::from(self.boot) + i64::from(self.init) + self.runtime).max(0) as usize
     }
 
     /// `QUERY_PAGES` `num_pages` for `boot`/`init`/`regular`: positive = still wanted, negative
@@ -91,6 +92,8 @@ impl Pages {
         let want = match stage {
             PagesStage::Boot => i64::from(self.boot) - held,
             PagesStage::Init => i64::from(self.boot) + i64::from(self.init) - held,
+            // Between ENABLE_HCA and INIT_HCA the stages speak, not the balance.
+            _ if self.enabled && !self.initialized => 0,
             _ => self.required() as i64 - held,
         };
         let want = if matches!(stage, PagesStage::Regular) { want } else { want.max(0) };
@@ -148,14 +151,18 @@ mod tests {
         assert_eq!(p.query(PagesStage::Boot), 0, "nothing is needed before ENABLE_HCA");
         p.enabled = true;
         assert_eq!(p.query(PagesStage::Boot), 3);
-        assert_eq!(p.required(), 3);
         p.give(&[0x1000, 0x2000, 0x3000]);
         assert_eq!(p.query(PagesStage::Boot), 0);
         assert_eq!(p.query(PagesStage::Init), 5);
-        assert!(p.take(10).is_empty(), "nothing spare");
+        assert_eq!(p.query(PagesStage::Regular), 0);
+        assert_eq!(p.required(), 0, "nothing is locked before INIT_HCA");
+        assert_eq!(p.take(10).len(), 3, "a failed bring-up takes its pages back");
+        assert_eq!(p.query(PagesStage::Boot), 3);
+        p.give(&[0x1000, 0x2000, 0x3000]);
         p.give(&[0x4000, 0x5000, 0x6000, 0x7000, 0x8000]);
         p.initialized = true;
         assert_eq!(p.query(PagesStage::Regular), 0);
+        assert!(p.take(10).is_empty(), "locked from INIT_HCA on");
         p.runtime += 2;
         assert_eq!(p.query(PagesStage::Regular), 2);
         p.give(&[0x9000]);
@@ -172,6 +179,6 @@ mod tests {
         assert_eq!(p.query(PagesStage::Regular), -7);
         assert_eq!(p.take(100).len(), 7);
         assert_eq!(p.held(), 0);
-        assert_eq!((p.stats().total_given, p.stats().total_taken), (9, 9));
+        assert_eq!((p.stats().total_given, p.stats().total_taken), (12, 12));
     }
 }

@@ -20,6 +20,15 @@ fn a_chosen_command_fails_with_the_chosen_status() {
     assert_eq!(d.status(&input(Opcode::EnableHca, 0, 16), 16), (CmdStatus::InternalError, 7));
     assert_eq!(d.fw.state(), crate::fw::HcaState::Disabled);
     d.simple(Opcode::EnableHca, 0);
+    // A bring-up that fails after the boot pages unwinds as the kernel's error path does:
+    // take the pages back, disable.
+    d.satisfy(PagesStage::Boot);
+    d.fw.fail_next(Opcode::QueryHcaCap, CmdStatus::InternalError, 9);
+    let q = input(Opcode::QueryHcaCap, 1, 16);
+    assert_eq!(d.status(&q, ifc::query_hca_cap_out::SIZE), (CmdStatus::InternalError, 9));
+    assert_eq!(d.take(64).len(), 4);
+    d.simple(Opcode::DisableHca, 0);
+    assert_eq!(d.fw.pages().held, 0);
 }
 
 #[test]
