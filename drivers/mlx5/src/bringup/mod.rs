@@ -597,15 +597,14 @@ impl<'a> Hca<'a> {
     /// `MANAGE_PAGES` (give) `n` pages to `func_id`, in batches, on `slot`.
     fn give_pages(&mut self, slot: usize, func_id: u16, n: u32) -> Result<u32, HcaError> {
         let per = self.pages_per_cmd(self.cmd.max_in() - manage_pages_in::SIZE);
+        // All or nothing, as the kernel's `give_pages` allocates every page before the command:
+        // firmware gets the whole request or a refusal, never part of it.
+        if self.pages.free() < n as usize {
+            return Err(HcaError::PagePoolExhausted { requested: n, free: self.pages.free() });
+        }
         let mut left = n as usize;
         while left > 0 {
             let k = left.min(per);
-            if self.pages.free() < k {
-                return Err(HcaError::PagePoolExhausted {
-                    requested: left as u32,
-                    free: self.pages.free(),
-                });
-            }
             let mut addrs = [0u64; PAGE_BATCH];
             for a in addrs.iter_mut().take(k) {
                 *a = self.pages.take().expect("free pages counted above");
