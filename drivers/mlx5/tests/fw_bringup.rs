@@ -262,9 +262,10 @@ fn a_failing_command_is_a_typed_error_and_unwinding_returns_every_page() {
 }
 
 #[test]
-fn a_failing_init_hca_is_a_typed_error_within_the_bounds() {
+fn a_failing_init_hca_unwinds_the_kernel_way_without_leaking() {
     let mut r = rig(FwConfig::default());
     r.fw.fail_next(Opcode::InitHca, fw::CmdStatus::BadSysState, 7);
+    let blocks_before = r.dma.live_blocks();
     let start = Instant::now();
     let e = Hca::bring_up(&r.bar, &*r.dma, &r.clock, PagePool::new(&mut r.bits, POOL), cfg())
         .err()
@@ -280,10 +281,11 @@ fn a_failing_init_hca_is_a_typed_error_within_the_bounds() {
         "{e:?}"
     );
     assert_eq!(Error::from(e), Error::Device(Errno::EIO));
-    // Unwinding (reclaim, then DISABLE_HCA, as the kernel's error path does) is bounded by the
-    // reclaim bound even when firmware keeps pages.
+    // Unwinding is the kernel's error path: every page reclaimed, then DISABLE_HCA.
     assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
-    assert!(r.fw.pages().held <= 4, "at most the boot pages stay with firmware");
+    assert_eq!(r.fw.pages().held, 0, "boot and init pages reclaimed");
+    assert_eq!(r.fw.state(), HcaState::Disabled);
+    assert_eq!(r.dma.live_blocks(), blocks_before, "nothing leaked");
 }
 
 #[test]
