@@ -7,8 +7,12 @@
 //! the bit equals its own pass parity (kernel `next_eqe_sw`). The model writes the body, then,
 //! after a release fence, the last byte holding the owner bit.
 //!
-//! The model does not read the EQ doorbell (the UAR's EQ registers belong to the device model),
-//! so it cannot tell an overrun; it keeps writing.
+//! The driver reports its consumer index through the EQ doorbell of the EQ's UAR page
+//! (`eqn << 24 | ci`, big-endian, at 0x40 to arm or 0x48 to update only; kernel
+//! `core/lib/eq.h` `MLX5_EQ_DOORBEL_OFFSET`, `eq.c` `eq_update_ci`). Once it has, an event that
+//! would overwrite an entry the driver has not consumed is an overrun: the model counts it and
+//! drops the event. Before the first doorbell the ring is written without that check (a
+//! driver that only polls never rings).
 
 use std::sync::atomic::{fence, Ordering};
 
@@ -17,6 +21,12 @@ use rdma_pmd_hal::mem::HeapDma;
 
 use super::codes::EventType;
 use super::ifc::eqe;
+use super::FwError;
+
+/// EQ doorbell offset in a UAR page: update the consumer index and arm.
+pub const DOORBELL_ARM: usize = 0x40;
+/// EQ doorbell offset in a UAR page: update the consumer index only.
+pub const DOORBELL_UPDATE: usize = 0x48;
 
 /// One event queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +45,12 @@ pub struct Eq {
     pub mask: [u64; 4],
     /// EQEs written so far.
     pub producer: u32,
+    /// The consumer index the driver last reported (24 bits), once it has.
+    pub consumer: Option<u32>,
+    /// Whether the last doorbell armed the EQ.
+    pub armed: bool,
+    /// Events dropped because the ring was full.
+    pub overruns: u64,
 }
 
 impl Eq {
@@ -50,8 +66,15 @@ impl Eq {
         self.pages[page] + (off & ((1 << self.page_shift) - 1))
     }
 
-    /// Write one EQE of type `t` with `data` (the 28-byte `event_data`). False on a DMA fault.
-    pub fn post(&mut self, dma: &HeapDma, t: EventType, data: &[u8]) -> bool {
+    /// Write one EQE of type `t` with `data` (the 28-byte `event_data`).
+    pub fn post(&mut self, dma: &HeapDma, t: EventType, data: &[u8]) -> Result<(), FwError> {
+        if let Some(ci) = self.consumer {
+            let outstanding = self.producer.wrapping_sub(ci) & 0x00ff_ffff;
+            if outstanding >= 1 << self.log_size {
+                self.overruns += 1;
+                return Err(FwError::EqOverrun);
+            }
+        }
         let mut e = [0u8; eqe::SIZE];
         eqe::EVENT_TYPE.set(&mut e, u64::from(u8::from(t)));
         let d = eqe::EVENT_DATA;
@@ -66,7 +89,11 @@ impl Eq {
         fence(Ordering::Release);
         let ok = ok && dma.write(at.add(last as u64), &e[last..]);
         self.producer = self.producer.wrapping_add(1);
-        ok
+        if ok {
+            Ok(())
+        } else {
+            Err(FwError::DmaFault)
+        }
     }
 }
 

@@ -23,8 +23,9 @@
 //! Page 0 is the initialization segment ([`init_seg`]: firmware revision, command interface
 //! revision 5, command queue address and size, command doorbell, `initializing`, health
 //! buffer); the timer and health counter words at 0x1000..0x1014 are the firmware's too. Every
-//! other offset belongs to the model's UAR pages (see the crate docs): [`Firmware::bar`] is a
-//! BAR whose handler sends page-0 accesses here and the rest to the model.
+//! other offset belongs to the model's UAR pages (see the crate docs), except the EQ doorbells
+//! at 0x40/0x48 of a UAR page ([`eq`]): [`Firmware::bar`] is a BAR whose handler sends
+//! firmware registers and EQ doorbells here and the rest to the model.
 //!
 //! ## Command queue
 //!
@@ -169,6 +170,8 @@ pub enum FwError {
     NoEventQueue,
     /// The EQ's memory did not translate.
     DmaFault,
+    /// The EQ is full: the driver has not consumed its entries.
+    EqOverrun,
 }
 
 impl fmt::Display for FwError {
@@ -177,6 +180,7 @@ impl fmt::Display for FwError {
             FwError::NotInitialized => f.write_str("the HCA is not initialized"),
             FwError::NoEventQueue => f.write_str("no event queue subscribed to the event"),
             FwError::DmaFault => f.write_str("event queue memory did not translate"),
+            FwError::EqOverrun => f.write_str("event queue full"),
         }
     }
 }
@@ -207,6 +211,7 @@ struct Regs {
     faults: Faults,
     spurious_doorbells: u64,
     ignored_stores: u64,
+    bad_eq_doorbells: u64,
     delivery_errors: Vec<DeliveryError>,
     hung: Vec<u32>,
 }
@@ -269,6 +274,24 @@ impl FwShared {
                 self.regs().cmdq_base = init_seg::cmdq_address(mem);
             }
             _ => self.regs().ignored_stores += 1,
+        }
+    }
+
+    /// A store to an EQ doorbell of UAR page `page`.
+    fn eq_doorbell(&self, mem: &BarMem, page: u32, off: usize) {
+        let v = u32::from_be(mem.read_u32(off));
+        let (eqn, ci) = ((v >> 24) as u8, v & 0x00ff_ffff);
+        let arm = off % crate::UAR_PAGE == eq::DOORBELL_ARM;
+        let mut hca = self.hca();
+        match hca.eqs.get_mut(&eqn).filter(|e| e.uar == page) {
+            Some(e) => {
+                e.consumer = Some(ci);
+                e.armed = arm;
+            }
+            None => {
+                drop(hca);
+                self.regs().bad_eq_doorbells += 1;
+            }
         }
     }
 
@@ -342,7 +365,8 @@ impl FwShared {
     fn post_cmd_event(&self, slot: u32) {
         let mut hca = self.hca();
         if let Some(eq) = hca.eqs.values_mut().find(|e| e.wants(codes::EventType::Cmd)) {
-            eq.post(&self.dma, codes::EventType::Cmd, &eq::cmd_event(1 << slot));
+            // A full EQ drops the event (counted in the EQ's overruns).
+            let _ = eq.post(&self.dma, codes::EventType::Cmd, &eq::cmd_event(1 << slot));
         }
     }
 
@@ -375,8 +399,11 @@ struct Bar0 {
 
 impl BarHandler for Bar0 {
     fn on_write(&self, mem: &BarMem, off: usize, len: usize) {
+        let o = off % crate::UAR_PAGE;
         if init_seg::is_firmware_register(off, len) {
             self.fw.on_write(mem, off, len);
+        } else if len == 4 && (o == eq::DOORBELL_ARM || o == eq::DOORBELL_UPDATE) {
+            self.fw.eq_doorbell(mem, (off / crate::UAR_PAGE) as u32, off);
         } else {
             self.model.on_write(mem, off, len);
         }
@@ -485,6 +512,16 @@ impl Firmware {
         self.shared.regs().ignored_stores
     }
 
+    /// EQ doorbells that named no EQ of their UAR page.
+    pub fn bad_eq_doorbells(&self) -> u64 {
+        self.shared.regs().bad_eq_doorbells
+    }
+
+    /// Events dropped because an EQ was full, over all live EQs.
+    pub fn eq_overruns(&self) -> u64 {
+        self.shared.hca().eqs.values().map(|e| e.overruns).sum()
+    }
+
     /// Objects created through commands and not yet destroyed.
     pub fn live_objects(&self) -> usize {
         self.shared.hca().live_objects()
@@ -533,9 +570,7 @@ impl Firmware {
         let t = codes::EventType::PageRequest;
         let dma = self.shared.dma.clone();
         let eq = hca.eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
-        if !eq.post(&dma, t, &eq::page_event(0, n)) {
-            return Err(FwError::DmaFault);
-        }
+        eq.post(&dma, t, &eq::page_event(0, n))?;
         hca.pages.runtime += i64::from(n);
         Ok(())
     }

@@ -222,8 +222,21 @@ impl Hca {
         let eqn = (0..=u8::MAX)
             .find(|n| !self.eqs.contains_key(n))
             .ok_or_else(|| fail(CmdStatus::ExceedLim, syn::OBJECT_LIMIT))?;
-        self.eqs
-            .insert(eqn, Eq { eqn, log_size, page_shift: shift, pages, uar, mask, producer: 0 });
+        self.eqs.insert(
+            eqn,
+            Eq {
+                eqn,
+                log_size,
+                page_shift: shift,
+                pages,
+                uar,
+                mask,
+                producer: 0,
+                consumer: None,
+                armed: false,
+                overruns: 0,
+            },
+        );
         ifc::create_eq_out::EQ_NUMBER.set(out, u64::from(eqn));
         Ok(())
     }

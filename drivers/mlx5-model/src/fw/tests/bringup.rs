@@ -316,3 +316,27 @@ fn commands_run_in_any_slot_and_concurrently() {
     }
     assert_eq!(pds.len(), 8, "eight distinct PDs");
 }
+
+#[test]
+fn eq_doorbells_report_consumption_and_a_full_eq_overruns() {
+    use crate::fw::{eq, FwError};
+    let mut d = up();
+    let uar = d.alloc_uar();
+    let (eqn, buf) = d.create_eq(uar, 1, &[EventType::PageRequest]);
+    let page = uar as usize * crate::UAR_PAGE;
+    let ring = |d: &Dev, at: usize, ci: u32| d.bar.write_be32(page + at, u32::from(eqn) << 24 | ci);
+    ring(&d, eq::DOORBELL_ARM, 0);
+    d.fw.request_pages(1).unwrap();
+    d.fw.request_pages(1).unwrap();
+    assert_eq!(d.fw.request_pages(1), Err(FwError::EqOverrun), "two entries, none consumed");
+    assert_eq!(d.fw.eq_overruns(), 1);
+    assert_eq!(ifc::eqe::OWNER.get(&d.eqe(buf, 1, 0)), 0, "the unconsumed entry is intact");
+    ring(&d, eq::DOORBELL_UPDATE, 1);
+    d.fw.request_pages(1).unwrap();
+    assert_eq!(ifc::eqe::OWNER.get(&d.eqe(buf, 1, 2)), 1);
+    assert_eq!(d.query_pages(PagesStage::Regular), 3, "the dropped request asked for nothing");
+    // A doorbell naming an EQ that is not on this UAR page.
+    d.bar.write_be32(page + eq::DOORBELL_ARM, 9 << 24);
+    assert_eq!(d.fw.bad_eq_doorbells(), 1);
+    assert_eq!(d.model.counters().validation_failures, 0);
+}
