@@ -522,6 +522,10 @@ ifc! {
     query_nic_vport_context_out = "query_nic_vport_context_out", 272 bytes {
         NIC_VPORT_CONTEXT = "nic_vport_context" @ 0x80 : 2048;
     }
+    /// `NOP` input.
+    nop_in = "nop_in", 16 bytes {}
+    /// `NOP` output.
+    nop_out = "nop_out", 16 bytes {}
     /// `QUERY_QP` input.
     query_qp_in = "query_qp_in", 16 bytes {
         QPN = "qpn" @ 0x48 : 24;

@@ -14,10 +14,12 @@ fn pd_of(d: &mut Dev, op: Opcode, field: Field, v: u32) -> (CmdStatus, u32) {
 fn life_cycle_order_is_enforced() {
     let mut d = Dev::new(FwConfig::default());
     // Nothing but ENABLE_HCA before ENABLE_HCA.
-    for op in [Opcode::QueryIssi, Opcode::QueryPages, Opcode::InitHca, Opcode::AllocPd] {
+    for op in [Opcode::Nop, Opcode::QueryIssi, Opcode::QueryPages, Opcode::InitHca, Opcode::AllocPd]
+    {
         assert_eq!(d.status(&input(op, 1, 32), 16), (CmdStatus::BadSysState, syn::NOT_ENABLED));
     }
     d.simple(Opcode::EnableHca, 0);
+    d.simple(Opcode::Nop, 0);
     assert_eq!(
         d.status(&input(Opcode::EnableHca, 0, 16), 16),
         (CmdStatus::BadResState, syn::FUNCTION_STATE)
