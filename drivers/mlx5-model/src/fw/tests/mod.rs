@@ -7,6 +7,7 @@
 mod bringup;
 mod datapath;
 mod faults;
+mod fuzz;
 mod header;
 mod rejections;
 
