@@ -7,7 +7,7 @@
 //!
 //! | method | command | notes |
 //! |---|---|---|
-//! | `alloc_uar` / `dealloc_uar` | `ALLOC_UAR` / `DEALLOC_UAR` | UAR pages are 4 KiB (`log_uar_page_sz` 0) |
+//! | `alloc_uar` / `dealloc_uar` | `ALLOC_UAR` / `DEALLOC_UAR` | UAR page size as bring-up set it (`log_uar_page_sz`: the system page) |
 //! | `alloc_pd` / `dealloc_pd` | `ALLOC_PD` / `DEALLOC_PD` | |
 //! | `create_mkey` / `destroy_mkey` | `CREATE_MKEY` / `DESTROY_MKEY` | MTT mode: the page list follows the context in the mailboxes; PA mode: none. Key = index << 8 \| variant byte |
 //! | `create_cq` / `destroy_cq` | `CREATE_CQ` / `DESTROY_CQ` | 64-byte CQEs, 4 KiB pages, events to the completion EQ |
@@ -291,7 +291,7 @@ impl Control for FwControl<'_, '_> {
         let mut out = [0u8; alloc_uar_out::SIZE];
         self.run("ALLOC_UAR", &c, Pas::None, &mut out)?;
         let index = ifc::get(&out, alloc_uar_out::UAR) as u32;
-        Ok(Uar { index, bar_offset: (index as usize) * FW_PAGE })
+        Ok(Uar { index, bar_offset: self.hca.uar_offset(index) })
     }
 
     fn dealloc_uar(&mut self, uar: Uar) -> Result<(), Error> {

@@ -481,6 +481,12 @@ impl<'a> Hca<'a> {
         self.bar
     }
 
+    /// Byte offset in BAR0 of UAR page `index`: UAR pages are `4 KiB << log_uar_page_sz`
+    /// (bring-up sets `log_uar_page_sz` to the system page size).
+    pub fn uar_offset(&self, index: u32) -> usize {
+        (index as usize) << (12 + self.report.caps.log_uar_page_sz as usize)
+    }
+
     /// Largest input a command may carry (bytes).
     pub fn max_cmd_in(&self) -> usize {
         self.cmd.max_in()
@@ -773,7 +779,7 @@ impl<'a> Hca<'a> {
             return Err(e);
         }
         let eqn = ifc::get(&out, create_eq_out::EQ_NUMBER) as u8;
-        eq.created(self.bar, eqn, (uar as usize) << 12);
+        eq.created(self.bar, eqn, self.uar_offset(uar));
         Ok(eq)
     }
 
