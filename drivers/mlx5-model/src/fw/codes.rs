@@ -100,6 +100,8 @@ fw_code! {
         QueryVportState = 0x750 ("MLX5_CMD_OP_QUERY_VPORT_STATE"),
         /// Read one entry of the RoCE address (GID) table.
         QueryRoceAddress = 0x760 ("MLX5_CMD_OP_QUERY_ROCE_ADDRESS"),
+        /// Write one entry of the RoCE address (GID) table.
+        SetRoceAddress = 0x761 ("MLX5_CMD_OP_SET_ROCE_ADDRESS"),
         /// Read the NIC vport context.
         QueryNicVportContext = 0x754 ("MLX5_CMD_OP_QUERY_NIC_VPORT_CONTEXT"),
         /// Modify the NIC vport context (`roce_en`).
@@ -348,6 +350,8 @@ pub mod syndrome {
     pub const BAD_MTU: u32 = 0x4d46_0062;
     /// RoCE traffic while RoCE is disabled in the NIC vport context.
     pub const ROCE_DISABLED: u32 = 0x4d46_0063;
+    /// `SET_ROCE_ADDRESS` differs from the model's configured GID table.
+    pub const GID_MISMATCH: u32 = 0x4d46_0064;
     /// The device model refused the operation.
     pub const MODEL_REFUSED: u32 = 0x4d46_0070;
     /// A fault injected by a test.

@@ -151,6 +151,7 @@ fn sizes(op: Opcode) -> Option<(usize, usize)> {
         QueryQp => (query_qp_in::SIZE, query_qp_out::SIZE),
         QueryVportState => (query_vport_state_in::SIZE, query_vport_state_out::SIZE),
         QueryRoceAddress => (query_roce_address_in::SIZE, query_roce_address_out::SIZE),
+        SetRoceAddress => (set_roce_address_in::SIZE, set_roce_address_out::SIZE),
         Nop => (nop_in::SIZE, nop_out::SIZE),
         Unknown(_) => return None,
     })

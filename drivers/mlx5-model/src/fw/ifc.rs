@@ -553,6 +553,14 @@ ifc! {
     query_roce_address_out = "query_roce_address_out", 48 bytes {
         ROCE_ADDRESS = "roce_address" @ 0x80 : 256;
     }
+    /// `SET_ROCE_ADDRESS` input.
+    set_roce_address_in = "set_roce_address_in", 48 bytes {
+        ROCE_ADDRESS_INDEX = "roce_address_index" @ 0x40 : 16;
+        VHCA_PORT_NUM = "vhca_port_num" @ 0x5c : 4;
+        ROCE_ADDRESS = "roce_address" @ 0x80 : 256;
+    }
+    /// `SET_ROCE_ADDRESS` output.
+    set_roce_address_out = "set_roce_address_out", 16 bytes {}
     /// One RoCE address (GID) table entry.
     roce_addr_layout = "roce_addr_layout", 32 bytes {
         SOURCE_L3_ADDRESS = "source_l3_address" @ 0x0 : 128;

@@ -48,7 +48,8 @@
 //! `DESTROY_EQ`, `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`, `CREATE_CQ`,
 //! `DESTROY_CQ`, `CREATE_QP` (RC), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,
 //! `2ERR_QP`, `2RST_QP`, `QUERY_QP`, `QUERY_NIC_VPORT_CONTEXT`, `MODIFY_NIC_VPORT_CONTEXT`
-//! (`roce_en`, `mtu`), `QUERY_VPORT_STATE`, `QUERY_ROCE_ADDRESS` (the model's GID table), `NOP`. Anything else: `BAD_OP`. The life-cycle rules are in the `hca` module, the
+//! (`roce_en`, `mtu`), `QUERY_VPORT_STATE`, `QUERY_ROCE_ADDRESS` and `SET_ROCE_ADDRESS` (the
+//! model's GID table, fixed by its configuration), `NOP`. Anything else: `BAD_OP`. The life-cycle rules are in the `hca` module, the
 //! resource checks in the `resources` module; syndromes in [`codes::syndrome`].
 //!
 //! ## Test hooks

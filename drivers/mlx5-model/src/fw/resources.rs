@@ -18,6 +18,7 @@
 //! | `QUERY_QP` | QP exists; reports the model's state and the creation fields |
 //! | `QUERY_VPORT_STATE` | own vport only; always up |
 //! | `QUERY_ROCE_ADDRESS` | port 0 or 1 (`BAD_PARAM`); index below `roce_address_table_size` (`BAD_INDEX`); the model's GID table, empty past its end |
+//! | `SET_ROCE_ADDRESS` | as `QUERY_ROCE_ADDRESS`; the entry must equal the model's configured one (RoCE v2, no VLAN), or be all zero past the table's end (`BAD_PARAM`) |
 //!
 //! The model's own checks (see the `commands` module) run after these; a refusal there is
 //! reported as `BAD_PARAM` (or `NO_RESOURCES` when the model is full).
@@ -138,6 +139,7 @@ impl Hca {
             QueryQp => self.query_qp(inp, out),
             QueryVportState => self.query_vport_state(inp, out),
             QueryRoceAddress => self.query_roce_address(inp, out),
+            SetRoceAddress => self.set_roce_address(inp),
             _ => Err(fail(CmdStatus::BadOp, syn::UNKNOWN_OPCODE)),
         }
     }
@@ -605,31 +607,59 @@ impl Hca {
         Ok(())
     }
 
+    /// Check a GID table index (and port) against `roce_address_table_size`.
+    fn gid_index(&self, index: u64, port: u64) -> Result<usize, Fail> {
+        if port > 1 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_PORT));
+        }
+        if index >= ifc::roce_cap::ROCE_ADDRESS_TABLE_SIZE.get(&self.roce_cur) {
+            return Err(fail(CmdStatus::BadIndex, syn::INDEX_RANGE));
+        }
+        Ok(index as usize)
+    }
+
     /// Entries past the model's GIDs, inside `roce_address_table_size`, read as empty.
     fn query_roce_address(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
         use ifc::query_roce_address_in as i;
-        use ifc::roce_addr_layout as r;
-        if i::VHCA_PORT_NUM.get(inp) > 1 {
-            return Err(fail(CmdStatus::BadParam, syn::BAD_PORT));
-        }
-        let index = i::ROCE_ADDRESS_INDEX.get(inp) as usize;
-        if index as u64 >= ifc::roce_cap::ROCE_ADDRESS_TABLE_SIZE.get(&self.roce_cur) {
-            return Err(fail(CmdStatus::BadIndex, syn::INDEX_RANGE));
-        }
-        let Some(g) = self.shared.gids.get(index).copied() else { return Ok(()) };
+        let index = self.gid_index(i::ROCE_ADDRESS_INDEX.get(inp), i::VHCA_PORT_NUM.get(inp))?;
         let at = ifc::query_roce_address_out::ROCE_ADDRESS;
-        r::SOURCE_L3_ADDRESS.at(at).slice_mut(out).copy_from_slice(&g.gid);
-        let mut m = [0u8; 8];
-        m[2..].copy_from_slice(&g.mac);
-        let mac = u64::from_be_bytes(m);
-        r::SOURCE_MAC_47_32.at(at).set(out, mac >> 32);
-        r::SOURCE_MAC_31_0.at(at).set(out, mac & 0xffff_ffff);
-        let v4 = g.gid[..10].iter().all(|b| *b == 0) && g.gid[10..12] == [0xff, 0xff];
-        let l3 = if v4 { codes::ROCE_L3_TYPE_IPV4 } else { codes::ROCE_L3_TYPE_IPV6 };
-        r::ROCE_L3_TYPE.at(at).set(out, u64::from(l3));
-        r::ROCE_VERSION.at(at).set(out, u64::from(codes::ROCE_VERSION_2));
+        let entry = roce_entry(self.shared.gids.get(index));
+        out[at.byte()..at.byte() + entry.len()].copy_from_slice(&entry);
         Ok(())
     }
+
+    /// The model's GID table is fixed by its configuration (the engine routes by it): a write
+    /// must agree with it, and entries past its end may only be cleared.
+    fn set_roce_address(&mut self, inp: &[u8]) -> Res {
+        use ifc::set_roce_address_in as i;
+        let index = self.gid_index(i::ROCE_ADDRESS_INDEX.get(inp), i::VHCA_PORT_NUM.get(inp))?;
+        let want = roce_entry(self.shared.gids.get(index));
+        let mut got = [0u8; ifc::roce_addr_layout::SIZE];
+        got.copy_from_slice(i::ROCE_ADDRESS.slice(inp));
+        // VLANs are not modelled; the vlan fields must be clear either way.
+        if got != want {
+            return Err(fail(CmdStatus::BadParam, syn::GID_MISMATCH));
+        }
+        Ok(())
+    }
+}
+
+/// A `roce_addr_layout` for a GID table entry (zeros for an empty one).
+fn roce_entry(g: Option<&crate::model::Gid>) -> [u8; ifc::roce_addr_layout::SIZE] {
+    use ifc::roce_addr_layout as r;
+    let mut e = [0u8; r::SIZE];
+    let Some(g) = g else { return e };
+    r::SOURCE_L3_ADDRESS.slice_mut(&mut e).copy_from_slice(&g.gid);
+    let mut m = [0u8; 8];
+    m[2..].copy_from_slice(&g.mac);
+    let mac = u64::from_be_bytes(m);
+    r::SOURCE_MAC_47_32.set(&mut e, mac >> 32);
+    r::SOURCE_MAC_31_0.set(&mut e, mac & 0xffff_ffff);
+    let v4 = g.gid[..10].iter().all(|b| *b == 0) && g.gid[10..12] == [0xff, 0xff];
+    let l3 = if v4 { codes::ROCE_L3_TYPE_IPV4 } else { codes::ROCE_L3_TYPE_IPV6 };
+    r::ROCE_L3_TYPE.set(&mut e, u64::from(l3));
+    r::ROCE_VERSION.set(&mut e, u64::from(codes::ROCE_VERSION_2));
+    e
 }
 
 impl Shared {

@@ -184,6 +184,34 @@ fn full_bring_up_objects_and_teardown() {
         d.status(&x, ifc::query_roce_address_out::SIZE),
         (CmdStatus::BadIndex, crate::fw::codes::syndrome::INDEX_RANGE)
     );
+    // SET_ROCE_ADDRESS: the configured entry is accepted, anything else refused.
+    let set_gid = |d: &mut Dev, index: u64, gid: [u8; 16], mac: u64| {
+        use ifc::set_roce_address_in as i;
+        let mut x = input(Opcode::SetRoceAddress, 0, i::SIZE);
+        i::ROCE_ADDRESS_INDEX.set(&mut x, index);
+        i::VHCA_PORT_NUM.set(&mut x, 1);
+        let r = i::ROCE_ADDRESS;
+        if gid != [0; 16] {
+            ifc::roce_addr_layout::SOURCE_L3_ADDRESS.at(r).slice_mut(&mut x).copy_from_slice(&gid);
+            ifc::roce_addr_layout::SOURCE_MAC_47_32.at(r).set(&mut x, mac >> 32);
+            ifc::roce_addr_layout::SOURCE_MAC_31_0.at(r).set(&mut x, mac & 0xffff_ffff);
+            ifc::roce_addr_layout::ROCE_L3_TYPE.at(r).set(&mut x, u64::from(ROCE_L3_TYPE_IPV4));
+            ifc::roce_addr_layout::ROCE_VERSION.at(r).set(&mut x, u64::from(ROCE_VERSION_2));
+        }
+        d.status(&x, 16)
+    };
+    let mut m = [0u8; 8];
+    m[2..].copy_from_slice(&g.mac);
+    let mac = u64::from_be_bytes(m);
+    let gid_mismatch = (CmdStatus::BadParam, crate::fw::codes::syndrome::GID_MISMATCH);
+    assert_eq!(set_gid(&mut d, 0, g.gid, mac), (CmdStatus::Ok, 0));
+    let mut other = g.gid;
+    other[15] ^= 1;
+    assert_eq!(set_gid(&mut d, 0, other, mac), gid_mismatch);
+    assert_eq!(set_gid(&mut d, 0, g.gid, mac ^ 1), gid_mismatch);
+    assert_eq!(set_gid(&mut d, 3, [0; 16], 0), (CmdStatus::Ok, 0));
+    assert_eq!(set_gid(&mut d, 3, g.gid, mac), gid_mismatch);
+    assert_eq!(set_gid(&mut d, 16, [0; 16], 0).0, CmdStatus::BadIndex);
     assert_eq!(d.fw.live_objects(), 7);
 
     // Command completion events arrived on the EQ, one per command since (and including)
