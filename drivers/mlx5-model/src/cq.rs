@@ -8,7 +8,7 @@
 //! * Before writing, the model reads the consumer index from the CQ doorbell record
 //!   (`dbrec[0]`, BE32, 24 bits, `MLX5_CQ_SET_CI`). If the producer would pass
 //!   `ci + cqe_cnt`, the CQE is **not** written: the CQ enters error, a
-//!   [`Event::CqError`](crate::counters::Event::CqError) is posted and `cq_overflows` counts it
+//!   [`crate::counters::Event::CqError`] is posted and `cq_overflows` counts it
 //!   (hardware reports `MLX5_EVENT_TYPE_CQ_ERROR` with `CQ_OVERRUN`). Later CQEs for that CQ are
 //!   dropped and counted too.
 

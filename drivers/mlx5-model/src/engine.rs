@@ -16,13 +16,28 @@
 //!    `ceil(ds*16/64) - 1` blocks from the following slots (wrapping to slot 0);
 //! 2. for the last WQE of the doorbell, compare its first 8 bytes with the doorbell, and for a
 //!    BlueFlame doorbell execute the BlueFlame copy (and note if the ring differs);
-//! 3. validate (see [`validate`]) and gather the payload through the lkeys;
+//! 3. validate (see *Validation*) and gather the payload through the lkeys;
 //! 4. deliver the message to the responder (same model, or across the [`Wire`](crate::Wire));
 //! 5. complete: a `REQ` CQE if the WQE asked for one (`fm_ce_se & 0x08`), or an error CQE
 //!    and the QP to ERR.
 //!
 //! In ERR every WQE up to each doorbell's counter gets a flush CQE (`REQ_ERR`, syndrome
 //! `WR_FLUSH_ERR`), one per WQE, signaled or not; posted receive WQEs get `RESP_ERR` flushes.
+//!
+//! # Validation
+//!
+//! Control segment: opmod 0; opcode 0x08 or 0x09 (else `LOCAL_QP_OP_ERR`, 0x02); WQE index =
+//! the HCA's counter; QPN = this QP; DS ≥ 2 and DS × 16 ≤ `max_wqe_sz_sq`; the WQE ends at or
+//! before the doorbell record's counter (all 0x02). Notes for reserved bits (`qpn_ds` 7:6,
+//! `fm_ce_se` bits 4 and 0), a non-zero signature (no `wq_sig` QPs) and a non-zero
+//! `dci_stream_channel_id`; for the remote address segment's reserved word.
+//!
+//! Data: each 16-byte unit after the first two starts a pointer segment or an inline
+//! segment; an inline payload must end inside DS (0x02); a pointer `byte_count` of 0 counts as
+//! 2^31 bytes; the total must not exceed 2^31 (`LOCAL_LENGTH_ERR`, 0x01); each lkey must exist,
+//! be in the QP's PD and cover its range (`LOCAL_PROT_ERR`, 0x04), and its translation must
+//! reach DMA memory (0x04 with the DMA-fault vendor code). The remote side is checked by the
+//! [`responder`](crate::responder).
 //!
 //! # RNR
 //!
@@ -252,17 +267,8 @@ fn prepare(sh: &Shared, dev: &mut Device, qpn: u32, covered: u32) -> Prepared {
     }
 }
 
-/// Check every field of the WQE at `idx` and gather its payload. `Err` carries the fatal reason
-/// and the WQEBBs to step over.
-///
-/// Control segment: opmod 0; opcode 0x08 or 0x09; WQE index = the HCA's counter; QPN = this QP;
-/// DS ≥ 2 and DS × 16 ≤ `max_wqe_sz_sq`; notes for reserved bits (`qpn_ds` 7:6, `fm_ce_se`
-/// bits 4 and 0), a non-zero signature (no `wq_sig` QPs) and a non-zero
-/// `dci_stream_channel_id`. Remote address segment: note if its reserved word is set. Data:
-/// each 16-byte unit after the first two starts a pointer segment or an inline segment; inline
-/// payloads must end inside DS; a pointer `byte_count` of 0 counts as 2^31 bytes; the total must
-/// not exceed 2^31 (0x01); each lkey must exist, be in the QP's PD and cover its range (0x04), and
-/// its translation must reach DMA memory (0x04 with the DMA-fault vendor code).
+/// Check every field of the WQE at `idx` (module docs, *Validation*) and gather its payload.
+/// `Err` carries the fatal reason and the WQEBBs to step over.
 fn validate(
     sh: &Shared,
     dev: &Device,

@@ -26,14 +26,14 @@
 //! UAR page `i` is at `i * 4096`; ALLOC_UAR hands out `i >= 1` (page 0 is reserved for the
 //! initialization segment). In each page: the CQ arm doorbell at 0x20, the send doorbell /
 //! BlueFlame register at 0x800 with two 256-byte halves (0x800, 0x900; `log_bf_reg_size` =
-//! 9). See [`bar`](crate::bar) for what each store does.
+//! 9). See [`bar`] for what each store does.
 //!
 //! ## What is validated
 //!
 //! * doorbells: the UAR is the QP's, the QP exists and is in RTS (ERR: flush), the halves
 //!   alternate, the 8 bytes equal the first 8 bytes of the last WQE posted, the doorbell record
 //!   moved forward by at most the ring size; BlueFlame copies have `1 < ds <= 16` and arrive in
-//!   order ([`bar`](crate::bar), [`engine`]);
+//!   order ([`bar`], [`engine`]);
 //! * each send WQE's control, remote-address, data and inline segments ([`engine`]'s
 //!   `validate`), each lkey (exists, PD, bounds, translation) and, at the responder, the rkey
 //!   (exists, PD of the target QP, REMOTE_WRITE on key and QP, bounds, translation), PSN, MTU
@@ -68,19 +68,19 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
-mod bar;
+pub mod bar;
 mod be;
 pub mod codes;
-mod commands;
+pub mod commands;
 mod counters;
-mod cq;
+pub mod cq;
 pub mod cqe;
 pub mod direct;
 pub mod engine;
 pub mod fw;
 mod model;
 mod objects;
-mod responder;
+pub mod responder;
 mod wire;
 pub mod wqe;
 

@@ -185,3 +185,44 @@ fn cq_arm_reports_a_completion_event() {
     assert_eq!(env.model.events(), [Event::Completion { cqn: cq.cqn.0 }]);
     assert_eq!(env.model.counters().cq_arms, 1);
 }
+
+/// CPU time (user + system, in clock ticks) of the thread named `name`, from /proc.
+fn thread_ticks(name: &str) -> Option<u64> {
+    for t in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = t.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+        if comm.trim() == name {
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            return Some(f[11].parse::<u64>().ok()? + f[12].parse::<u64>().ok()?);
+        }
+    }
+    None
+}
+
+#[test]
+fn an_idle_model_does_not_burn_a_core() {
+    let mut env = Env::new();
+    let cq = env.cq(4);
+    let mut a = env.qp(&cq, &cq, 4, None);
+    let b = env.qp(&cq, &cq, 4, None);
+    env.connect_loopback(&a, &b);
+    let w = wqe(0, a.qpn, 0x08, 0x00, 0, 0, 0, &[]);
+    env.ring(&mut a, &w);
+    assert!(env.model.quiesce(WAIT));
+    let name = format!("mlx5-model-{}", env.model.shared().id);
+    let Some(before) = thread_ticks(&name) else { return }; // no /proc: nothing to measure
+    let t = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let used = thread_ticks(&name).unwrap() - before;
+    // Clock ticks are 10 ms on Linux (USER_HZ = 100): allow 20% of the wall time.
+    let wall_ticks = t.elapsed().as_millis() as u64 / 10;
+    assert!(used * 5 <= wall_ticks, "engine used {used} of {wall_ticks} ticks while idle");
+    // And it still wakes for a doorbell.
+    let w = wqe(1, a.qpn, 0x08, 0x08, 0, 0, 0, &[]);
+    env.ring(&mut a, &w);
+    let mut cq = cq;
+    assert_eq!(poll(&mut cq).wqe_counter(), 1);
+}
