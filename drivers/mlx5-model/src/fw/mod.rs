@@ -49,8 +49,9 @@
 //! `DESTROY_CQ`, `CREATE_QP` (RC), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,
 //! `2ERR_QP`, `2RST_QP`, `QUERY_QP`, `QUERY_NIC_VPORT_CONTEXT`, `MODIFY_NIC_VPORT_CONTEXT`
 //! (`roce_en`, `mtu`), `QUERY_VPORT_STATE`, `QUERY_ROCE_ADDRESS` and `SET_ROCE_ADDRESS` (the
-//! model's GID table, fixed by its configuration), `NOP`. Anything else: `BAD_OP`. The life-cycle rules are in the `hca` module, the
-//! resource checks in the `resources` module; syndromes in [`codes::syndrome`].
+//! model's GID table, fixed by its configuration), `NOP`. Anything else: `BAD_OP`. The
+//! life-cycle rules are in the `hca` module, the resource checks in the `resources` module;
+//! syndromes in [`codes::syndrome`].
 //!
 //! ## Test hooks
 //!
@@ -59,8 +60,13 @@
 //! [`Firmware::set_stuck_initializing`], [`Firmware::set_health_syndrome`] (a fatal error:
 //! the health buffer reports it, the health counter stops, doorbells are ignored).
 //! Run-time pages: [`Firmware::request_pages`] posts a page request EQE. Observation:
-//! [`Firmware::state`], [`Firmware::pages`], [`Firmware::executed`],
-//! [`Firmware::delivery_errors`], [`Firmware::live_objects`].
+//! [`Firmware::state`], [`Firmware::issi`], [`Firmware::pages`], [`Firmware::executed`],
+//! [`Firmware::delivery_errors`], [`Firmware::hung_slots`], [`Firmware::spurious_doorbells`],
+//! [`Firmware::live_objects`], [`Firmware::roce_enabled`], [`Firmware::eq_overruns`]; the
+//! objects themselves are the model's ([`Model::qp_state`], …).
+//!
+//! The driver maps [`Firmware::bar`], not [`Model::bar`]: both reach the same UAR pages, but
+//! only the firmware's has the initialization segment.
 //!
 //! ## Sources
 //!
@@ -80,7 +86,13 @@
 //!   addresses them linearly.
 //! * `TEARDOWN_HCA` refuses while objects created through commands remain, and `DISABLE_HCA`
 //!   while the firmware still holds pages, so that leaks show up as failures.
-//! * Given pages are overwritten with `0xf5`, as firmware would use them.
+//! * Given pages are overwritten with `0xf5`, as firmware would use them. Before `INIT_HCA`
+//!   every page may be taken back (the kernel's failed-bring-up path); from `INIT_HCA` to
+//!   `TEARDOWN_HCA` boot + init + run-time pages are locked.
+//! * `CREATE_CQ` needs an existing EQ (`c_eqn`), as on hardware; completion EQEs for CQs are
+//!   not generated (the model's poll-mode driver does not arm CQs through EQs).
+//! * `RST2INIT_QP` needs `primary_address_path.vhca_port_num` = 1.
+//! * A full EQ (once the driver has rung its doorbell) drops the event and counts an overrun.
 
 pub mod cmdq;
 pub mod codes;
