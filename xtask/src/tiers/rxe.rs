@@ -230,10 +230,177 @@ for ns in root a b; do
   echo "netns $ns: udp sockets on :12B7: $($x cat /proc/net/udp | grep -c ':12B7 ')" \
        "udp NoPorts: $($x cat /proc/net/snmp | awk '/^Udp:/ {n++; if (n == 2) print $3}')"
 done
+ip -n a -s link show va | sed -n '3,6p'
+ip -n b -s link show vb | sed -n '3,6p'
 "#;
 
-/// `cargo xtask bench rxe`.
+/// Benchmark sizes with their iteration counts for the bandwidth and the latency runs (chosen
+/// so each run takes about a second under TCG).
+const BENCH_SIZES: &[(usize, u64, u64)] = &[(64, 5000, 1000), (4096, 2000, 500), (65536, 500, 200)];
+/// Queue depth (perftest `-t`) and signalling interval (perftest `-Q`) of the bandwidth runs.
+const BENCH_DEPTH: u32 = 128;
+const BENCH_SIGNAL: u32 = 16;
+
+/// Build an example of the rxe crate in release mode; returns its path.
+fn build_example(name: &str) -> Result<std::path::PathBuf, String> {
+    let out = util::cargo()
+        .args(["build", "--release", "-p", "rdma-pmd-rxe", "--example", name])
+        .args(["--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building example {name} failed"));
+    }
+    executable_of(&String::from_utf8_lossy(&out.stdout), name)
+        .ok_or_else(|| format!("cargo reported no executable for {name}"))
+}
+
+/// The guest script: per size, perftest's bandwidth and latency (server in the background,
+/// client against 10.0.0.1, one rerun if perftest printed no usable row), then ours.
+fn bench_script() -> String {
+    let mut s = String::new();
+    for &(size, bw_n, lat_n) in BENCH_SIZES {
+        let bw = format!(
+            "ib_write_bw -d rxe0 -x 1 -F -s {size} -n {bw_n} -t {BENCH_DEPTH} -Q {BENCH_SIGNAL}"
+        );
+        let lat = format!("ib_write_lat -d rxe0 -x 1 -F -s {size} -n {lat_n}");
+        for (tag, cmd, col) in [("perftest-bw", &bw, 4), ("perftest-lat", &lat, 6)] {
+            s.push_str(&format!(
+                "for attempt in 1 2; do\n\
+                 \x20 echo \"XTASK-BENCH {tag} {size} attempt $attempt\"\n\
+                 \x20 timeout -s KILL 120 {cmd} >/tmp/server.txt 2>&1 &\n\
+                 \x20 sleep 2\n\
+                 \x20 out=$(timeout -s KILL 120 {cmd} 10.0.0.1 2>&1); echo \"$out\"; wait\n\
+                 \x20 echo \"$out\" | awk '$1 == {size} && ${col} + 0 > 0 && ${col} != \"inf\" {{ok = 1}} END {{exit !ok}}' && break\n\
+                 done\n"
+            ));
+        }
+        s.push_str(&format!(
+            "echo \"XTASK-BENCH ours-bw {size}\"\n\
+             timeout -s KILL 120 /t/rxe-bench bw --size {size} --iters {bw_n} --depth {BENCH_DEPTH} --signal {BENCH_SIGNAL} --port 7600\n\
+             echo \"XTASK-BENCH ours-lat {size}\"\n\
+             timeout -s KILL 120 /t/rxe-bench lat --size {size} --iters {lat_n} --port 7601\n"
+        ));
+    }
+    s
+}
+
+/// The text after the last `XTASK-BENCH <tag> <size>` marker, up to the next marker.
+fn section<'a>(out: &'a str, tag: &str, size: usize) -> &'a str {
+    let key = format!("XTASK-BENCH {tag} {size}");
+    let Some(start) = out.rfind(&key) else { return "" };
+    let rest = &out[start + key.len()..];
+    let rest = rest.find('\n').map_or("", |i| &rest[i + 1..]);
+    &rest[..rest.find("XTASK-BENCH").unwrap_or(rest.len())]
+}
+
+/// Column `col` (0-based) of perftest's result row for `size`.
+fn perftest_value(text: &str, size: usize, col: usize) -> Option<f64> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first().and_then(|x| x.parse::<usize>().ok()) == Some(size) && w.len() > col)
+        .and_then(|w| w[col].parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v > 0.0)
+}
+
+/// `key=value` from our bench line.
+fn ours_value(text: &str, key: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("ours "))?;
+    line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+/// `cargo xtask bench rxe`: perftest and our writev loop, same sizes, depth and iterations,
+/// in one guest boot.
 pub fn bench(_args: &[String]) -> bool {
-    let _ = vm::cache_dir();
-    false
+    if let Some(why) = vm_unavailable() {
+        eprintln!("xtask: bench rxe: {why}");
+        return false;
+    }
+    let bin = match build_example("rxe_bench") {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("xtask: bench rxe: {e}");
+            return false;
+        }
+    };
+    let g = guest(vec![GuestFile::dynamic(&bin, "/t/rxe-bench")], bench_script());
+    let s = match g.boot(Duration::from_secs(1200)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("xtask: bench rxe: {e}");
+            return false;
+        }
+    };
+    let out = s.script_output();
+    println!(
+        "\nrxe bench, {:?} guest, one boot ({:.0?}); MB = 2^20 bytes; latency = half round trip",
+        s.accel, s.elapsed
+    );
+    println!(
+        "{:>6} | {:>12} {:>9} | {:>12} {:>9} | {:>16} {:>10} | {:>16} {:>10}",
+        "size",
+        "ib_write_bw",
+        "MB/s",
+        "ours msg/s",
+        "MB/s",
+        "ib_write_lat typ",
+        "avg us",
+        "ours lat typ",
+        "avg us"
+    );
+    let mut ok = true;
+    let mut ratios = Vec::new();
+    for &(size, _, _) in BENCH_SIZES {
+        let pbw = section(out, "perftest-bw", size);
+        let plat = section(out, "perftest-lat", size);
+        let obw = section(out, "ours-bw", size);
+        let olat = section(out, "ours-lat", size);
+        let p_rate = perftest_value(pbw, size, 4).map(|m| m * 1e6);
+        let p_mb = perftest_value(pbw, size, 3);
+        let p_typ = perftest_value(plat, size, 4);
+        let p_avg = perftest_value(plat, size, 5);
+        let o_rate = ours_value(obw, "msg_per_s");
+        let o_mb = ours_value(obw, "mb_per_s");
+        let o_typ = ours_value(olat, "t_typical_us");
+        let o_avg = ours_value(olat, "t_avg_us");
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+        println!(
+            "{size:>6} | {:>12} {:>9} | {:>12} {:>9} | {:>16} {:>10} | {:>16} {:>10}",
+            f(p_rate),
+            f(p_mb),
+            f(o_rate),
+            f(o_mb),
+            f(p_typ),
+            f(p_avg),
+            f(o_typ),
+            f(o_avg)
+        );
+        match (o_rate, p_rate) {
+            (Some(o), Some(p)) => {
+                ratios.push(format!("ratio msgrate ours/ib_write_bw {size}: {:.3}", o / p))
+            }
+            _ => {
+                ok = false;
+                ratios.push(format!(
+                    "ratio msgrate ours/ib_write_bw {size}: missing (see the serial log)"
+                ));
+            }
+        }
+        match (o_typ, p_typ) {
+            (Some(o), Some(p)) => {
+                ratios.push(format!("ratio latency ours/ib_write_lat {size}: {:.3}", o / p))
+            }
+            _ => {
+                ok = false;
+                ratios.push(format!(
+                    "ratio latency ours/ib_write_lat {size}: missing (see the serial log)"
+                ));
+            }
+        }
+    }
+    for r in ratios {
+        println!("{r}");
+    }
+    ok && s.exit == Some(0)
 }

@@ -1,0 +1,256 @@
+//! The rxe side of `cargo xtask bench rxe`: our writev loop, measured the way perftest's
+//! `ib_write_bw` and `ib_write_lat` measure theirs, so the two can be printed side by side.
+//!
+//! ```text
+//! rxe_bench bw  --addr 10.0.0.1 --port 7600 --size 4096 --iters 2000 --depth 128 --signal 16
+//! rxe_bench lat --addr 10.0.0.1 --port 7601 --size 64 --iters 1000
+//! ```
+//!
+//! * `bw`: one writer keeps up to `depth` RDMA WRITEs outstanding, signalling every `signal`-th
+//!   (perftest's `-t` and `-Q`), and reports messages and MB (2^20 bytes, as perftest) per
+//!   second from the first post to the last completion.
+//! * `lat`: a ping-pong of RDMA WRITEs between two queue pairs, each side polling the last byte
+//!   of its buffer for the peer's write (as `ib_write_lat` does); reports half the round trip.
+//!
+//! Both ends run in this process on two threads, through the core traits only: the loops are
+//! generic over [`PostWrite`], so any backend can run them.
+
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+use rdma_pmd::{
+    Completion, Error, LocalBuf, PostWrite, RemoteBuf, Result, Rkey, SendFlags, WcStatus,
+};
+use rdma_pmd_rxe::peer::TargetInfo;
+use rdma_pmd_rxe::{Conn, Listener, QpConfig, Region, RxeQp};
+
+/// Bound on every wait.
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Post `iters` gather writes of `sgl` to `remote`, keeping at most `depth` outstanding and
+/// signalling every `signal`-th (and the last); returns the time from the first post to the
+/// last completion.
+pub fn writev_loop<'r, Q: PostWrite<'r>>(
+    q: &mut Q,
+    sgl: &[LocalBuf<'r>],
+    remote: RemoteBuf,
+    iters: u64,
+    depth: u32,
+    signal: u64,
+) -> Result<Duration> {
+    let mut wcs = [Completion::default(); 32];
+    let mut posted = 0u64;
+    let start = Instant::now();
+    let deadline = start + WAIT;
+    while posted < iters || q.outstanding() > 0 {
+        while posted < iters && q.outstanding() < depth {
+            posted += 1;
+            let flags = if posted.is_multiple_of(signal) || posted == iters {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            };
+            q.post_writev(posted, sgl, flags, remote)?;
+        }
+        let n = q.poll(&mut wcs)?;
+        if let Some(bad) = wcs[..n].iter().find(|c| c.status != WcStatus::Success) {
+            eprintln!("rxe_bench: completion {bad:?}");
+            return Err(Error::Device(rdma_pmd::Errno::EIO));
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout("the writev loop"));
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// Wait until byte `at` of `region` reads `want`.
+fn await_byte(region: &Region<'_>, at: usize, want: u8) -> Result<()> {
+    let deadline = Instant::now() + WAIT;
+    let mut b = [0u8];
+    loop {
+        region.read(at, &mut b)?;
+        if b[0] == want {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout("the peer's write"));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// One side of the ping-pong: for each round, (if `first`) write then wait, else wait then
+/// write. `mine` holds two `size`-byte halves: the peer writes into the first, ours are sent
+/// from the second; the payload's last byte carries the round number. Returns per-round times.
+fn ping_pong<'r, Q: PostWrite<'r>>(
+    q: &mut Q,
+    mine: &'r Region<'_>,
+    remote: RemoteBuf,
+    size: usize,
+    iters: u64,
+    first: bool,
+    inline: bool,
+) -> Result<Vec<Duration>> {
+    let mut times = Vec::with_capacity(iters as usize);
+    let mut wcs = [Completion::default(); 8];
+    let last = size - 1;
+    let mut flags = SendFlags::SIGNALED;
+    if inline {
+        flags |= SendFlags::INLINE;
+    }
+    for round in 1..=iters {
+        let tag = (round % 251 + 1) as u8;
+        let t0 = Instant::now();
+        if !first {
+            await_byte(mine, last, tag)?;
+        }
+        mine.write(size + last, &[tag])?;
+        q.post_write(round, mine.buf(size, size)?, flags, remote)?;
+        if first {
+            await_byte(mine, last, tag)?;
+        }
+        times.push(t0.elapsed());
+        // Reap what completed; a round's own completion may still be on its way.
+        q.poll(&mut wcs)?;
+        while q.outstanding() > 4 {
+            q.poll(&mut wcs)?;
+        }
+    }
+    Ok(times)
+}
+
+struct Args {
+    mode: String,
+    addr: String,
+    port: u16,
+    size: usize,
+    iters: u64,
+    depth: u32,
+    signal: u64,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        mode: String::new(),
+        addr: "10.0.0.1".into(),
+        port: 7600,
+        size: 64,
+        iters: 1000,
+        depth: 128,
+        signal: 16,
+    };
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    a.mode = v.first().cloned().unwrap_or_default();
+    for kv in v[1..].chunks(2) {
+        let val = kv.get(1).cloned().unwrap_or_default();
+        let num =
+            || val.parse::<u64>().unwrap_or_else(|_| panic!("{}: not a number: {val}", kv[0]));
+        match kv[0].as_str() {
+            "--addr" => a.addr = val.clone(),
+            "--port" => a.port = num() as u16,
+            "--size" => a.size = num() as usize,
+            "--iters" => a.iters = num(),
+            "--depth" => a.depth = num() as u32,
+            "--signal" => a.signal = num().max(1),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+/// The passive end: a target region, handed over in the accept; for `lat` it also writes back.
+fn server(
+    a: &Args,
+    ready: std::sync::mpsc::Sender<()>,
+    done: std::sync::mpsc::Receiver<()>,
+) -> Result<()> {
+    let l = Listener::bind(&a.addr, a.port)?;
+    ready.send(()).ok();
+    let conn = l.get_request()?;
+    let peer = TargetInfo::from_bytes(&conn.peer_data())?;
+    let region = Region::write_target(&conn, 2 * a.size.max(64))?;
+    let mut qp = RxeQp::create(&conn, QpConfig { max_inline: 64, ..QpConfig::default() })?;
+    let r = region.remote();
+    qp.accept(&TargetInfo { addr: r.addr, rkey: r.rkey.get(), len: a.size as u32 }.to_bytes())?;
+    if a.mode == "lat" {
+        let inline = a.size <= qp_inline(&qp);
+        let remote = RemoteBuf::new(peer.addr, Rkey(peer.rkey));
+        ping_pong(&mut qp, &region, remote, a.size, a.iters, false, inline)?;
+    }
+    done.recv_timeout(WAIT).ok();
+    Ok(())
+}
+
+fn qp_inline(qp: &RxeQp<'_>) -> usize {
+    use rdma_pmd::SendQueue;
+    qp.caps().max_inline as usize
+}
+
+fn main() {
+    let a = args();
+    if a.mode != "bw" && a.mode != "lat" {
+        eprintln!("usage: rxe_bench bw|lat [--addr A] [--port P] [--size S] [--iters N] [--depth D] [--signal K]");
+        std::process::exit(2);
+    }
+    let (ready_tx, ready_rx) = channel();
+    let (done_tx, done_rx) = channel();
+    let sa = Args { mode: a.mode.clone(), addr: a.addr.clone(), ..a };
+    let srv = std::thread::spawn(move || server(&sa, ready_tx, done_rx));
+    ready_rx.recv_timeout(WAIT).expect("server listening");
+    let result = client(&a);
+    done_tx.send(()).ok();
+    let srv = srv.join().expect("server thread");
+    match (result, srv) {
+        (Ok(line), Ok(())) => println!("{line}"),
+        (r, s) => {
+            eprintln!("rxe_bench: client {:?}, server {:?}", r.err(), s.err());
+            std::process::exit(1);
+        }
+    }
+}
+
+fn client(a: &Args) -> Result<String> {
+    let conn = Conn::resolve(&a.addr, a.port)?;
+    let region = Region::write_target(&conn, 2 * a.size.max(64))?;
+    let mut qp = RxeQp::create(
+        &conn,
+        QpConfig { max_send_wr: a.depth.max(8), max_inline: 64, ..QpConfig::default() },
+    )?;
+    let r = region.remote();
+    qp.connect(&TargetInfo { addr: r.addr, rkey: r.rkey.get(), len: a.size as u32 }.to_bytes())?;
+    let peer = TargetInfo::from_bytes(&conn.peer_data())?;
+    let remote = RemoteBuf::new(peer.addr, Rkey(peer.rkey));
+    if a.mode == "bw" {
+        region.write(0, &vec![0x5a; a.size])?;
+        // Two SGEs, as rdma_post_writev users gather a header and a payload.
+        let half = a.size / 2;
+        let sgl = [region.buf(0, half)?, region.buf(half, a.size - half)?];
+        let sgl = if half == 0 { &sgl[1..] } else { &sgl[..] };
+        let t = writev_loop(&mut qp, sgl, remote, a.iters, a.depth, a.signal)?;
+        let s = t.as_secs_f64();
+        let msgs = a.iters as f64 / s;
+        Ok(format!(
+            "ours bw size={} iters={} depth={} signal={} secs={s:.4} msg_per_s={msgs:.0} mb_per_s={:.2}",
+            a.size,
+            a.iters,
+            a.depth,
+            a.signal,
+            msgs * a.size as f64 / 1048576.0
+        ))
+    } else {
+        let inline = a.size <= qp_inline(&qp);
+        let mut t = ping_pong(&mut qp, &region, remote, a.size, a.iters, true, inline)?;
+        let total: Duration = t.iter().sum();
+        t.sort();
+        let half_us = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
+        Ok(format!(
+            "ours lat size={} iters={} inline={inline} t_min_us={:.2} t_typical_us={:.2} t_avg_us={:.2}",
+            a.size,
+            a.iters,
+            half_us(t[0]),
+            half_us(t[t.len() / 2]),
+            half_us(total / a.iters as u32)
+        ))
+    }
+}
