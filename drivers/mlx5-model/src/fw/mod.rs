@@ -57,6 +57,7 @@
 //!
 //! Faults: [`Firmware::fail_next`] (a command fails with a chosen status and syndrome),
 //! [`Firmware::hang_next`] (a command is taken and never handed back),
+//! [`Firmware::set_command_delay`] (a slow firmware),
 //! [`Firmware::set_stuck_initializing`], [`Firmware::set_health_syndrome`] (a fatal error:
 //! the health buffer reports it, the health counter stops, doorbells are ignored).
 //! Run-time pages: [`Firmware::request_pages`] posts a page request EQE. Observation:
@@ -215,6 +216,7 @@ struct Faults {
     hang: VecDeque<Opcode>,
     stuck_initializing: bool,
     health: (u8, u16),
+    delay: Duration,
 }
 
 #[derive(Default)]
@@ -359,6 +361,10 @@ impl FwShared {
             let i = r.faults.fail.iter().position(|f| f.0 == op);
             i.and_then(|i| r.faults.fail.remove(i))
         };
+        let delay = self.regs().faults.delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
         let out = {
             let mut hca = self.hca();
             match injected {
@@ -565,6 +571,12 @@ impl Firmware {
     /// [`FwConfig::init_delay`] again.
     pub fn set_stuck_initializing(&self, stuck: bool) {
         self.shared.regs().faults.stuck_initializing = stuck;
+    }
+
+    /// Take `delay` over every command from now on (a slow firmware: the driver's bounded
+    /// waits must allow for it). Commands run one at a time, so later slots wait too.
+    pub fn set_command_delay(&self, delay: Duration) {
+        self.shared.regs().faults.delay = delay;
     }
 
     /// Report a fatal error in the health buffer (`synd`, `ext_synd`); while `synd` is non-zero

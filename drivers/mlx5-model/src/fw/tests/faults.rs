@@ -83,3 +83,17 @@ fn a_health_syndrome_is_fatal_until_cleared() {
     assert_eq!(d.wait(0, WAIT), Some(0));
     assert_eq!(d.model.shared().dev().pds.len(), 1);
 }
+
+#[test]
+fn a_slow_firmware_completes_late() {
+    let mut d = up();
+    d.fw.set_command_delay(Duration::from_millis(300));
+    let start = Instant::now();
+    let p = d.post(0, &input(Opcode::AllocPd, 0, 16), 16, Tweak::default());
+    assert_eq!(d.wait(p.slot, Duration::from_millis(100)), None, "not yet");
+    assert_eq!(d.wait(p.slot, WAIT), Some(0));
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    d.fw.set_command_delay(Duration::ZERO);
+    d.alloc_pd();
+    assert_eq!(d.model.shared().dev().pds.len(), 2);
+}
