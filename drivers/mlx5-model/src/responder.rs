@@ -60,6 +60,13 @@ pub(crate) enum Resp {
 /// Run the responder of model `sh` on `p`.
 pub(crate) fn respond(sh: &Shared, p: &Packet) -> Resp {
     let r = respond_locked(sh, p);
+    if let Resp::Fail(reason) = r {
+        // The requester logs every failure; a responder on another model logs its side too,
+        // so a test holding only that model sees why.
+        if p.src_model != sh.id {
+            sh.note(p.dst_qpn, None, reason);
+        }
+    }
     if let Resp::Fail(
         Reason::UnknownRkey { .. }
         | Reason::RkeyPdMismatch { .. }

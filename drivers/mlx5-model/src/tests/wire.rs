@@ -75,3 +75,27 @@ fn responder_path_not_leading_back_loses_the_ack() {
     assert_eq!(poll(&mut cq).syndrome(), 0x15);
     assert!(x.model.violations().iter().any(|v| matches!(v.reason, Reason::AckLost { .. })));
 }
+
+#[test]
+fn responder_on_another_model_logs_its_side() {
+    let wire = Wire::new();
+    let mut x = on(&wire);
+    let mut y = on(&wire);
+    let mut cq_x = x.cq(4);
+    let cq_y = y.cq(4);
+    let mut a = x.qp(&cq_x, &cq_x, 4, None);
+    let b = y.qp(&cq_y, &cq_y, 4, None);
+    let (gx, gy) = (x.model.gids()[0], y.model.gids()[0]);
+    let to = |g: crate::Gid| Path::RoceV2 { dgid: g.gid, dmac: g.mac, sgid_index: 0, udp_sport: 1 };
+    rts(&mut x.ctl, a.qpn, b.qpn, to(gy), 1, 1, 7);
+    rts(&mut y.ctl, b.qpn, a.qpn, to(gx), 1, 1, 7);
+    let src = x.region(4096, 0x1000, RW);
+    let w = wqe(0, a.qpn, 0x08, 0x08, 0, 0x1000, 0xbad, &[(src.va, 8, src.key.0)]);
+    x.ring(&mut a, &w);
+    assert_eq!(poll(&mut cq_x).syndrome(), 0x13);
+    assert_eq!(y.model.qp_state(b.qpn), Some(crate::QpState::Error));
+    let v = y.model.violations();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!((v[0].qpn, v[0].reason), (b.qpn, Reason::UnknownRkey { rkey: 0xbad }));
+    assert!(y.model.events().contains(&crate::Event::QpAccessError { qpn: b.qpn }));
+}

@@ -236,3 +236,55 @@ fn doorbell_on_a_qp_not_in_rts_is_ignored() {
     assert!(matches!(env.model.violations()[0].reason, Reason::DoorbellQpNotReady { .. }));
     let _ = (CqeOpcode::Req, Syndrome::WrFlush);
 }
+
+#[test]
+fn doorbells_for_another_uar_or_an_unknown_qp_are_dropped() {
+    use rdma_pmd_mlx5::control::Control;
+    let mut p = pair(4, 4);
+    let other = p.env.ctl.alloc_uar().unwrap();
+    let w =
+        wqe(p.a.pi, p.a.qpn, 0x08, 0x08, 0, p.dst.va, p.dst.key.0, &[(p.src.va, 8, p.src.key.0)]);
+    post(&p.env.bar, &mut p.a, &w, Ring::None);
+    p.env.bar.write_bytes8(other.bar_offset + 0x800, w[..8].try_into().unwrap());
+    let mut bogus = w.clone();
+    bogus[4..7].copy_from_slice(&[0x77, 0x77, 0x77]);
+    p.env.bar.write_bytes8(p.a.uar_off + 0x900, bogus[..8].try_into().unwrap());
+    // A store to a UAR page nobody allocated.
+    p.env.bar.write_bytes8(40 * 4096 + 0x800, w[..8].try_into().unwrap());
+    assert_empty(&p.env.model, &p.cq_a);
+    let k = p.env.model.counters();
+    assert_eq!((k.ignored_doorbells, k.wqes_executed), (2, 0));
+    let v: Vec<_> = p.env.model.violations().into_iter().map(|v| v.reason).collect();
+    assert!(v.contains(&Reason::DoorbellWrongUar { qpn: p.a.qpn, uar: other.index }), "{v:?}");
+    assert!(v.contains(&Reason::DoorbellUnknownQp { qpn: 0x777777 }), "{v:?}");
+    assert!(v.iter().any(|r| matches!(r, Reason::UnknownBarStore { .. })), "{v:?}");
+    // The WQE is still there: the right doorbell executes it.
+    p.a.half = 0;
+    p.env.bar.write_bytes8(p.a.uar_off + 0x800, w[..8].try_into().unwrap());
+    assert_eq!(poll(&mut p.cq_a).opcode(), 0);
+}
+
+#[test]
+fn a_key_that_does_not_translate_is_a_dma_fault() {
+    use rdma_pmd_mlx5::control::{Control, MkeyParams, Translation};
+    let mut p = pair(4, 4);
+    // Physical mode with a CPU pointer instead of a bus address: the IOMMU refuses it.
+    let cpu = p.src.buf.cpu().as_ptr() as u64;
+    let key = p
+        .env
+        .ctl
+        .create_mkey(&MkeyParams {
+            pd: p.env.pd,
+            start: cpu,
+            len: 4096,
+            access: RW,
+            translation: Translation::Physical,
+        })
+        .unwrap();
+    let w = wqe(0, p.a.qpn, 0x08, 0x08, 0, p.dst.va, p.dst.key.0, &[(cpu, 64, key.0)]);
+    p.env.ring(&mut p.a, &w);
+    let c = poll(&mut p.cq_a);
+    assert_eq!((c.opcode(), c.syndrome()), (13, 0x04));
+    assert_eq!(c.vendor_err(), Reason::DmaFault { bus: 0, len: 0 }.vendor_code());
+    assert_eq!(p.env.model.counters().dma_faults, 1);
+}
