@@ -205,6 +205,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// nothing stays acquired or queued.
     #[inline]
     fn acquire(&mut self, bufs: &[LocalBuf<'r>]) -> Result<(Option<&'r RegionUse>, u8)> {
+        // The common case: one buffer.
+        if let [b] = bufs {
+            if b.is_empty() {
+                return Ok((None, 0));
+            }
+            b.region().acquire()?;
+            return Ok((Some(b.region()), 0));
+        }
         // An empty element is not in the WQE (the builder skips it): nothing reads it.
         let mut it = bufs.iter().filter(|b| !b.is_empty());
         let Some(b) = it.next() else { return Ok((None, 0)) };
