@@ -414,7 +414,7 @@ pub struct Counters {
     pub bytes_written: u64,
     /// Receive WQEs consumed.
     pub recv_consumed: u64,
-    /// RNR NAKs (no receive WQE for a WRITE WITH IMM).
+    /// RNR NAKs this model sent as responder (no receive WQE for a WRITE WITH IMM).
     pub rnr_naks: u64,
     /// DMA (IOMMU) faults.
     pub dma_faults: u64,
