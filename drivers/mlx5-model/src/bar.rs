@@ -37,6 +37,9 @@ pub(crate) struct Handler(pub Arc<Shared>);
 
 impl BarHandler for Handler {
     fn on_write(&self, mem: &BarMem, off: usize, len: usize) {
+        if crate::fw::claims(&self.0, mem, off, len, true) {
+            return;
+        }
         let sh = &self.0;
         let page = (off / UAR_PAGE) as u32;
         let o = off % UAR_PAGE;
@@ -64,6 +67,10 @@ impl BarHandler for Handler {
             }
             _ => sh.note(0, None, Reason::UnknownBarStore { off: off as u32, len: len as u32 }),
         }
+    }
+
+    fn on_read(&self, mem: &BarMem, off: usize, len: usize) {
+        crate::fw::claims(&self.0, mem, off, len, false);
     }
 }
 

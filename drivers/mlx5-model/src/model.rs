@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     pub busy: AtomicBool,
     pub stop: AtomicBool,
     pub thread: OnceLock<Thread>,
+    /// The firmware started on this model, if any: it owns BAR0 page 0 and the EQ doorbells.
+    pub fw: OnceLock<std::sync::Weak<crate::fw::FwShared>>,
 }
 
 impl Shared {
@@ -154,6 +156,7 @@ impl Model {
             busy: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             thread: OnceLock::new(),
+            fw: OnceLock::new(),
         });
         if let Some(w) = &cfg.wire {
             w.attach(&shared)?;

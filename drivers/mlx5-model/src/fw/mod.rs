@@ -12,7 +12,7 @@
 //!
 //! let model = Model::new();
 //! let fw = Firmware::start(&model, FwConfig::default()).unwrap();
-//! let bar = fw.bar(); // BAR0: initialization segment + the model's UAR pages
+//! let bar = model.bar(); // BAR0: initialization segment + UAR pages (same as fw.bar())
 //! assert_eq!(bar.read_be32(init_seg::CMDIF_REV_FW_SUB) >> 16, 5);
 //! assert_eq!(bar.read_be32(init_seg::INITIALIZING) >> 31, 0);
 //! assert_eq!(fw.state(), HcaState::Disabled);
@@ -24,8 +24,8 @@
 //! revision 5, command queue address and size, command doorbell, `initializing`, health
 //! buffer); the timer and health counter words at 0x1000..0x1014 are the firmware's too. Every
 //! other offset belongs to the model's UAR pages (see the crate docs), except the EQ doorbells
-//! at 0x40/0x48 of a UAR page ([`eq`]): [`Firmware::bar`] is a BAR whose handler sends
-//! firmware registers and EQ doorbells here and the rest to the model.
+//! at 0x40/0x48 of a UAR page ([`eq`]). Once a firmware is started, the model's BAR handler
+//! hands it those accesses first.
 //!
 //! ## Command queue
 //!
@@ -65,9 +65,7 @@
 //! [`Firmware::delivery_errors`], [`Firmware::hung_slots`], [`Firmware::spurious_doorbells`],
 //! [`Firmware::live_objects`], [`Firmware::roce_enabled`], [`Firmware::eq_overruns`]; the
 //! objects themselves are the model's ([`Model::qp_state`], …).
-//!
-//! The driver maps [`Firmware::bar`], not [`Model::bar`]: both reach the same UAR pages, but
-//! only the firmware's has the initialization segment.
+
 //!
 //! ## Sources
 //!
@@ -93,6 +91,7 @@
 //! * `CREATE_CQ` needs an existing EQ (`c_eqn`), as on hardware; completion EQEs for CQs are
 //!   not generated (the model's poll-mode driver does not arm CQs through EQs).
 //! * `RST2INIT_QP` needs `primary_address_path.vhca_port_num` = 1.
+//! * One firmware per model, for the model's life.
 //! * A full EQ (once the driver has rung its doorbell) drops the event and counts an overrun.
 
 pub mod cmdq;
@@ -109,19 +108,18 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdma_pmd::{Errno, Error};
-use rdma_pmd_hal::mem::{BarHandler, BarMem, HeapDma, MemBar};
-use rdma_pmd_hal::Mmio;
+use rdma_pmd_hal::mem::{BarMem, HeapDma, MemBar};
 
 pub use codes::{CmdStatus, DeliveryStatus, Opcode};
 pub use hca::{Executed, HcaState};
 pub use pages::PageStats;
 
-use crate::model::Model;
+use crate::model::{Model, Shared};
 use hca::Hca;
 
 /// How the firmware behaves.
@@ -410,35 +408,32 @@ impl FwShared {
     }
 }
 
-/// The BAR handler of [`Firmware::bar`]: firmware registers here, UAR pages to the model.
-struct Bar0 {
-    fw: Arc<FwShared>,
-    model: crate::bar::Handler,
+/// Whether the firmware of the model behind `sh` handles a BAR access (called by the model's
+/// BAR handler first): firmware registers (page 0, timer and health counter) and EQ doorbells
+/// (0x40/0x48 of a UAR page, 4-byte stores). Without a running firmware the model handles
+/// everything as before.
+pub(crate) fn claims(sh: &Shared, mem: &BarMem, off: usize, len: usize, write: bool) -> bool {
+    let o = off % crate::UAR_PAGE;
+    let register = init_seg::is_firmware_register(off, len);
+    let eq_doorbell = write
+        && len == 4
+        && off >= crate::UAR_PAGE
+        && (o == eq::DOORBELL_ARM || o == eq::DOORBELL_UPDATE);
+    if !register && !eq_doorbell {
+        return false;
+    }
+    let Some(fw) = sh.fw.get().and_then(Weak::upgrade) else { return false };
+    match (register, write) {
+        (true, true) => fw.on_write(mem, off, len),
+        (true, false) => fw.on_read(mem, off, len),
+        _ => fw.eq_doorbell(mem, (off / crate::UAR_PAGE) as u32, off),
+    }
+    true
 }
 
-impl BarHandler for Bar0 {
-    fn on_write(&self, mem: &BarMem, off: usize, len: usize) {
-        let o = off % crate::UAR_PAGE;
-        if init_seg::is_firmware_register(off, len) {
-            self.fw.on_write(mem, off, len);
-        } else if len == 4 && (o == eq::DOORBELL_ARM || o == eq::DOORBELL_UPDATE) {
-            self.fw.eq_doorbell(mem, (off / crate::UAR_PAGE) as u32, off);
-        } else {
-            self.model.on_write(mem, off, len);
-        }
-    }
-
-    fn on_read(&self, mem: &BarMem, off: usize, len: usize) {
-        if init_seg::is_firmware_register(off, len) {
-            self.fw.on_read(mem, off, len);
-        } else {
-            self.model.on_read(mem, off, len);
-        }
-    }
-}
-
-/// The firmware of one [`Model`]: its thread, its BAR0, its test hooks. Dropping it stops the
-/// thread (commands in flight are abandoned).
+/// The firmware of one [`Model`]: its thread and its test hooks. Once started, the model's BAR
+/// ([`Model::bar`]) has the initialization segment in page 0 and the EQ doorbells. One
+/// firmware per model. Dropping it stops the thread (commands in flight are abandoned).
 pub struct Firmware {
     shared: Arc<FwShared>,
     bar: MemBar,
@@ -472,10 +467,11 @@ impl Firmware {
             cfg,
             start: Instant::now(),
         });
-        let bar = MemBar::with_handler(
-            model.bar().size(),
-            Arc::new(Bar0 { fw: fw.clone(), model: crate::bar::Handler(shared.clone()) }),
-        );
+        shared
+            .fw
+            .set(Arc::downgrade(&fw))
+            .map_err(|_| Error::InvalidArgument("the model already has a firmware"))?;
+        let bar = model.bar();
         let t = fw.clone();
         let thread = std::thread::Builder::new()
             .name(format!("mlx5-model-fw-{}", shared.id))
@@ -484,8 +480,8 @@ impl Firmware {
         Ok(Firmware { shared: fw, bar, thread: Some(thread) })
     }
 
-    /// BAR0 as the driver maps it: the initialization segment in page 0, the model's UAR
-    /// pages after it.
+    /// BAR0 as the driver maps it (the model's BAR): the initialization segment in page 0, the
+    /// UAR pages after it.
     pub fn bar(&self) -> MemBar {
         self.bar.clone()
     }
