@@ -325,6 +325,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
     pub fn drain(&mut self, out: &mut [Completion], qpn: QpNum) -> Result<usize> {
         let mut n = 0;
         while let Some(p) = self.pending {
+            if !p.flush_skipped {
+                self.retire_silent(p.target);
+            }
             if n == out.len() {
                 break;
             }
@@ -364,6 +367,27 @@ impl<'r, const N: usize> SendRing<'r, N> {
             self.outstanding -= 1;
         }
         Ok(n)
+    }
+
+    /// Retire, in one tight loop, the WQEs before `target` that report nothing (unsignalled,
+    /// holding at most one region), stopping at the first that needs the general path.
+    #[inline]
+    fn retire_silent(&mut self, target: u16) {
+        let mut head = self.tail;
+        let mut retired = 0;
+        while head != target {
+            let m = &self.slots[head as usize & Self::MASK];
+            if m.signaled || m.more != 0 || target.wrapping_sub(head) < m.wqebbs as u16 {
+                break;
+            }
+            if let Some(r) = m.first {
+                r.release();
+            }
+            head = head.wrapping_add(m.wqebbs as u16);
+            retired += 1;
+        }
+        self.tail = head;
+        self.outstanding -= retired;
     }
 
     /// Release the references of the oldest WQE, which retires.
