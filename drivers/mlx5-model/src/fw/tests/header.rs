@@ -338,6 +338,7 @@ struct Headers {
 
 fn headers() -> Option<Headers> {
     let dir = header_dir()?;
+    assert!(dir.join("mlx5_ifc.h").is_file(), "no mlx5_ifc.h in {}", dir.display());
     let read = |f: &str| strip_comments(&std::fs::read_to_string(dir.join(f)).unwrap_or_default());
     let mut ifc_text = String::new();
     for f in ["mlx5_ifc.h", "mlx5_ifc_fpga.h", "mlx5_ifc_vdpa.h"] {
