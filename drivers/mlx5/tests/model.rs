@@ -438,3 +438,67 @@ fn physical_mode_regions_carry_bus_addresses() {
     quiet(&mut a);
     clean(&model);
 }
+
+#[test]
+fn moving_to_error_flushes_posted_receives_once_each() {
+    let model = Model::new();
+    let dev = open(&model);
+    let src = dev.reg(4096, TARGET).unwrap();
+    let dst = dev.reg(4096, TARGET).unwrap();
+    let (mut a, mut b) = pair::<_, _, 64>(&dev, &QpConfig::default());
+    for i in 0..5u64 {
+        b.post_recv(40 + i).unwrap();
+    }
+    // One receive is consumed by a write with immediate, the rest are flushed.
+    a.post_write_imm(1, &[src.slice(0, 16).unwrap()], SIG, dst.remote(0), 77).unwrap();
+    wait(&mut a, 1);
+    let mut out = [Completion::default(); 8];
+    let start = std::time::Instant::now();
+    let mut got = Vec::new();
+    while got.is_empty() {
+        let n = b.poll_recv(&mut out).unwrap();
+        got.extend_from_slice(&out[..n]);
+        assert!(start.elapsed() < WAIT);
+    }
+    assert_eq!((got[0].wr_id, got[0].imm), (40, Some(77)));
+    b.to_error().unwrap();
+    assert_eq!(b.state(), QpState::Error);
+    assert_eq!(b.post_recv(99), Err(Error::NotConnected));
+    let mut flushed = Vec::new();
+    while flushed.len() < 4 {
+        let n = b.poll_recv(&mut out).unwrap();
+        flushed.extend(out[..n].iter().map(|c| (c.wr_id, c.status)));
+        assert!(start.elapsed() < WAIT, "flushes: {flushed:?}");
+        std::thread::yield_now();
+    }
+    let want: Vec<_> = (41..45).map(|i| (i, WcStatus::WrFlushErr)).collect();
+    assert_eq!(flushed, want);
+    assert_eq!(b.rq_outstanding(), 0);
+    for _ in 0..100 {
+        assert_eq!(b.poll_recv(&mut out).unwrap(), 0);
+    }
+    clean(&model);
+}
+
+#[test]
+fn unreachable_peer_fails_with_retry_exceeded_then_flushes() {
+    let model = Model::new();
+    let dev = open(&model);
+    let src = dev.reg(4096, TARGET).unwrap();
+    let dst = dev.reg(4096, TARGET).unwrap();
+    let mut a = dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+    // No QP answers to this number.
+    a.connect_loopback(rdma_pmd::QpNum(0x00ab_cdef)).unwrap();
+    for i in 0..3u64 {
+        let f = if i == 2 { SIG } else { NONE };
+        a.post_write(i, src.slice(0, 8).unwrap(), f, dst.remote(0)).unwrap();
+    }
+    let c = wait(&mut a, 3);
+    let got: Vec<_> = c.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        got,
+        [(0, WcStatus::RetryExcErr), (1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!((a.outstanding(), src.usage().in_flight()), (0, 0));
+    quiet(&mut a);
+}
