@@ -4,66 +4,139 @@
 
 use super::*;
 
-#[test]
-fn objects_created_by_commands_carry_an_rdma_write() {
-    let mut d = up();
+/// What one side of a connection created through commands.
+struct Side {
+    d: Dev,
+    uar: u32,
+    pd: u32,
+    cq: u32,
+    qpn: u32,
+    qp_buf: u64,
+    qp_dbr: u64,
+    cq_buf: u64,
+    cq_dbr: u64,
+    key: u32,
+    buf: u64,
+}
+
+fn side(model: Model, variant: u8) -> Side {
+    let mut d = Dev::on(model, FwConfig::default());
+    d.up();
     let uar = d.alloc_uar();
     let (eqn, _) = d.create_eq(uar, 4, &[EventType::Cmd]);
     let pd = d.alloc_pd();
-    let key = |d: &mut Dev, variant: u8| {
-        let (inp, buf) = d.mkey_input(pd, 4096, variant);
-        let out = d.ok(&inp, 16);
-        ((ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32) << 8 | u32::from(variant), buf)
-    };
-    let (src_key, src) = key(&mut d, 0x11);
-    let (dst_key, dst) = key(&mut d, 0x22);
+    let (inp, buf) = d.mkey_input(pd, 4096, variant);
+    let out = d.ok(&inp, 16);
+    let key = (ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32) << 8 | u32::from(variant);
     let cq = d.create_cq(uar, eqn, 4);
     let (cq_buf, cq_dbr) = d.last_queue;
-    let a = d.create_qp(pd, cq, uar);
+    let qpn = d.create_qp(pd, cq, uar);
     let (qp_buf, qp_dbr) = d.last_queue;
-    let b = d.create_qp(pd, cq, uar);
-    d.connect(a, b);
-    d.connect(b, a);
+    Side { d, uar, pd, cq, qpn, qp_buf, qp_dbr, cq_buf, cq_dbr, key, buf }
+}
 
-    let payload: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
-    assert!(d.dma.write(BusAddr(src + 100), &payload));
-    let va = 0x7f00_0000_0000u64;
+const VA: u64 = 0x7f00_0000_0000;
+
+/// Post one signalled RDMA WRITE of `len` bytes from `src` (offset 100 of its buffer) to
+/// `rkey` at `VA + 1000`, as rdma-core's `_mlx5_post_send` lays it out, and ring the doorbell
+/// through the model's BAR.
+fn write(src: &mut Side, rkey: u32, len: u32) {
     // ctrl (mlx5dv.h mlx5_wqe_ctrl_seg), raddr (mlx5_wqe_raddr_seg), data (mlx5_wqe_data_seg).
     let mut wqe = [0u8; 64];
     wqe[0..4].copy_from_slice(&0x08u32.to_be_bytes()); // wqe index 0, RDMA WRITE
-    wqe[4..8].copy_from_slice(&(a << 8 | 3).to_be_bytes());
+    wqe[4..8].copy_from_slice(&(src.qpn << 8 | 3).to_be_bytes());
     wqe[11] = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE
-    wqe[16..24].copy_from_slice(&(va + 1000).to_be_bytes());
-    wqe[24..28].copy_from_slice(&dst_key.to_be_bytes());
-    wqe[32..36].copy_from_slice(&(payload.len() as u32).to_be_bytes());
-    wqe[36..40].copy_from_slice(&src_key.to_be_bytes());
-    wqe[40..48].copy_from_slice(&(va + 100).to_be_bytes());
+    wqe[16..24].copy_from_slice(&(VA + 1000).to_be_bytes());
+    wqe[24..28].copy_from_slice(&rkey.to_be_bytes());
+    wqe[32..36].copy_from_slice(&len.to_be_bytes());
+    wqe[36..40].copy_from_slice(&src.key.to_be_bytes());
+    wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
     // The send queue follows the receive queue (16 WQEs of 32 bytes) in the QP buffer.
-    assert!(d.dma.write(BusAddr(qp_buf + 16 * 32), &wqe));
+    assert!(src.d.dma.write(BusAddr(src.qp_buf + 16 * 32), &wqe));
     rdma_pmd_hal::barrier::to_device();
-    assert!(d.dma.write(BusAddr(qp_dbr + 4), &1u32.to_be_bytes()));
+    assert!(src.d.dma.write(BusAddr(src.qp_dbr + 4), &1u32.to_be_bytes()));
     rdma_pmd_hal::barrier::to_device();
-    let uar_off = uar as usize * crate::UAR_PAGE;
-    d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
+    let uar_off = src.uar as usize * crate::UAR_PAGE;
+    src.d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
+}
 
+/// The first CQE of a side's CQ, once written; consumed.
+fn first_cqe(s: &Side) -> [u8; 64] {
     let end = Instant::now() + WAIT;
     let mut cqe = [0u8; 64];
     loop {
-        assert!(d.dma.read(BusAddr(cq_buf), &mut cqe));
-        if cqe[63] >> 4 != 0xf {
+        assert!(s.d.dma.read(BusAddr(s.cq_buf + 63), &mut cqe[..1]));
+        if cqe[0] >> 4 != 0xf {
             break;
         }
         assert!(Instant::now() < end, "no CQE");
         std::thread::sleep(Duration::from_micros(50));
     }
     rdma_pmd_hal::barrier::from_device();
-    assert!(d.dma.read(BusAddr(cq_buf), &mut cqe));
-    assert_eq!(cqe[63], 0x00, "a requester CQE (opcode 0) of the first pass (owner 0)");
-    assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, a);
-    let mut got = vec![0u8; payload.len()];
-    assert!(d.dma.read(BusAddr(dst + 1000), &mut got));
-    assert_eq!(got, payload);
+    assert!(s.d.dma.read(BusAddr(s.cq_buf), &mut cqe));
     // Consume it: the CQ doorbell record carries the consumer index.
-    assert!(d.dma.write(BusAddr(cq_dbr), &1u32.to_be_bytes()));
-    assert_eq!(d.model.counters().validation_failures, 0);
+    assert!(s.d.dma.write(BusAddr(s.cq_dbr), &1u32.to_be_bytes()));
+    cqe
+}
+
+fn payload(src: &Side) -> Vec<u8> {
+    let p: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
+    assert!(src.d.dma.write(BusAddr(src.buf + 100), &p));
+    p
+}
+
+#[test]
+fn objects_created_by_commands_carry_an_rdma_write() {
+    let mut a = side(Model::new(), 0x11);
+    // A second QP and key on the same device, reached over force-loopback.
+    let (pd, cq, uar) = (a.pd, a.cq, a.uar);
+    let d = &mut a.d;
+    let (inp, dst) = d.mkey_input(pd, 4096, 0x22);
+    let out = d.ok(&inp, 16);
+    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32) << 8 | 0x22;
+    let b = d.create_qp(pd, cq, uar);
+    d.connect(a.qpn, b);
+    d.connect(b, a.qpn);
+    let p = payload(&a);
+    write(&mut a, dst_key, p.len() as u32);
+    let cqe = first_cqe(&a);
+    assert_eq!(cqe[63], 0x00, "a requester CQE (opcode 0) of the first pass (owner 0)");
+    assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, a.qpn);
+    let mut got = vec![0u8; p.len()];
+    assert!(a.d.dma.read(BusAddr(dst + 1000), &mut got));
+    assert_eq!(got, p);
+    assert_eq!(a.d.model.counters().validation_failures, 0);
+}
+
+#[test]
+fn roce_paths_from_init2rtr_reach_the_peer_model() {
+    let wire = crate::Wire::new();
+    let model = || {
+        Model::with_config(crate::ModelConfig { wire: Some(wire.clone()), ..Default::default() })
+            .unwrap()
+    };
+    let mut a = side(model(), 0x11);
+    let mut b = side(model(), 0x22);
+    let (ga, gb) = (a.d.model.gids()[0], b.d.model.gids()[0]);
+    assert_ne!(ga.gid, gb.gid);
+    let (qa, qb) = (a.qpn, b.qpn);
+    a.d.connect_via(qa, qb, Some((gb.gid, gb.mac)));
+    b.d.connect_via(qb, qa, Some((ga.gid, ga.mac)));
+    let p = payload(&a);
+    write(&mut a, b.key, p.len() as u32);
+    let cqe = first_cqe(&a);
+    assert_eq!(cqe[63], 0x00, "success, not an error CQE: the path decoded to the peer");
+    let mut got = vec![0u8; p.len()];
+    assert!(b.d.dma.read(BusAddr(b.buf + 1000), &mut got));
+    assert_eq!(got, p);
+    // A wrong remote MAC in the path: the frame never reaches B (an error CQE at A).
+    let mut c = side(model(), 0x33);
+    let qc = c.qpn;
+    let mut wrong = gb.mac;
+    wrong[5] ^= 0xff;
+    c.d.connect_via(qc, qb, Some((gb.gid, wrong)));
+    let _ = payload(&c);
+    write(&mut c, b.key, 8);
+    let cqe = first_cqe(&c);
+    assert_eq!(cqe[63] >> 4, 0xd, "MLX5_CQE_REQ_ERR");
 }

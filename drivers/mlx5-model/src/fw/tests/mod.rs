@@ -76,7 +76,10 @@ struct Dev {
 
 impl Dev {
     fn new(cfg: FwConfig) -> Dev {
-        let model = Model::new();
+        Dev::on(Model::new(), cfg)
+    }
+
+    fn on(model: Model, cfg: FwConfig) -> Dev {
         let fw = Firmware::start(&model, cfg).expect("firmware starts");
         let bar = fw.bar();
         let dma = model.dma();
@@ -425,6 +428,12 @@ impl Dev {
 
     /// RST→INIT→RTR→RTS over force-loopback to `remote`.
     fn connect(&mut self, qpn: u32, remote: u32) {
+        self.connect_via(qpn, remote, None);
+    }
+
+    /// RST→INIT→RTR→RTS to `remote`, over force-loopback or (with `Some((gid, mac))`) a
+    /// RoCE v2 path from our GID 0.
+    fn connect_via(&mut self, qpn: u32, remote: u32, roce: Option<([u8; 16], [u8; 6])>) {
         use ifc::{ads, qpc};
         let ctx = ifc::rst2init_qp_in::QPC;
         let path = qpc::PRIMARY_ADDRESS_PATH.at(ctx);
@@ -436,7 +445,21 @@ impl Dev {
         set_in(&mut inp, ctx, qpc::MTU, 5);
         set_in(&mut inp, ctx, qpc::REMOTE_QPN, u64::from(remote));
         set_in(&mut inp, ctx, qpc::NEXT_RCV_PSN, 0x100);
-        ads::FL.at(path).set(&mut inp, 1);
+        match roce {
+            None => ads::FL.at(path).set(&mut inp, 1),
+            Some((gid, mac)) => {
+                ads::GRH.at(path).set(&mut inp, 1);
+                ads::HOP_LIMIT.at(path).set(&mut inp, 64);
+                ads::SRC_ADDR_INDEX.at(path).set(&mut inp, 0);
+                ads::UDP_SPORT.at(path).set(&mut inp, 0xc123);
+                ads::RGID_RIP.at(path).slice_mut(&mut inp).copy_from_slice(&gid);
+                let mut m = [0u8; 8];
+                m[2..].copy_from_slice(&mac);
+                let mac = u64::from_be_bytes(m);
+                ads::RMAC_47_32.at(path).set(&mut inp, mac >> 32);
+                ads::RMAC_31_0.at(path).set(&mut inp, mac & 0xffff_ffff);
+            }
+        }
         self.ok(&inp, 16);
         let mut inp = self.transition(Opcode::Rtr2RtsQp, qpn);
         set_in(&mut inp, ctx, qpc::NEXT_SEND_PSN, 0x100);
