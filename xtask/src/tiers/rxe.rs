@@ -51,6 +51,9 @@ ip netns add b
 ip link add va type veth peer name vb
 ip link set va netns a
 ip link set vb netns b
+for ns in a b; do
+  ip netns exec $ns sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6'
+done
 ip -n a addr add 10.1.0.1/24 dev va
 ip -n b addr add 10.1.0.2/24 dev vb
 ip -n a link set lo up
@@ -232,6 +235,7 @@ for ns in root a b; do
 done
 ip -n a -s link show va | sed -n '3,6p'
 ip -n b -s link show vb | sed -n '3,6p'
+dmesg | grep -i 'rxe\|no route' | tail -n 5
 "#;
 
 /// Benchmark sizes with their iteration counts for the bandwidth and the latency runs (chosen

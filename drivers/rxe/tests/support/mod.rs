@@ -201,3 +201,18 @@ pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Compare byte strings, reporting the first difference instead of both strings.
+pub fn same_bytes(got: &[u8], want: &[u8], what: &str) {
+    if got == want {
+        return;
+    }
+    let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+    panic!(
+        "{what}: {} bytes, {} expected; first difference at byte {i}: {:?} vs {:?}",
+        got.len(),
+        want.len(),
+        got.get(i),
+        want.get(i)
+    );
+}
