@@ -14,13 +14,19 @@ use std::process::ExitCode;
 use loadgen::{fill_pattern, Buffers, Host, Plan};
 use rdma_pmd::SendQueue;
 use rdma_pmd_hal::mem::MemBar;
+use rdma_pmd_hal::StdClock;
+use rdma_pmd_mlx5::bringup::{bitmap_words, Hca, HcaConfig, PagePool};
 use rdma_pmd_mlx5::control::{Access, Control};
+use rdma_pmd_mlx5::fw_control::FwControl;
 use rdma_pmd_mlx5::{Mlx5, QpConfig, Region, SharedDma};
+use rdma_pmd_mlx5_model::fw::{Firmware, FwConfig};
 use rdma_pmd_mlx5_model::Model;
 
 const STAMP_CELLS: usize = 256;
 const SLOTS: usize = 256;
 const MAX_PIECES: usize = 4;
+/// Firmware pages the driver can lend (4 KiB each).
+const POOL_PAGES: usize = 1024;
 
 fn parse(args: &[String]) -> Result<(String, Plan), String> {
     let mut plan = Plan { writes: 1_000_000, progress_every: 200_000, ..Plan::default() };
@@ -59,8 +65,37 @@ impl<C: Control> Host for RegionHost<'_, C> {
 }
 
 fn run_model(plan: &Plan) -> Result<(), String> {
+    // The device: a software ConnectX with its firmware. Everything below reaches it only
+    // through the BAR and DMA memory, as the driver would reach real hardware over VFIO.
     let model = Model::new();
-    let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())
+    let fw =
+        Firmware::start(&model, FwConfig::default()).map_err(|e| format!("firmware: {e:?}"))?;
+    let (bar, dma, clock) = (fw.bar(), model.dma(), StdClock::default());
+    let mut bits = vec![0u64; bitmap_words(POOL_PAGES)];
+    let pool = PagePool::new(&mut bits, POOL_PAGES);
+    let mut hca = Hca::bring_up(&bar, &*dma, &clock, pool, HcaConfig::default())
+        .map_err(|e| format!("bring-up: {e}"))?;
+    println!("bring-up over the command interface:\n{}", hca.report());
+    traffic(&model, &bar, &dma, &mut hca, plan)?;
+    let t = hca.teardown().map_err(|e| format!("teardown: {e}"))?;
+    println!(
+        "teardown: {} firmware pages reclaimed, {} outstanding",
+        t.pages_reclaimed, t.pages_outstanding
+    );
+    if t.pages_outstanding != 0 {
+        return Err("firmware kept pages after teardown".into());
+    }
+    Ok(())
+}
+
+fn traffic(
+    model: &Model,
+    bar: &MemBar,
+    dma: &std::sync::Arc<rdma_pmd_hal::mem::HeapDma>,
+    hca: &mut Hca<'_>,
+    plan: &Plan,
+) -> Result<(), String> {
+    let dev = Mlx5::open(bar.clone(), SharedDma(dma.clone()), FwControl::new(hca))
         .map_err(|e| format!("open: {e}"))?;
     let caps = dev.caps();
     println!(
