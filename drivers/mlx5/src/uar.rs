@@ -81,14 +81,21 @@ impl SqDoorbell {
             let head = ring.off + (last_pi as u32 & mask) as usize * SEND_WQE_BB;
             mmio.write_u64(at, ring.buf.read_u64(head));
         } else {
+            assert!(
+                (ring.buf.cpu().as_ptr() as usize + ring.off).is_multiple_of(8)
+                    && ring.off + ring.wqe_cnt as usize * SEND_WQE_BB <= ring.buf.len(),
+                "send ring outside its block"
+            );
+            let base = ring.buf.cpu().as_ptr().wrapping_add(ring.off).cast::<u64>();
             for i in 0..len / SEND_WQE_BB {
-                let slot = (last_pi as u32).wrapping_add(i as u32) & mask;
-                let slot = slot as usize;
-                let src = ring.off + slot * SEND_WQE_BB;
-                let mut block = [0u64; 8];
-                for (k, w) in block.iter_mut().enumerate() {
-                    *w = ring.buf.read_u64(src + 8 * k);
-                }
+                let slot = ((last_pi as u32).wrapping_add(i as u32) & mask) as usize;
+                let src = base.wrapping_add(slot * (SEND_WQE_BB / 8));
+                // SAFETY: `slot < wqe_cnt`, so the 64 bytes at `src` lie inside the ring, which
+                // lies inside the block (asserted above) and is 8-byte aligned; the block is
+                // valid for reads while `ring.buf` is borrowed. Volatile: the device may read
+                // (never write) these bytes concurrently.
+                let block: [u64; 8] =
+                    core::array::from_fn(|k| unsafe { src.add(k).read_volatile() });
                 mmio.write_wc64(at + i * SEND_WQE_BB, &block);
             }
         }
