@@ -9,6 +9,25 @@
 //!
 //! [`Control`] takes `&mut self`; it is used only on the setup and teardown paths, through a
 //! `RefCell` (no lock, no atomics), never while posting or polling.
+//!
+//! # The data path, module by module
+//!
+//! | module | what | rdma-core counterpart |
+//! |---|---|---|
+//! | `device` | [`Mlx5`]: platform handles, PD, CQ UAR; [`SharedDma`] | `mlx5_alloc_context` |
+//! | `mr` | `Region`: DMA block, memory key, in-flight count | `ibv_reg_mr` |
+//! | `cq` | `CqRing`: CQE ring, ownership test, consumer index | `cq.c` `get_sw_cqe` |
+//! | `sq` | `SendRing`: per-WQE bookkeeping, retirement | `qp.c` `wrid`, `cq.c` |
+//! | `uar` | `SqDoorbell`: the doorbell store sequence | `qp.c` `post_send_db` |
+//! | `rq` | `RecvRing`: receives for WRITE WITH IMMEDIATE | `qp.c` `mlx5_post_recv` |
+//! | `qp` | `Qp`: state machine, `SendQueue`, teardown | `verbs.c` `mlx5_modify_qp` |
+//!
+//! Use: [`Mlx5::open`] → [`Mlx5::reg`] (regions first: they must outlive the QPs) →
+//! [`Mlx5::create_qp`] → [`Qp::connect`](crate::qp::Qp::connect) → the
+//! [`rdma_pmd::PostWrite`] calls and [`rdma_pmd::SendQueue::poll`]; see [`crate::qp`] for a
+//! runnable example. Nothing on the data path allocates, locks or enters the kernel; the
+//! bookkeeping is fixed-size, inside the `Qp` (about `56 * SQ + 8 * RQ` bytes: box it, or keep
+//! it in a `static`, for large rings).
 
 use core::cell::{RefCell, RefMut};
 

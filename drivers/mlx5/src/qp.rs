@@ -172,6 +172,10 @@ impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
     /// Create an RC QP with `SQ` send blocks (a power of two up to 2^15) and `RQ` receive WQEs
     /// (a power of two, at least 4), each with its own completion queue. It starts in RESET;
     /// [`Qp::connect`] brings it to RTS.
+    ///
+    /// The send CQ has `SQ` entries and the receive CQ `RQ`: enough for one CQE per WQE, which
+    /// is what a flush produces, so neither can overflow. The bookkeeping lives in the returned
+    /// value (about `56 * SQ + 8 * RQ` bytes).
     pub fn create_qp<const SQ: usize, const RQ: usize>(
         &self,
         cfg: &QpConfig,
