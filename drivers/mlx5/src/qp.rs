@@ -584,4 +584,6 @@ impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Drop
 }
 
 #[cfg(test)]
+mod prop;
+#[cfg(test)]
 mod tests;

@@ -21,14 +21,14 @@ use crate::wqe::CtrlSeg;
 
 type Dev = Mlx5<MemBar, SharedDma<Arc<HeapDma>>, FakeControl>;
 
-struct Rig {
-    dev: Dev,
+pub(super) struct Rig {
+    pub(super) dev: Dev,
     dma: Arc<HeapDma>,
     log: Rc<RefCell<Log>>,
     bar: Arc<Recorder>,
 }
 
-fn rig(log_bf_reg_size: u8) -> Rig {
+pub(super) fn rig(log_bf_reg_size: u8) -> Rig {
     let (bar, rec) = fake::bar();
     let dma = HeapDma::new();
     let (ctl, log) = FakeControl::new(log_bf_reg_size);
@@ -36,10 +36,10 @@ fn rig(log_bf_reg_size: u8) -> Rig {
     Rig { dev, dma, log, bar: rec }
 }
 
-const REMOTE: RemoteBuf = RemoteBuf::new(0x7000_0000, Rkey(0x99));
+pub(super) const REMOTE: RemoteBuf = RemoteBuf::new(0x7000_0000, Rkey(0x99));
 
 /// The device side of one QP.
-struct Hw {
+pub(super) struct Hw {
     dma: Arc<HeapDma>,
     qp: QpParams,
     qpn: QpNum,
@@ -95,7 +95,7 @@ impl Hw {
         assert!(self.dma.write(at, &b[..]));
     }
 
-    fn send_cqe(&mut self, counter: u16, error: Option<(Syndrome, u8)>) {
+    pub(super) fn send_cqe(&mut self, counter: u16, error: Option<(Syndrome, u8)>) {
         let mut b = [0u8; 64];
         let mut c = Cqe::new_unchecked(&mut b[..]);
         c.set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, self.qpn);
@@ -129,7 +129,7 @@ impl Hw {
     }
 }
 
-fn connected<const SQ: usize>(
+pub(super) fn connected<const SQ: usize>(
     r: &Rig,
 ) -> (Qp<'_, MemBar, SharedDma<Arc<HeapDma>>, FakeControl, SQ, 16>, Hw) {
     let mut qp = r.dev.create_qp::<SQ, 16>(&QpConfig::default()).unwrap();
