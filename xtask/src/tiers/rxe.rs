@@ -260,39 +260,58 @@ fn build_example(name: &str) -> Result<std::path::PathBuf, String> {
         .ok_or_else(|| format!("cargo reported no executable for {name}"))
 }
 
-/// The guest script: per size, perftest's bandwidth and latency (server in the background,
-/// client against 10.0.0.1, one rerun if perftest printed no usable row), then ours.
+/// Rounds of every measurement; rounds interleave perftest and ours, and the figures printed are
+/// per-round medians (TCG on a shared host drifts by factors between runs).
+const BENCH_ROUNDS: u32 = 3;
+
+/// The guest script: per round and size, perftest's bandwidth run then ours, perftest's latency
+/// run then ours (perftest: server in the background, client against 10.0.0.1, one rerun if it
+/// printed no usable row).
 fn bench_script() -> String {
     let mut s = String::new();
-    for &(size, bw_n, lat_n) in BENCH_SIZES {
-        let bw = format!(
-            "ib_write_bw -d rxe0 -x 1 -F -s {size} -n {bw_n} -t {BENCH_DEPTH} -Q {BENCH_SIGNAL}"
-        );
-        let lat = format!("ib_write_lat -d rxe0 -x 1 -F -s {size} -n {lat_n}");
-        for (tag, cmd, col) in [("perftest-bw", &bw, 4), ("perftest-lat", &lat, 6)] {
-            s.push_str(&format!(
-                "for attempt in 1 2; do\n\
-                 \x20 echo \"XTASK-BENCH {tag} {size} attempt $attempt\"\n\
-                 \x20 timeout -s KILL 120 {cmd} >/tmp/server.txt 2>&1 &\n\
-                 \x20 sleep 2\n\
-                 \x20 out=$(timeout -s KILL 120 {cmd} 10.0.0.1 2>&1); echo \"$out\"; wait\n\
-                 \x20 echo \"$out\" | awk '$1 == {size} && ${col} + 0 > 0 && ${col} != \"inf\" {{ok = 1}} END {{exit !ok}}' && break\n\
-                 done\n"
-            ));
+    for round in 1..=BENCH_ROUNDS {
+        for &(size, bw_n, lat_n) in BENCH_SIZES {
+            let bw = format!(
+                "ib_write_bw -d rxe0 -x 1 -F -s {size} -n {bw_n} -t {BENCH_DEPTH} -Q {BENCH_SIGNAL}"
+            );
+            let lat = format!("ib_write_lat -d rxe0 -x 1 -F -s {size} -n {lat_n}");
+            let ours_bw = format!(
+                "/t/rxe-bench bw --size {size} --iters {bw_n} --depth {BENCH_DEPTH} --signal {BENCH_SIGNAL} --port 7600"
+            );
+            let ours_lat = format!("/t/rxe-bench lat --size {size} --iters {lat_n} --port 7601");
+            for (tag, cmd, col, ours_tag, ours) in [
+                ("perftest-bw", &bw, 4, "ours-bw", &ours_bw),
+                ("perftest-lat", &lat, 6, "ours-lat", &ours_lat),
+            ] {
+                s.push_str(&format!(
+                    "for attempt in 1 2; do\n\
+                     \x20 echo \"XTASK-BENCH {tag} {size} r{round} attempt $attempt\"\n\
+                     \x20 timeout -s KILL 120 {cmd} >/tmp/server.txt 2>&1 &\n\
+                     \x20 sleep 2\n\
+                     \x20 out=$(timeout -s KILL 120 {cmd} 10.0.0.1 2>&1); echo \"$out\"; wait\n\
+                     \x20 echo \"$out\" | awk '$1 == {size} && ${col} + 0 > 0 && ${col} != \"inf\" {{ok = 1}} END {{exit !ok}}' && break\n\
+                     done\n\
+                     echo \"XTASK-BENCH {ours_tag} {size} r{round}\"\n\
+                     timeout -s KILL 120 {ours}\n"
+                ));
+            }
         }
-        s.push_str(&format!(
-            "echo \"XTASK-BENCH ours-bw {size}\"\n\
-             timeout -s KILL 120 /t/rxe-bench bw --size {size} --iters {bw_n} --depth {BENCH_DEPTH} --signal {BENCH_SIGNAL} --port 7600\n\
-             echo \"XTASK-BENCH ours-lat {size}\"\n\
-             timeout -s KILL 120 /t/rxe-bench lat --size {size} --iters {lat_n} --port 7601\n"
-        ));
     }
     s
 }
 
-/// The text after the last `XTASK-BENCH <tag> <size>` marker, up to the next marker.
-fn section<'a>(out: &'a str, tag: &str, size: usize) -> &'a str {
-    let key = format!("XTASK-BENCH {tag} {size}");
+/// The median of the values present.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
+/// The text after the last `XTASK-BENCH <tag> <size> r<round>` marker, up to the next marker.
+fn section<'a>(out: &'a str, tag: &str, size: usize, round: u32) -> &'a str {
+    let key = format!("XTASK-BENCH {tag} {size} r{round}");
     let Some(start) = out.rfind(&key) else { return "" };
     let rest = &out[start + key.len()..];
     let rest = rest.find('\n').map_or("", |i| &rest[i + 1..]);
@@ -355,53 +374,74 @@ pub fn bench(_args: &[String]) -> bool {
     );
     let mut ok = true;
     let mut ratios = Vec::new();
+    let mut notes = Vec::new();
     for &(size, _, _) in BENCH_SIZES {
-        let pbw = section(out, "perftest-bw", size);
-        let plat = section(out, "perftest-lat", size);
-        let obw = section(out, "ours-bw", size);
-        let olat = section(out, "ours-lat", size);
-        let p_rate = perftest_value(pbw, size, 4).map(|m| m * 1e6);
-        let p_mb = perftest_value(pbw, size, 3);
-        let p_typ = perftest_value(plat, size, 4);
-        let p_avg = perftest_value(plat, size, 5);
-        let o_rate = ours_value(obw, "msg_per_s");
-        let o_mb = ours_value(obw, "mb_per_s");
-        let o_typ = ours_value(olat, "t_typical_us");
-        let o_avg = ours_value(olat, "t_avg_us");
+        // Per round: perftest msg/s, MB/s, typical and average latency; then ours.
+        let mut cols: [Vec<f64>; 8] = Default::default();
+        let mut rate_ratios = Vec::new();
+        let mut lat_ratios = Vec::new();
+        for round in 1..=BENCH_ROUNDS {
+            let pbw = section(out, "perftest-bw", size, round);
+            let plat = section(out, "perftest-lat", size, round);
+            let obw = section(out, "ours-bw", size, round);
+            let olat = section(out, "ours-lat", size, round);
+            let vals = [
+                perftest_value(pbw, size, 4).map(|m| m * 1e6),
+                perftest_value(pbw, size, 3),
+                perftest_value(plat, size, 4),
+                perftest_value(plat, size, 5),
+                ours_value(obw, "msg_per_s"),
+                ours_value(obw, "mb_per_s"),
+                ours_value(olat, "t_typical_us"),
+                ours_value(olat, "t_avg_us"),
+            ];
+            for (c, v) in cols.iter_mut().zip(vals) {
+                c.extend(v);
+            }
+            if let (Some(o), Some(p)) = (vals[4], vals[0]) {
+                rate_ratios.push(o / p);
+            }
+            if let (Some(o), Some(p)) = (vals[6], vals[2]) {
+                lat_ratios.push(o / p);
+            }
+        }
+        let m: Vec<Option<f64>> = cols.iter().map(|c| median(c.clone())).collect();
         let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
         println!(
             "{size:>6} | {:>12} {:>9} | {:>12} {:>9} | {:>16} {:>10} | {:>16} {:>10}",
-            f(p_rate),
-            f(p_mb),
-            f(o_rate),
-            f(o_mb),
-            f(p_typ),
-            f(p_avg),
-            f(o_typ),
-            f(o_avg)
+            f(m[0]),
+            f(m[1]),
+            f(m[4]),
+            f(m[5]),
+            f(m[2]),
+            f(m[3]),
+            f(m[6]),
+            f(m[7])
         );
-        match (o_rate, p_rate) {
-            (Some(o), Some(p)) => {
-                ratios.push(format!("ratio msgrate ours/ib_write_bw {size}: {:.3}", o / p))
-            }
-            _ => {
-                ok = false;
-                ratios.push(format!(
-                    "ratio msgrate ours/ib_write_bw {size}: missing (see the serial log)"
-                ));
-            }
-        }
-        match (o_typ, p_typ) {
-            (Some(o), Some(p)) => {
-                ratios.push(format!("ratio latency ours/ib_write_lat {size}: {:.3}", o / p))
-            }
-            _ => {
-                ok = false;
-                ratios.push(format!(
-                    "ratio latency ours/ib_write_lat {size}: missing (see the serial log)"
-                ));
+        let spread = |v: &[f64]| {
+            let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().cloned().fold(0.0, f64::max);
+            format!("(per-round ratios {lo:.2}..{hi:.2}, {} rounds)", v.len())
+        };
+        for (what, ours, theirs, per_round) in [
+            ("msgrate ours/ib_write_bw", m[4], m[0], &rate_ratios),
+            ("latency ours/ib_write_lat", m[6], m[2], &lat_ratios),
+        ] {
+            match (ours, theirs) {
+                (Some(o), Some(p)) => {
+                    notes.push(format!("  {what} {size}: {}", spread(per_round)));
+                    ratios.push(format!("ratio {what} {size}: {:.3}", o / p))
+                }
+                _ => {
+                    ok = false;
+                    ratios.push(format!("ratio {what} {size}: missing (see the serial log)"));
+                }
             }
         }
+    }
+    println!("medians over {BENCH_ROUNDS} interleaved rounds; spread:");
+    for n in notes {
+        println!("{n}");
     }
     for r in ratios {
         println!("{r}");
