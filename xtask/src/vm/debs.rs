@@ -171,12 +171,25 @@ pub fn kernel(cache: &Path) -> Result<Kernel, VmError> {
             .filter_map(|n| n.split('_').next().map(str::to_string))
             .max()
     });
+    let find = || -> Result<Option<String>, VmError> {
+        Ok(depends(&["linux-image-amd64".to_string()])?
+            .into_iter()
+            .find(|d| d.starts_with("linux-image-6.1.0-") && d.ends_with("-amd64")))
+    };
     let pkg = match existing {
         Some(p) => p,
-        None => depends(&["linux-image-amd64".to_string()])?
-            .into_iter()
-            .find(|d| d.starts_with("linux-image-6.1.0-") && d.ends_with("-amd64"))
-            .ok_or_else(|| VmError::NotFound("linux-image-6.1.0-*-amd64 in apt".into()))?,
+        None => match find() {
+            Ok(Some(p)) => p,
+            // Fresh machines (CI images) often ship without package lists.
+            first if crate::util::is_root() => {
+                eprintln!("vm: no usable apt lists ({first:?}); running apt-get update");
+                output(Command::new("apt-get").args(["update", "-qq"]))?;
+                find()?
+                    .ok_or_else(|| VmError::NotFound("linux-image-6.1.0-*-amd64 in apt".into()))?
+            }
+            first => first?
+                .ok_or_else(|| VmError::NotFound("linux-image-6.1.0-*-amd64 in apt".into()))?,
+        },
     };
     let deb = download(cache, std::slice::from_ref(&pkg))?.remove(0);
     let tree = unpack(cache, &deb)?;
