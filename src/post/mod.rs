@@ -303,6 +303,7 @@ pub struct Batch<'q, 'r, Q: SendQueue<'r> + ?Sized> {
 
 impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
     /// Append one request. A refused request changes nothing; the earlier ones stay appended.
+    #[inline(always)]
     pub fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
         self.q.push(req)?;
         self.pushed += 1;
@@ -310,6 +311,7 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
     }
 
     /// Append a gather write.
+    #[inline(always)]
     pub fn writev(
         &mut self,
         wr_id: u64,

@@ -484,7 +484,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
         self.qpn
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
         if self.state != QpState::Rts {
             return Err(Error::NotConnected);

@@ -173,7 +173,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
 
     /// Write `req` into the ring after the last pushed WQE, and count the regions it reads.
     /// Changes nothing on error.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
         let room = self.room();
         self.builder.write_into(&mut self.sink, self.pi, room, req, &mut self.info)?;

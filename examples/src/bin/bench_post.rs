@@ -157,7 +157,9 @@ fn main() {
     println!("posting cost per WQE: median of {rounds} rounds, ring of {SQ} WQE basic blocks");
     println!("{:<16} {:>10} {:>10} {:>10}", "case", "ours ns", "c ns", "floor ns");
     let mut ratios = Vec::new();
-    for case in CASES {
+    // BENCH_CASE=name runs one case only (for profilers).
+    let only = std::env::var("BENCH_CASE").ok();
+    for case in CASES.iter().filter(|c| only.as_deref().is_none_or(|o| o == c.name)) {
         let bufs: Vec<LocalBuf<'_>> =
             (0..case.nsge).map(|k| src.slice(k * 64, 64).expect("slice")).collect();
         let sges: Vec<Sge> = bufs.iter().map(|b| b.sge()).collect();
