@@ -448,3 +448,65 @@ pub fn bench(_args: &[String]) -> bool {
     }
     ok && s.exit == Some(0)
 }
+
+/// Build a binary of the examples package in release mode; returns its path.
+fn build_examples_bin(name: &str) -> Result<std::path::PathBuf, String> {
+    let out = util::cargo()
+        .args(["build", "--release", "-p", "rdma-pmd-examples", "--bin", name])
+        .args(["--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building {name} failed"));
+    }
+    executable_of(&String::from_utf8_lossy(&out.stdout), name)
+        .ok_or_else(|| format!("cargo reported no executable for {name}"))
+}
+
+/// `cargo xtask demo --backend rxe [--writes N] [--batch N]`: the busy-poll writev demo (the
+/// same load generator as on the mlx5 model) over soft-RoCE, natively where an rxe device
+/// exists, else in the rxe guest.
+pub fn demo(args: &[String]) -> bool {
+    let mut pass: Vec<String> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--backend" {
+            it.next();
+        } else {
+            pass.push(a.clone());
+        }
+    }
+    let bin = match build_examples_bin("demo_rxe") {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("xtask: demo rxe: {e}");
+            return false;
+        }
+    };
+    if let Some((dev, ip)) = native_rxe() {
+        eprintln!("xtask: demo rxe: running natively on {dev} ({ip})");
+        return util::run(std::process::Command::new(&bin).arg("--addr").arg(&ip).args(&pass));
+    }
+    if let Some(why) = vm_unavailable() {
+        eprintln!("xtask: demo rxe: {why}");
+        return false;
+    }
+    eprintln!("xtask: demo rxe: no rxe device here; running it in the rxe guest");
+    let script = format!(
+        "{TEST_ENV}\n/t/demo-rxe --addr 10.0.0.1 {}\necho \"XTASK-DEMO-RC=$?\"\n",
+        pass.join(" ")
+    );
+    let g = guest(vec![GuestFile::dynamic(&bin, "/t/demo-rxe")], script);
+    match g.boot(Duration::from_secs(600)) {
+        Ok(s) => {
+            let out = s.script_output();
+            print!("{out}");
+            out.lines().any(|l| l.trim() == "XTASK-DEMO-RC=0")
+        }
+        Err(e) => {
+            eprintln!("xtask: demo rxe: {e}");
+            false
+        }
+    }
+}
