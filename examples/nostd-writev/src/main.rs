@@ -1,4 +1,4 @@
-//! Freestanding `no_std` link check for the mlx5 WQE builder.
+//! Freestanding `no_std` link check for the mlx5 WQE builder and data path.
 //!
 //! Built by `cargo xtask nostd` with `--cfg nostd_check`, `-C panic=abort` and the linker flags
 //! `-nostartfiles -nostdlib -static`: no std, no libc, no start files, no allocator. `_start`
@@ -6,11 +6,15 @@
 //! write, an inline write and a write with immediate) into a static, 64-byte aligned send ring
 //! through [`RawRing`] volatile stores, reads a few bytes back, and exits through the raw
 //! `exit_group` system call with status 0 on success or the number of the first failed check.
+//! [`datapath::check`] then drives the mlx5 data path itself (device context, regions, QP,
+//! doorbells, CQ polling) through the bare-metal HAL over static memory.
 //!
 //! Without the cfg it is an ordinary hosted binary running the same checks, so workspace builds,
 //! tests and lints need no special flags.
 #![cfg_attr(nostd_check, no_std, no_main)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+mod datapath;
 
 use core::ptr::{addr_of_mut, NonNull};
 
@@ -45,8 +49,16 @@ fn ring_bytes<const N: usize>(slot: u32, off: usize) -> [u8; N] {
     out
 }
 
-/// Build the batch and check it; 0 on success, else the number of the failed check.
+/// Both checks: the WQE builder alone, then the mlx5 data path through the bare-metal HAL.
 pub fn check() -> i32 {
+    match check_builder() {
+        0 => datapath::check(),
+        code => code,
+    }
+}
+
+/// Build the batch and check it; 0 on success, else the number of the failed check.
+fn check_builder() -> i32 {
     let Some(base) = NonNull::new(addr_of_mut!(RING).cast::<u8>()) else { return 1 };
     // SAFETY: RING is 64-byte aligned, SLOTS * 64 bytes, lives for the whole program, and is
     // only read through raw pointers (`ring_byte`) while `ring` exists.
