@@ -4,6 +4,7 @@
 mod demo;
 mod lint;
 mod nostd;
+mod prereq;
 mod rxe;
 mod unit;
 mod vectors;
@@ -76,6 +77,10 @@ pub fn run_cli(args: &[String]) -> bool {
             eprintln!("xtask: no tier {name:?}; tiers: {}", names().join(", "));
             return false;
         }
+    }
+    if !prereq::ensure() {
+        println!("0 passed, 1 failed");
+        return false;
     }
     let mut rows = Vec::new();
     for (name, tier) in TIERS {
