@@ -6,6 +6,10 @@ use crate::util;
 
 /// Run a binary of the examples package in release mode with `args`.
 fn run_example(bin: &str, args: &[String]) -> bool {
+    // The examples package links the C reference loop (mlx5dv.h) and the rxe backend.
+    if !super::prereq::ensure() {
+        return false;
+    }
     let mut cmd = util::cargo();
     cmd.args(["run", "--release", "--quiet", "-p", "rdma-pmd-examples", "--bin", bin, "--"]);
     cmd.args(args);
