@@ -2,6 +2,22 @@
 
 use crate::addr::QpNum;
 
+/// Define a code enum with an `Unknown(raw)` arm and lossless conversions to and from its raw
+/// integer (the pattern of smoltcp's `enum_with_unknown!`): hardware and ABI codes that this
+/// crate does not know survive a round trip unchanged.
+///
+/// ```
+/// rdma_pmd::code_enum! {
+///     /// A colour code.
+///     Colour: u8 {
+///         /// Red.
+///         Red = 1,
+///     }
+/// }
+/// assert_eq!(Colour::from(1), Colour::Red);
+/// assert_eq!(u8::from(Colour::from(7)), 7);
+/// ```
+#[macro_export]
 macro_rules! code_enum {
     ($(#[$m:meta])* $name:ident : $t:ty { $($(#[$vm:meta])* $v:ident = $n:expr,)* }) => {
         $(#[$m])*
@@ -13,6 +29,7 @@ macro_rules! code_enum {
         }
 
         impl From<$t> for $name {
+            #[inline]
             fn from(raw: $t) -> Self {
                 match raw {
                     $($n => $name::$v,)*
@@ -22,6 +39,7 @@ macro_rules! code_enum {
         }
 
         impl From<$name> for $t {
+            #[inline]
             fn from(v: $name) -> $t {
                 match v {
                     $($name::$v => $n,)*

@@ -3,36 +3,7 @@
 //! Sources: rdma-core `providers/mlx5/mlx5dv.h` (`MLX5_OPCODE_*`, `MLX5_CQE_*`,
 //! `MLX5_CQE_SYNDROME_*`), the kernel's `include/linux/mlx5/qp.h` and `cq.h`.
 
-macro_rules! code_enum {
-    ($(#[$m:meta])* $name:ident : $t:ty { $($(#[$vm:meta])* $v:ident = $n:expr,)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($(#[$vm])* $v,)*
-            /// A value the model does not know.
-            Unknown($t),
-        }
-
-        impl From<$t> for $name {
-            fn from(raw: $t) -> Self {
-                match raw {
-                    $($n => $name::$v,)*
-                    other => $name::Unknown(other),
-                }
-            }
-        }
-
-        impl From<$name> for $t {
-            fn from(v: $name) -> $t {
-                match v {
-                    $($name::$v => $n,)*
-                    $name::Unknown(raw) => raw,
-                }
-            }
-        }
-    };
-}
-
+use rdma_pmd::code_enum;
 code_enum! {
     /// Send WQE opcode: bits 7:0 of the control segment's `opmod_idx_opcode`
     /// (`MLX5_OPCODE_*`, mlx5dv.h). The model executes only the RDMA WRITE family.

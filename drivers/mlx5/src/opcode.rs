@@ -5,39 +5,7 @@
 //! applies. Codes are enums with an `Unknown(raw)` arm so that a value this crate does not know
 //! survives a round trip unchanged.
 
-use rdma_pmd::{WcOpcode, WcStatus};
-
-macro_rules! code_enum {
-    ($(#[$m:meta])* $name:ident : $t:ty { $($(#[$vm:meta])* $v:ident = $n:expr,)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($(#[$vm])* $v,)*
-            /// A value this crate does not know; kept verbatim.
-            Unknown($t),
-        }
-
-        impl From<$t> for $name {
-            #[inline]
-            fn from(raw: $t) -> Self {
-                match raw {
-                    $($n => $name::$v,)*
-                    other => $name::Unknown(other),
-                }
-            }
-        }
-
-        impl From<$name> for $t {
-            #[inline]
-            fn from(v: $name) -> $t {
-                match v {
-                    $($name::$v => $n,)*
-                    $name::Unknown(other) => other,
-                }
-            }
-        }
-    };
-}
+use rdma_pmd::{code_enum, WcOpcode, WcStatus};
 
 code_enum! {
     /// Send WQE opcode: the low byte of the control segment's `opmod_idx_opcode`, and the top
