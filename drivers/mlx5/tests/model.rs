@@ -359,9 +359,10 @@ fn deregistration_is_refused_while_writes_are_in_flight() {
 fn dropping_queue_pairs_with_requests_in_flight_leaves_everything_consistent() {
     let model = Model::new();
     let dma = model.dma();
+    let dev = open(&model);
+    // After bring-up: the command queue, firmware pages and EQs belong to the HCA.
     let baseline = dma.live_blocks();
     {
-        let dev = open(&model);
         let src = dev.reg(4096, TARGET).unwrap();
         let dst = dev.reg(4096, TARGET).unwrap();
         {

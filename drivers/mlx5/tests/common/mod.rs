@@ -1,4 +1,9 @@
 //! Shared scaffolding of the end-to-end tests: the driver opened over the software mlx5 model.
+//!
+//! Every device is brought up the way real hardware requires: the model's firmware is started,
+//! the driver runs the HCA bring-up over the command interface (`Hca::bring_up`), and every
+//! resource (UAR, PD, MKEY, CQ, QP, QP transitions) is created with firmware commands through
+//! `FwControl`. Nothing reaches into the model to create a queue.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -6,25 +11,47 @@ use std::time::{Duration, Instant};
 
 use rdma_pmd::{Completion, SendQueue};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
-use rdma_pmd_hal::Mmio;
+use rdma_pmd_hal::{Mmio, StdClock};
+use rdma_pmd_mlx5::bringup::{bitmap_words, Hca, HcaConfig, PagePool};
 use rdma_pmd_mlx5::control::{Access, Control};
+use rdma_pmd_mlx5::fw_control::FwControl;
 use rdma_pmd_mlx5::{Mlx5, Qp, QpConfig, Region, SharedDma};
-use rdma_pmd_mlx5_model::{Model, ModelControl};
+use rdma_pmd_mlx5_model::fw::{Firmware, FwConfig};
+use rdma_pmd_mlx5_model::Model;
 
 /// How long any wait for the model may take before a test fails.
 pub const WAIT: Duration = Duration::from_secs(20);
 
-/// The driver's device type over the model.
-pub type Dev<M = MemBar> = Mlx5<M, SharedDma<Arc<HeapDma>>, ModelControl>;
+/// The driver's device type over the model: resources come from firmware commands.
+pub type Dev<M = MemBar> = Mlx5<M, SharedDma<Arc<HeapDma>>, FwControl<'static, 'static>>;
+
+/// Firmware pages each test device may lend.
+const POOL_PAGES: usize = 256;
+
+/// Start `model`'s firmware and bring its HCA up over the command interface. The HCA and what
+/// it borrows live for the rest of the test process (a test's device outlives nothing else).
+fn bring_up(model: &Model) -> (MemBar, &'static mut Hca<'static>) {
+    let fw: &'static Firmware =
+        Box::leak(Box::new(Firmware::start(model, FwConfig::default()).expect("firmware")));
+    let bar: &'static MemBar = Box::leak(Box::new(fw.bar()));
+    let dma: &'static Arc<HeapDma> = Box::leak(Box::new(model.dma()));
+    let clock: &'static StdClock = Box::leak(Box::new(StdClock::default()));
+    let bits: &'static mut [u64] =
+        Box::leak(vec![0u64; bitmap_words(POOL_PAGES)].into_boxed_slice());
+    let pool = PagePool::new(bits, POOL_PAGES);
+    let hca = Hca::bring_up(bar, &**dma, clock, pool, HcaConfig::default()).expect("bring-up");
+    (bar.clone(), Box::leak(Box::new(hca)))
+}
 
 /// Open the driver on `model`.
 pub fn open(model: &Model) -> Dev {
-    Mlx5::open(model.bar(), SharedDma(model.dma()), model.control()).expect("open")
+    open_with(model, |bar| bar)
 }
 
-/// Open the driver on `model` through a wrapped BAR.
+/// Open the driver on `model` through a wrapped BAR (the bring-up uses the plain one).
 pub fn open_with<M: Mmio>(model: &Model, wrap: impl FnOnce(MemBar) -> M) -> Dev<M> {
-    Mlx5::open(wrap(model.bar()), SharedDma(model.dma()), model.control()).expect("open")
+    let (bar, hca) = bring_up(model);
+    Mlx5::open(wrap(bar), SharedDma(model.dma()), FwControl::new(hca)).expect("open")
 }
 
 /// Access of a region that peers write into.
