@@ -52,6 +52,35 @@ pub unsafe trait Mmio {
     }
 }
 
+// SAFETY: every call is forwarded unchanged to the window behind the reference, which upholds
+// the contract itself.
+unsafe impl<M: Mmio + ?Sized> Mmio for &M {
+    #[inline(always)]
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+    #[inline(always)]
+    fn read_u32(&self, off: usize) -> u32 {
+        (**self).read_u32(off)
+    }
+    #[inline(always)]
+    fn write_u32(&self, off: usize, value: u32) {
+        (**self).write_u32(off, value)
+    }
+    #[inline(always)]
+    fn read_u64(&self, off: usize) -> u64 {
+        (**self).read_u64(off)
+    }
+    #[inline(always)]
+    fn write_u64(&self, off: usize, value: u64) {
+        (**self).write_u64(off, value)
+    }
+    #[inline(always)]
+    fn write_wc64(&self, off: usize, block: &[u64; 8]) {
+        (**self).write_wc64(off, block)
+    }
+}
+
 /// Panic unless `[off, off + width)` lies in a window of `size` bytes and `off` is aligned to
 /// `align`. Shared by the implementations.
 #[inline(always)]

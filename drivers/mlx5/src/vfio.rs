@@ -195,6 +195,67 @@ pub fn open(addr: &str) -> Result<Mlx5Vfio, OpenError> {
     Ok(Mlx5Vfio { dma, bar0, device, model })
 }
 
+/// Why [`with_device`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpError {
+    /// Opening the function failed (not an mlx5, VFIO).
+    Open(OpenError),
+    /// The HCA bring-up or teardown over the command interface failed.
+    Hca(crate::bringup::HcaError),
+    /// Opening the device context (UAR, PD) failed.
+    Device(rdma_pmd::Error),
+}
+
+impl fmt::Display for UpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpError::Open(e) => write!(f, "{e}"),
+            UpError::Hca(e) => write!(f, "HCA bring-up: {e}"),
+            UpError::Device(e) => write!(f, "device context: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for UpError {}
+
+/// The device [`with_device`] hands over: resources come from firmware commands.
+pub type VfioMlx5<'h, 'a> = crate::Mlx5<
+    &'a rdma_pmd_hal::vfio::VfioBar,
+    crate::SharedDma<&'a rdma_pmd_hal::vfio::VfioDma>,
+    crate::fw_control::FwControl<'h, 'a>,
+>;
+
+/// Open the mlx5 function at `addr`, bring its HCA up over the command interface (lending
+/// firmware up to `pool_pages` pages of 4 KiB), open the device context, run `f` on it, and
+/// tear everything down again (every firmware page reclaimed) in one call.
+///
+/// Everything `f` creates (regions, queue pairs) borrows the device and is gone before the
+/// teardown. `f` also gets what firmware reported at bring-up.
+pub fn with_device<R>(
+    addr: &str,
+    pool_pages: usize,
+    cfg: crate::bringup::HcaConfig,
+    f: impl FnOnce(&VfioMlx5<'_, '_>, &crate::bringup::BringupReport) -> R,
+) -> Result<R, UpError> {
+    use crate::bringup::{bitmap_words, Hca, PagePool};
+    let dev = open(addr).map_err(UpError::Open)?;
+    let clock = rdma_pmd_hal::StdClock::default();
+    let mut bits = std::vec![0u64; bitmap_words(pool_pages)];
+    let pool = PagePool::new(&mut bits, pool_pages);
+    let mut hca = Hca::bring_up(dev.bar0(), dev.dma(), &clock, pool, cfg).map_err(UpError::Hca)?;
+    let report = *hca.report();
+    let out = {
+        let ctl = crate::fw_control::FwControl::new(&mut hca);
+        let mlx5 = crate::Mlx5::open(dev.bar0(), crate::SharedDma(dev.dma()), ctl)
+            .map_err(UpError::Device);
+        mlx5.map(|m| f(&m, &report))
+    };
+    let down = hca.teardown().map_err(UpError::Hca);
+    let r = out?;
+    down?;
+    Ok(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +305,9 @@ mod tests {
         let held = VfioDevice::open(addr.parse().unwrap()).expect("the group is free afterwards");
         assert_eq!(open(&addr).unwrap_err(), OpenError::NotMlx5 { vendor: 0x1234, device: 0x11e8 });
         drop(held);
+        // The one-call form refuses it the same way, before any bring-up.
+        let e = with_device(&addr, 64, Default::default(), |_, _| ()).unwrap_err();
+        assert_eq!(e, UpError::Open(OpenError::NotMlx5 { vendor: 0x1234, device: 0x11e8 }));
         // And nothing was left open: the device opens again.
         let again = VfioDevice::open(addr.parse().unwrap()).expect("reopen");
         assert_eq!(again.ids().unwrap(), PciIds { vendor: 0x1234, device: 0x11e8 });
