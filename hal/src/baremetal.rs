@@ -12,14 +12,13 @@ use x86_64::{PhysAddr, VirtAddr};
 use crate::clock::Clock;
 use crate::dma::{Dma, DmaBuf};
 use crate::error::HalError;
-use crate::mmio::{check, Mmio};
+use crate::mmio::{mmio_through_window, RawWindow};
 use rdma_pmd::BusAddr;
 
 /// A BAR mapped at a fixed virtual address (identity mapped: the BAR's physical address).
 #[derive(Debug)]
 pub struct IdentityBar {
-    base: VirtAddr,
-    len: usize,
+    win: RawWindow,
 }
 
 impl IdentityBar {
@@ -30,46 +29,14 @@ impl IdentityBar {
     /// write-combining where BlueFlame is used) at the same virtual address, used by nothing
     /// else for the lifetime of this value.
     pub unsafe fn new(phys: PhysAddr, len: usize) -> Self {
-        IdentityBar { base: VirtAddr::new(phys.as_u64()), len }
-    }
-
-    #[inline(always)]
-    fn ptr<T>(&self, off: usize) -> *mut T {
-        check(off, core::mem::size_of::<T>(), core::mem::size_of::<T>(), self.len);
-        (self.base.as_u64() as usize + off) as *mut T
+        let base = NonNull::new(VirtAddr::new(phys.as_u64()).as_mut_ptr::<u8>())
+            .expect("a BAR at physical address 0");
+        // SAFETY: forwarded to our caller (identity mapping: the virtual address is `phys`).
+        IdentityBar { win: unsafe { RawWindow::new(base, len) } }
     }
 }
 
-// SAFETY: each access is one volatile load/store of the stated width inside the window
-// (checked), and `write_wc64` stores eight ascending u64s.
-unsafe impl Mmio for IdentityBar {
-    fn size(&self) -> usize {
-        self.len
-    }
-    fn read_u32(&self, off: usize) -> u32 {
-        // SAFETY: inside the register window the constructor's caller vouched for.
-        unsafe { self.ptr::<u32>(off).read_volatile() }
-    }
-    fn write_u32(&self, off: usize, value: u32) {
-        // SAFETY: as above.
-        unsafe { self.ptr::<u32>(off).write_volatile(value) }
-    }
-    fn read_u64(&self, off: usize) -> u64 {
-        // SAFETY: as above.
-        unsafe { self.ptr::<u64>(off).read_volatile() }
-    }
-    fn write_u64(&self, off: usize, value: u64) {
-        // SAFETY: as above.
-        unsafe { self.ptr::<u64>(off).write_volatile(value) }
-    }
-    fn write_wc64(&self, off: usize, block: &[u64; 8]) {
-        check(off, 64, 64, self.len);
-        for (i, w) in block.iter().enumerate() {
-            // SAFETY: inside the window (checked for all 64 bytes above).
-            unsafe { self.ptr::<u64>(off + 8 * i).write_volatile(*w) }
-        }
-    }
-}
+mmio_through_window!(IdentityBar, win);
 
 const PAGE: usize = 4096;
 

@@ -34,5 +34,5 @@ pub use clock::StdClock;
 pub use clock::{Clock, Deadline};
 pub use dma::{Dma, DmaBuf};
 pub use error::HalError;
-pub use mmio::Mmio;
+pub use mmio::{Mmio, RawWindow};
 pub use rdma_pmd::BusAddr;

@@ -81,6 +81,119 @@ unsafe impl<M: Mmio + ?Sized> Mmio for &M {
     }
 }
 
+/// A register window at a raw CPU address: the one place that turns [`Mmio`] calls into
+/// volatile loads and stores. [`crate::baremetal::IdentityBar`] and the VFIO BAR are windows
+/// with a different origin (a fixed physical address, an `mmap` of the device file).
+#[derive(Debug)]
+pub struct RawWindow {
+    base: core::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the window is device registers, not Rust data; every access is a volatile load or
+// store, which any thread may issue. Ordering between threads is the driver's business.
+unsafe impl Send for RawWindow {}
+// SAFETY: as above; `&RawWindow` hands out no references into the window.
+unsafe impl Sync for RawWindow {}
+
+impl RawWindow {
+    /// The `len` bytes of registers at `base`.
+    ///
+    /// # Safety
+    /// `[base, base + len)` must be a device's register window (mapped uncached, or
+    /// write-combining where BlueFlame is used), valid for volatile accesses and used by
+    /// nothing else for the lifetime of this value.
+    pub unsafe fn new(base: core::ptr::NonNull<u8>, len: usize) -> Self {
+        RawWindow { base, len }
+    }
+
+    /// First byte of the window.
+    pub fn base(&self) -> core::ptr::NonNull<u8> {
+        self.base
+    }
+
+    #[inline(always)]
+    fn ptr<T>(&self, off: usize) -> *mut T {
+        let w = core::mem::size_of::<T>();
+        check(off, w, w, self.len);
+        self.base.as_ptr().wrapping_add(off).cast()
+    }
+}
+
+// SAFETY: each access is one volatile load/store of the stated width at an in-range, aligned
+// offset (checked by `ptr`/`check`, which panic otherwise); `write_wc64` stores eight ascending
+// u64s.
+unsafe impl Mmio for RawWindow {
+    #[inline]
+    fn size(&self) -> usize {
+        self.len
+    }
+    #[inline]
+    fn read_u32(&self, off: usize) -> u32 {
+        // SAFETY: in range and aligned (checked); the constructor's caller vouched for the
+        // window.
+        unsafe { self.ptr::<u32>(off).read_volatile() }
+    }
+    #[inline]
+    fn write_u32(&self, off: usize, value: u32) {
+        // SAFETY: as above.
+        unsafe { self.ptr::<u32>(off).write_volatile(value) }
+    }
+    #[inline]
+    fn read_u64(&self, off: usize) -> u64 {
+        // SAFETY: as above.
+        unsafe { self.ptr::<u64>(off).read_volatile() }
+    }
+    #[inline]
+    fn write_u64(&self, off: usize, value: u64) {
+        // SAFETY: as above.
+        unsafe { self.ptr::<u64>(off).write_volatile(value) }
+    }
+    #[inline]
+    fn write_wc64(&self, off: usize, block: &[u64; 8]) {
+        check(off, 64, 64, self.len);
+        for (i, w) in block.iter().enumerate() {
+            // SAFETY: inside the window (all 64 bytes checked above).
+            unsafe { self.ptr::<u64>(off + 8 * i).write_volatile(*w) }
+        }
+    }
+}
+
+/// `unsafe impl Mmio for $ty` by forwarding every call to its [`RawWindow`] field `$win`.
+macro_rules! mmio_through_window {
+    ($ty:ty, $win:ident) => {
+        // SAFETY: every call is forwarded unchanged to the `RawWindow`, which upholds the
+        // contract.
+        unsafe impl $crate::mmio::Mmio for $ty {
+            #[inline(always)]
+            fn size(&self) -> usize {
+                self.$win.size()
+            }
+            #[inline(always)]
+            fn read_u32(&self, off: usize) -> u32 {
+                self.$win.read_u32(off)
+            }
+            #[inline(always)]
+            fn write_u32(&self, off: usize, value: u32) {
+                self.$win.write_u32(off, value)
+            }
+            #[inline(always)]
+            fn read_u64(&self, off: usize) -> u64 {
+                self.$win.read_u64(off)
+            }
+            #[inline(always)]
+            fn write_u64(&self, off: usize, value: u64) {
+                self.$win.write_u64(off, value)
+            }
+            #[inline(always)]
+            fn write_wc64(&self, off: usize, block: &[u64; 8]) {
+                self.$win.write_wc64(off, block)
+            }
+        }
+    };
+}
+pub(crate) use mmio_through_window;
+
 /// Panic unless `[off, off + width)` lies in a window of `size` bytes and `off` is aligned to
 /// `align`. Shared by the implementations.
 #[inline(always)]
