@@ -5,7 +5,7 @@
 //!
 //! | trait | what it gives | implementations |
 //! |---|---|---|
-//! | [`Mmio`] | explicit-width volatile access to a PCI BAR, one 64-bit doorbell store, a 64-byte write-combining copy | [`mem::MemBar`] (std), [`baremetal::IdentityBar`], VFIO (`vfio` feature) |
+//! | [`Mmio`] | explicit-width volatile access to a PCI BAR, one 64-bit doorbell store, a 64-byte write-combining copy | [`RawWindow`] (the volatile accesses, shared by [`baremetal::IdentityBar`] and VFIO), [`mem::MemBar`] (std) |
 //! | [`Dma`] | zeroed, aligned, device-visible memory with its CPU pointer and bus address | [`mem::HeapDma`] (std), [`baremetal::StaticDma`], VFIO |
 //! | [`Clock`] | a monotonic time source so that every wait has a bound | [`StdClock`] (std), [`baremetal::TscClock`] |
 //! | [`barrier`] | the orderings rdma-core names `udma_to_device_barrier`, `udma_from_device_barrier`, `mmio_flush_writes` | x86_64, aarch64 |
