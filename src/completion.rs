@@ -38,13 +38,21 @@ macro_rules! code_enum {
             }
         }
 
-        impl From<$name> for $t {
+        impl $name {
+            /// The raw value (usable in constants, unlike `From`).
             #[inline]
-            fn from(v: $name) -> $t {
-                match v {
+            pub const fn raw(self) -> $t {
+                match self {
                     $($name::$v => $n,)*
                     $name::Unknown(other) => other,
                 }
+            }
+        }
+
+        impl From<$name> for $t {
+            #[inline]
+            fn from(v: $name) -> $t {
+                v.raw()
             }
         }
     };

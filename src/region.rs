@@ -25,54 +25,65 @@ use crate::error::{Error, Result};
 use crate::sge::Sge;
 
 /// In-flight accounting and registration state of one registered region.
+///
+/// One word holds both: the count of posted requests in bits 0..31 and "deregistered" in bit
+/// 31, so that counting a post reads and writes the same four bytes (a flag in a neighbouring
+/// byte, read right after the previous post's increment, stalls the load on some CPUs).
 #[derive(Debug, Default)]
 pub struct RegionUse {
-    in_flight: Cell<u32>,
-    deregistered: Cell<bool>,
+    state: Cell<u32>,
 }
+
+/// Bit 31 of [`RegionUse::state`]: the region was deregistered.
+const DEREGISTERED: u32 = 1 << 31;
 
 impl RegionUse {
     /// A registered region with nothing in flight.
     pub const fn new() -> Self {
-        Self { in_flight: Cell::new(0), deregistered: Cell::new(false) }
+        Self { state: Cell::new(0) }
     }
 
     /// Posted requests that still reference the region.
     pub fn in_flight(&self) -> u32 {
-        self.in_flight.get()
+        self.state.get() & !DEREGISTERED
     }
 
     /// Whether the region is still registered.
     pub fn is_registered(&self) -> bool {
-        !self.deregistered.get()
+        self.state.get() & DEREGISTERED == 0
     }
 
     /// Count one more posted request. Fails if the region was deregistered.
     #[inline]
     pub fn acquire(&self) -> Result<()> {
-        if self.deregistered.get() {
+        let s = self.state.get();
+        // A deregistered region has no requests in flight, so its word is exactly the flag;
+        // a live one never counts 2^31 requests (no queue is that deep).
+        if s >= DEREGISTERED {
             return Err(Error::BadLkey);
         }
-        self.in_flight.set(self.in_flight.get() + 1);
+        self.state.set(s + 1);
         Ok(())
     }
 
     /// Count one request finished (completed or flushed).
     #[inline]
     pub fn release(&self) {
-        let n = self.in_flight.get();
-        debug_assert!(n > 0, "region released more often than acquired");
-        self.in_flight.set(n.saturating_sub(1));
+        let s = self.state.get();
+        debug_assert!(s & !DEREGISTERED > 0, "region released more often than acquired");
+        if s & !DEREGISTERED > 0 {
+            self.state.set(s - 1);
+        }
     }
 
     /// Mark the region deregistered, unless requests still use it.
     pub fn begin_dereg(&self) -> Result<()> {
-        match self.in_flight.get() {
+        match self.state.get() {
             0 => {
-                self.deregistered.set(true);
+                self.state.set(DEREGISTERED);
                 Ok(())
             }
-            n => Err(Error::RegionBusy { in_flight: n }),
+            s => Err(Error::RegionBusy { in_flight: s & !DEREGISTERED }),
         }
     }
 }

@@ -47,13 +47,15 @@ struct SoftQueue<'r> {
 }
 
 impl<'r> SendQueue<'r> for SoftQueue<'r> {
+    type Cursor = ();
     fn caps(&self) -> Caps {
         Caps { max_send_wr: 64, max_sge: 8, max_inline: 128 }
     }
     fn qp_num(&self) -> QpNum {
         QpNum(1)
     }
-    fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+    fn begin(&mut self) {}
+    fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
         req.check(&self.caps())?;
         let mut data = Vec::new();
         let mut held = Vec::new();
@@ -76,7 +78,10 @@ impl<'r> SendQueue<'r> for SoftQueue<'r> {
         self.staged.push((req.wr_id, signaled, data, off, held));
         Ok(())
     }
-    fn commit(&mut self) {
+    fn pushed(&self, _: &()) -> u32 {
+        self.staged.len() as u32
+    }
+    fn commit(&mut self, _: ()) {
         for (wr_id, signaled, data, off, held) in self.staged.drain(..) {
             let off = off as usize;
             self.dst.bytes.borrow_mut()[off..off + data.len()].copy_from_slice(&data);
@@ -94,7 +99,7 @@ impl<'r> SendQueue<'r> for SoftQueue<'r> {
             }
         }
     }
-    fn abort(&mut self) {
+    fn abort(&mut self, _: ()) {
         for (.., held) in self.staged.drain(..) {
             held.into_iter().for_each(|h| h.release());
         }

@@ -10,10 +10,16 @@
 //! librdmacm would set, and the SGEs are [`LocalBuf`]s borrowed from registered regions, so the
 //! buffers outlive the request (see [`crate::region`]).
 //!
-//! A backend implements the five primitives of [`SendQueue`] (push a request into the ring
-//! without telling the device, ring the doorbell for what was pushed, roll back what was pushed,
-//! poll completions, report capabilities). Everything else, the single post, the batch with one
-//! doorbell, inline and immediate forms and the raw unsafe form, is written here once.
+//! A backend implements the primitives of [`SendQueue`] (open a batch, push a request into the
+//! ring without telling the device, ring the doorbell for what was pushed, roll back what was
+//! pushed, poll completions, report capabilities). Everything else, the single post, the batch
+//! with one doorbell, inline and immediate forms and the raw unsafe form, is written here once.
+//!
+//! An open batch's position in the ring (the backend's [`SendQueue::Cursor`]) lives in the
+//! [`Batch`], a local of the caller's loop, not in the queue: the queue's memory escapes (its
+//! ring and the regions' counters are written through raw pointers and shared references the
+//! compiler cannot tell apart from it), so a position kept there is stored and reloaded on
+//! every request, while a local one stays in registers for the whole batch.
 //!
 //! Semantics copied from rdma-core:
 //! * zero SGEs is a valid zero-length RDMA WRITE; zero-length SGEs are skipped by mlx5;
@@ -164,25 +170,37 @@ impl WriteRequest<'_, '_> {
 /// outlives it.
 ///
 /// Contract for implementors:
+/// * [`begin`](SendQueue::begin) opens a batch and returns its cursor; the caller threads that
+///   cursor through the batch's pushes and hands it back to exactly one `commit` or `abort`;
+///   between `begin` and that call the caller touches the queue through nothing else;
 /// * [`push`](SendQueue::push) either writes the whole request into the ring (not yet visible
-///   to the device) and returns `Ok`, or changes nothing and returns the error;
-/// * [`commit`](SendQueue::commit) makes every pushed request visible with one doorbell;
-/// * [`abort`](SendQueue::abort) forgets every request pushed since the last commit, releasing
-///   what they acquired, as if they had never been pushed;
+///   to the device) and advances the cursor, returning `Ok`, or changes neither and returns
+///   the error;
+/// * [`commit`](SendQueue::commit) makes every request pushed at the cursor visible with one
+///   doorbell (with nothing pushed it changes nothing);
+/// * [`abort`](SendQueue::abort) forgets every request pushed at the cursor, releasing what
+///   they acquired, as if they had never been pushed;
 /// * [`poll`](SendQueue::poll) never blocks: it fills at most `out.len()` completions and
 ///   returns how many. Every committed request that asked for a completion (or failed, or was
 ///   flushed) is reported exactly once.
 pub trait SendQueue<'r> {
+    /// Where an open batch stands: the backend's ring position and what was pushed at it.
+    /// Backends with nothing to keep there use `()`.
+    type Cursor: Copy;
     /// What the queue accepts.
     fn caps(&self) -> Caps;
     /// The local QP number.
     fn qp_num(&self) -> QpNum;
-    /// Write one request into the ring without ringing the doorbell.
-    fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()>;
-    /// Ring the doorbell for everything pushed since the last commit.
-    fn commit(&mut self);
-    /// Forget everything pushed since the last commit.
-    fn abort(&mut self);
+    /// Open a batch.
+    fn begin(&mut self) -> Self::Cursor;
+    /// Write one request into the ring at `at` without ringing the doorbell.
+    fn push(&mut self, at: &mut Self::Cursor, req: &WriteRequest<'_, 'r>) -> Result<()>;
+    /// Requests pushed at `at`.
+    fn pushed(&self, at: &Self::Cursor) -> u32;
+    /// Ring the doorbell for everything pushed at `at`.
+    fn commit(&mut self, at: Self::Cursor);
+    /// Forget everything pushed at `at`.
+    fn abort(&mut self, at: Self::Cursor);
     /// Reap completions into `out`; returns how many were written. Never blocks.
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize>;
     /// Requests committed whose completion (explicit or implied) has not been reaped yet.
@@ -193,8 +211,12 @@ pub trait SendQueue<'r> {
 pub trait PostWrite<'r>: SendQueue<'r> {
     /// Post one request and ring the doorbell.
     fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
-        self.push(req)?;
-        self.commit();
+        let mut at = self.begin();
+        if let Err(e) = self.push(&mut at, req) {
+            self.abort(at);
+            return Err(e);
+        }
+        self.commit(at);
         Ok(())
     }
 
@@ -271,8 +293,10 @@ pub trait PostWrite<'r>: SendQueue<'r> {
 
     /// Start a batch: requests appended to it are rung with one doorbell on
     /// [`Batch::commit`], or forgotten if the batch is dropped.
+    #[inline(always)]
     fn batch(&mut self) -> Batch<'_, 'r, Self> {
-        Batch { q: self, pushed: 0, done: false, _r: PhantomData }
+        let at = self.begin();
+        Batch { q: self, at, done: false, _r: PhantomData }
     }
 
     /// Busy-poll until at least one completion arrives or `max_polls` polls found nothing.
@@ -293,10 +317,12 @@ impl<'r, Q: SendQueue<'r> + ?Sized> PostWrite<'r> for Q {}
 /// Requests posted with a single doorbell (`ibv_wr_start` ... `ibv_wr_complete`).
 ///
 /// Dropping the batch without [`commit`](Batch::commit) rolls it back (`ibv_wr_abort`): the
-/// ring and the regions' in-flight counts return to where they were.
+/// ring and the regions' in-flight counts return to where they were. Leaking it
+/// (`mem::forget`) is safe but leaks too: its requests are never posted, and a backend may
+/// keep the regions they read counted busy for good.
 pub struct Batch<'q, 'r, Q: SendQueue<'r> + ?Sized> {
     q: &'q mut Q,
-    pushed: u32,
+    at: Q::Cursor,
     done: bool,
     _r: PhantomData<&'r ()>,
 }
@@ -305,9 +331,7 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
     /// Append one request. A refused request changes nothing; the earlier ones stay appended.
     #[inline(always)]
     pub fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
-        self.q.push(req)?;
-        self.pushed += 1;
-        Ok(())
+        self.q.push(&mut self.at, req)
     }
 
     /// Append a gather write.
@@ -352,29 +376,31 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
     }
 
     /// Requests appended so far.
+    #[inline(always)]
     pub fn len(&self) -> u32 {
-        self.pushed
+        self.q.pushed(&self.at)
     }
 
     /// Whether nothing was appended.
     pub fn is_empty(&self) -> bool {
-        self.pushed == 0
+        self.len() == 0
     }
 
     /// Ring one doorbell for every appended request; returns how many were posted.
+    #[inline(always)]
     pub fn commit(mut self) -> u32 {
         self.done = true;
-        if self.pushed > 0 {
-            self.q.commit();
-        }
-        self.pushed
+        let n = self.len();
+        self.q.commit(self.at);
+        n
     }
 }
 
 impl<'r, Q: SendQueue<'r> + ?Sized> Drop for Batch<'_, 'r, Q> {
+    #[inline(always)]
     fn drop(&mut self) {
         if !self.done {
-            self.q.abort();
+            self.q.abort(self.at);
         }
     }
 }

@@ -17,13 +17,15 @@ struct Fake<'r> {
 }
 
 impl<'r> SendQueue<'r> for Fake<'r> {
+    type Cursor = ();
     fn caps(&self) -> Caps {
         Caps { max_send_wr: 8, max_sge: 4, max_inline: 32 }
     }
     fn qp_num(&self) -> QpNum {
         QpNum(0x123)
     }
-    fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+    fn begin(&mut self) {}
+    fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
         req.check(&self.caps())?;
         if self.staged == 8 {
             return Err(Error::QueueFull { needed: 1, free: 0 });
@@ -36,11 +38,17 @@ impl<'r> SendQueue<'r> for Fake<'r> {
         self.staged += 1;
         Ok(())
     }
-    fn commit(&mut self) {
+    fn pushed(&self, _: &()) -> u32 {
+        (self.staged - self.committed) as u32
+    }
+    fn commit(&mut self, _: ()) {
+        if self.staged == self.committed {
+            return;
+        }
         self.committed = self.staged;
         self.doorbells += 1;
     }
-    fn abort(&mut self) {
+    fn abort(&mut self, _: ()) {
         for h in self.held[self.committed..self.staged].iter_mut() {
             if let Some(r) = h.take() {
                 r.release();

@@ -74,7 +74,7 @@ use crate::cqe::{Cqe, CqeRepr};
 use crate::device::{check_uar, Mlx5};
 use crate::opcode::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
 use crate::rq::{RecvRing, STRIDE};
-use crate::sq::SendRing;
+use crate::sq::{SendRing, SqCursor};
 use crate::uar::{RingAt, SqDoorbell};
 use crate::wqe::{inline, RawRing, WqeBuilder};
 
@@ -476,6 +476,8 @@ fn qp_caps(max_wqe_sz: u32, sq: usize, cfg: &QpConfig) -> Result<Caps> {
 impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueue<'r>
     for Qp<'r, M, D, C, SQ, RQ>
 {
+    type Cursor = SqCursor;
+
     fn caps(&self) -> Caps {
         self.caps
     }
@@ -484,24 +486,32 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
         self.qpn
     }
 
+    /// Refuses every push unless the QP is in RTS.
     #[inline(always)]
-    fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
-        if self.state != QpState::Rts {
-            return Err(Error::NotConnected);
-        }
-        self.sq.push(req)
+    fn begin(&mut self) -> SqCursor {
+        self.sq.begin(self.state == QpState::Rts)
+    }
+
+    #[inline(always)]
+    fn push(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        self.sq.push(at, req)
+    }
+
+    #[inline(always)]
+    fn pushed(&self, at: &SqCursor) -> u32 {
+        SendRing::<SQ>::pushed(at)
     }
 
     #[inline]
-    fn commit(&mut self) {
-        if let Some((last, nreq)) = self.sq.commit() {
+    fn commit(&mut self, at: SqCursor) {
+        if let Some((last, nreq)) = self.sq.commit(at) {
             let ring = RingAt { buf: &self.mem.wq, off: self.sq_off, wqe_cnt: SQ as u32 };
             self.db.ring(self.dev.mmio(), &self.mem.dbrec, ring, last, nreq, self.sq.pi());
         }
     }
 
-    fn abort(&mut self) {
-        self.sq.abort();
+    fn abort(&mut self, at: SqCursor) {
+        self.sq.abort(at);
     }
 
     #[inline]

@@ -5,13 +5,14 @@
 //! 16-bit WQE counter tells a full ring from an empty one). Three 16-bit counters run over it:
 //!
 //! ```text
-//!   tail ........ committed ........ pi
-//!   oldest WQE    first WQE not yet  next free block
-//!   not retired   rung (batch)
+//!   tail ........ pi ............... cursor
+//!   oldest WQE    first block after  next free block of
+//!   not retired   the last commit    the open batch
 //! ```
 //!
-//! Per WQE, its first block's slot records the `wr_id`, its size in blocks, whether it asked
-//! for a completion, and the first region it reads; further region references go to a queue
+//! Per WQE, its first block's slot records the `wr_id` and the first region it reads (its size
+//! and whether it asked for a completion are read back from its control segment, which stays
+//! in the ring until the WQE retires); further region references go to a queue
 //! of `4 * N` entries, in posting order, so WQEs retire them from its head. A WQE with `n`
 //! non-empty SGEs has `ds = 2 + n` and so `ceil((2 + n) / 4)` blocks, and references at most
 //! `n` regions (one per run of SGEs from the same region): four entries per block always
@@ -47,22 +48,37 @@ use rdma_pmd::{
 };
 
 use crate::cqe::CqeRepr;
-use crate::opcode::CqeOpcode;
-use crate::wqe::{RawRing, WqeBuilder, WqeInfo};
+use crate::opcode::{CqeOpcode, FmCeSe};
+use crate::wqe::{FixedRing, RawRing, WqeBuilder, WqeShape};
 
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
 const REFS_PER_BB: usize = 4;
 
-/// What the ring remembers about the WQE starting at a slot (24 bytes).
+/// What the ring remembers about the WQE starting at a slot: two words, two stores per post.
+/// Its size and whether it asked for a completion are not repeated here: the WQE's own
+/// control segment, still in the ring until the WQE retires, says both ([`Posted`]).
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot<'r> {
     wr_id: u64,
     /// The first region the WQE reads, the only one in the common case.
     first: Option<&'r RegionUse>,
-    wqebbs: u8,
+}
+
+/// What a WQE's control segment says about it, read back from the ring.
+#[derive(Clone, Copy, Debug)]
+struct Posted {
+    /// Size in 16-byte units (`qpn_ds & 0x3f`).
+    ds: u8,
+    /// `fm_ce_se` has `CQ_UPDATE`.
     signaled: bool,
-    /// Further region references, at the head of the reference queue when the WQE retires.
-    more: u8,
+}
+
+impl Posted {
+    /// Size in blocks.
+    #[inline(always)]
+    fn wqebbs(self) -> u16 {
+        WqeShape::from_ds(self.ds).wqebbs as u16
+    }
 }
 
 /// A CQE being turned into completions: retire WQEs from `tail` up to `target`.
@@ -76,34 +92,50 @@ struct Pending {
     flush_skipped: bool,
 }
 
+/// Where an open batch stands: the next free block, the free blocks left, what was pushed.
+///
+/// It is the mlx5 [`rdma_pmd::SendQueue::Cursor`]: it lives in the caller's
+/// [`rdma_pmd::Batch`], so across a batch it stays in registers, and the ring's own counters
+/// change once, at [`SendRing::commit`].
+#[derive(Clone, Copy, Debug)]
+pub struct SqCursor {
+    /// WQE counter of the next free block.
+    pi: u16,
+    /// Free blocks from `pi` on; 0 for a closed cursor.
+    room: u32,
+    /// Requests pushed at this cursor.
+    pushed: u32,
+    /// Counter of the last request pushed.
+    last: u16,
+    /// Next free region-reference entry.
+    ref_head: u32,
+    /// Whether the QP may post at all; a closed cursor refuses every request.
+    open: bool,
+}
+
 /// The send ring of one QP. See the module docs.
 pub struct SendRing<'r, const N: usize> {
-    sink: RawRing,
+    sink: FixedRing<N>,
     builder: WqeBuilder,
+    /// The WQE counter after the last committed WQE.
     pi: u16,
-    committed: u16,
+    /// The oldest WQE not retired.
     tail: u16,
-    /// Requests pushed since the last commit.
-    pushed: u32,
-    /// Counter and `ds` of the last request pushed since the last commit.
-    last: (u16, u8),
-    /// What the builder wrote last (an out-parameter, so its fields are stored and reloaded at
-    /// the same width).
-    info: WqeInfo,
     /// Committed requests not retired yet.
     outstanding: u32,
     in_error: bool,
     pending: Option<Pending>,
     slots: [Slot<'r>; N],
+    /// Further region references each WQE queued (by its first block's slot); written only
+    /// for WQEs with more than one region, and cleared when they retire or are aborted.
+    more: [u8; N],
     /// The region references of outstanding WQEs, in posting order: a queue of `4 * N`
     /// entries (`refs[i / 4][i % 4]`) indexed by free-running counters.
     refs: [[Option<&'r RegionUse>; REFS_PER_BB]; N],
-    /// Next free reference entry.
+    /// Next free reference entry after the last committed WQE.
     ref_head: u32,
     /// Oldest reference entry in use.
     ref_tail: u32,
-    /// `ref_head` at the last commit.
-    ref_committed: u32,
 }
 
 impl<'r, const N: usize> SendRing<'r, N> {
@@ -117,26 +149,19 @@ impl<'r, const N: usize> SendRing<'r, N> {
     pub fn new(sink: RawRing, builder: WqeBuilder) -> Result<Self> {
         #[allow(clippy::let_unit_value)]
         let () = Self::GEOMETRY;
-        if crate::wqe::WqeSink::wqe_cnt(&sink) as usize != N {
-            return Err(Error::InvalidArgument("sink size differs from the ring's"));
-        }
         Ok(SendRing {
-            sink,
+            sink: FixedRing::new(sink)?,
             builder,
             pi: 0,
-            committed: 0,
             tail: 0,
-            pushed: 0,
-            last: (0, 0),
-            info: WqeInfo::EMPTY,
             outstanding: 0,
             in_error: false,
             pending: None,
             slots: [Slot::default(); N],
+            more: [0; N],
             refs: [[None; REFS_PER_BB]; N],
             ref_head: 0,
             ref_tail: 0,
-            ref_committed: 0,
         })
     }
 
@@ -161,36 +186,60 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.outstanding
     }
 
-    /// Requests pushed since the last commit.
-    pub fn pushed(&self) -> u32 {
-        self.pushed
-    }
-
     /// Whether an error CQE was seen (the QP is in error).
     pub fn in_error(&self) -> bool {
         self.in_error
     }
 
-    /// Write `req` into the ring after the last pushed WQE, and count the regions it reads.
-    /// Changes nothing on error.
+    /// Open a batch at the end of the ring. With `open` false (the QP cannot post) every push
+    /// at the cursor is refused with [`Error::NotConnected`].
     #[inline(always)]
-    pub fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
-        let room = self.room();
-        self.builder.write_into(&mut self.sink, self.pi, room, req, &mut self.info)?;
-        let (shape, signaled, next_pi) =
-            (self.info.shape, self.info.signaled(), self.info.next_pi());
-        // The bytes are in free blocks that the device does not read until `pi` is published, so
-        // a refusal below leaves the ring as it was.
+    pub fn begin(&self, open: bool) -> SqCursor {
+        SqCursor {
+            pi: self.pi,
+            // No request fits in no room: a closed cursor is refused by the size check, and
+            // the error is mended below, off the data path.
+            room: if open { self.room() } else { 0 },
+            pushed: 0,
+            last: self.pi,
+            ref_head: self.ref_head,
+            open,
+        }
+    }
+
+    /// Requests pushed at the cursor.
+    #[inline(always)]
+    pub fn pushed(at: &SqCursor) -> u32 {
+        at.pushed
+    }
+
+    /// Write `req` into the ring at the cursor, and count the regions it reads. Changes
+    /// nothing (the cursor included) on error.
+    #[inline(always)]
+    pub fn push(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        // A copy, so that the ring's stores (which the compiler must assume may alias the
+        // queue) do not force the builder's fields to be reloaded.
+        let builder = self.builder;
+        let shape = match builder.emit(&mut self.sink.view(), at.pi, at.room, req) {
+            Ok(s) => s,
+            Err(_) if !at.open => return Err(Error::NotConnected),
+            Err(e) => return Err(e),
+        };
+        // The bytes are in free blocks past the cursor, which nothing reads until they are
+        // committed, so a refusal below leaves the ring as it was.
         let (first, more) = match *req.source.kind() {
-            SourceKind::Sgl(bufs) if !req.is_inline() => self.acquire(bufs)?,
+            SourceKind::Sgl(bufs) if !req.is_inline() => self.acquire(&mut at.ref_head, bufs)?,
             _ => (None, 0),
         };
-        let pi = self.pi;
-        self.slots[pi as usize & Self::MASK] =
-            Slot { wr_id: req.wr_id, first, wqebbs: shape.wqebbs, signaled, more };
-        self.pi = next_pi;
-        self.pushed += 1;
-        self.last = (pi, shape.ds);
+        let slot = at.pi as usize & Self::MASK;
+        self.slots[slot] = Slot { wr_id: req.wr_id, first };
+        if more != 0 {
+            self.more[slot] = more;
+        }
+        at.last = at.pi;
+        at.pi = at.pi.wrapping_add(shape.wqebbs as u16);
+        at.room -= shape.wqebbs as u32;
+        at.pushed += 1;
         Ok(())
     }
 
@@ -201,10 +250,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
     }
 
     /// Acquire each run of non-empty buffers from the same region: the first reference is
-    /// returned (it goes to the WQE's slot), the others are queued and counted. On failure
-    /// nothing stays acquired or queued.
-    #[inline]
-    fn acquire(&mut self, bufs: &[LocalBuf<'r>]) -> Result<(Option<&'r RegionUse>, u8)> {
+    /// returned (it goes to the WQE's slot), the others are queued at `head` and counted. On
+    /// failure nothing stays acquired or queued.
+    #[inline(always)]
+    fn acquire(
+        &mut self,
+        head: &mut u32,
+        bufs: &[LocalBuf<'r>],
+    ) -> Result<(Option<&'r RegionUse>, u8)> {
         // The common case: one buffer.
         if let [b] = bufs {
             if b.is_empty() {
@@ -213,6 +266,15 @@ impl<'r, const N: usize> SendRing<'r, N> {
             b.region().acquire()?;
             return Ok((Some(b.region()), 0));
         }
+        self.acquire_many(head, bufs)
+    }
+
+    #[inline]
+    fn acquire_many(
+        &mut self,
+        head: &mut u32,
+        bufs: &[LocalBuf<'r>],
+    ) -> Result<(Option<&'r RegionUse>, u8)> {
         // An empty element is not in the WQE (the builder skips it): nothing reads it.
         let mut it = bufs.iter().filter(|b| !b.is_empty());
         let Some(b) = it.next() else { return Ok((None, 0)) };
@@ -220,7 +282,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         first.acquire()?;
         // At most `4 * wqebbs - 2` references (one per non-empty element), and the WQE's blocks
         // were free: the queue has room.
-        let start = self.ref_head;
+        let start = *head;
         let mut prev = first;
         for b in it {
             let r = b.region();
@@ -229,15 +291,15 @@ impl<'r, const N: usize> SendRing<'r, N> {
             }
             if let Err(e) = r.acquire() {
                 first.release();
-                self.release_refs(start, self.ref_head);
-                self.ref_head = start;
+                self.release_refs(start, *head);
+                *head = start;
                 return Err(e);
             }
-            *self.ref_at(self.ref_head) = Some(r);
-            self.ref_head = self.ref_head.wrapping_add(1);
+            *self.ref_at(*head) = Some(r);
+            *head = head.wrapping_add(1);
             prev = r;
         }
-        Ok((Some(first), self.ref_head.wrapping_sub(start) as u8))
+        Ok((Some(first), head.wrapping_sub(start) as u8))
     }
 
     /// Release the references queued in `[from, to)`.
@@ -252,40 +314,69 @@ impl<'r, const N: usize> SendRing<'r, N> {
         }
     }
 
-    /// Close the batch: returns the counter and `ds` of the last WQE pushed and how many were
-    /// pushed, for the doorbell, or `None` if nothing was pushed.
+    /// Close the batch: the WQEs pushed at the cursor join the ring. Returns the counter and
+    /// `ds` of the last of them and how many there were, for the doorbell, or `None` if none
+    /// was pushed.
     #[inline]
-    pub fn commit(&mut self) -> Option<((u16, u8), u32)> {
-        if self.pushed == 0 {
+    pub fn commit(&mut self, at: SqCursor) -> Option<((u16, u8), u32)> {
+        if at.pushed == 0 {
             return None;
         }
-        let n = self.pushed;
-        self.pushed = 0;
-        self.committed = self.pi;
-        self.ref_committed = self.ref_head;
-        self.outstanding += n;
-        Some((self.last, n))
+        self.pi = at.pi;
+        self.ref_head = at.ref_head;
+        self.outstanding += at.pushed;
+        let ds = self.posted(at.last).ds;
+        Some(((at.last, ds), at.pushed))
     }
 
-    /// Release the first references of the WQEs in `[from, to)`.
-    fn release_firsts(&self, from: u16, to: u16) {
-        let mut p = from;
-        while p != to {
-            let m = &self.slots[p as usize & Self::MASK];
-            if let Some(r) = m.first {
-                r.release();
-            }
-            p = p.wrapping_add(m.wqebbs as u16);
+    /// The size and signalling of the WQE at `pi`, from its control segment in the ring.
+    #[inline(always)]
+    fn posted(&self, pi: u16) -> Posted {
+        let c = self.sink.read_ctrl(pi);
+        Posted {
+            ds: c[7] & 0x3f,
+            signaled: FmCeSe::from_bits_retain(c[11]).contains(FmCeSe::CQ_UPDATE),
         }
     }
 
-    /// Forget every WQE pushed since the last commit, releasing its regions.
-    pub fn abort(&mut self) {
-        self.release_firsts(self.committed, self.pi);
-        self.release_refs(self.ref_committed, self.ref_head);
-        self.ref_head = self.ref_committed;
-        self.pi = self.committed;
-        self.pushed = 0;
+    /// Release the first references of the committed WQEs in `[from, to)`, and forget how many
+    /// further references they had (the caller releases those).
+    fn release_firsts(&mut self, from: u16, to: u16) {
+        let mut p = from;
+        while p != to {
+            let slot = p as usize & Self::MASK;
+            if let Some(r) = self.slots[slot].first {
+                r.release();
+            }
+            self.more[slot] = 0;
+            p = p.wrapping_add(self.posted(p).wqebbs());
+        }
+    }
+
+    /// Forget the uncommitted WQE at `p` (past `pi`): release its regions (its further
+    /// references are the next `more` entries from `*ref_at`). Returns its size in blocks.
+    fn unpush(&mut self, p: u16, ref_at: &mut u32) -> u16 {
+        let slot = p as usize & Self::MASK;
+        if let Some(r) = self.slots[slot].first {
+            r.release();
+        }
+        let more = core::mem::take(&mut self.more[slot]) as u32;
+        self.release_refs(*ref_at, ref_at.wrapping_add(more));
+        *ref_at = ref_at.wrapping_add(more);
+        self.posted(p).wqebbs()
+    }
+
+    /// Forget every WQE pushed at the cursor, releasing its regions.
+    ///
+    /// A cursor that is never given back (its batch leaked with `mem::forget`) leaves its
+    /// requests' regions counted busy for good: safe, as a leak is, and those regions' memory
+    /// is leaked with them when they are dropped. Finding such requests later would cost a
+    /// store per post.
+    pub fn abort(&mut self, at: SqCursor) {
+        let (mut p, mut refs) = (self.pi, self.ref_head);
+        while p != at.pi {
+            p = p.wrapping_add(self.unpush(p, &mut refs));
+        }
     }
 
     /// Whether a CQE is still being turned into completions.
@@ -299,7 +390,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         if !matches!(cqe.opcode, CqeOpcode::Req | CqeOpcode::ReqErr) {
             return Err(Error::Device(Errno::EIO));
         }
-        let inflight = self.committed.wrapping_sub(self.tail);
+        let inflight = self.pi.wrapping_sub(self.tail);
         if cqe.wqe_counter.wrapping_sub(self.tail) >= inflight {
             // A completion for a WQE that is not outstanding.
             return Err(Error::Device(Errno::EIO));
@@ -333,20 +424,21 @@ impl<'r, const N: usize> SendRing<'r, N> {
             }
             let head = self.tail;
             let m = self.slots[head as usize & Self::MASK];
+            let w = self.posted(head);
             let report = if head == p.target {
                 self.pending = None;
-                if m.signaled || p.status != WcStatus::Success {
+                if w.signaled || p.status != WcStatus::Success {
                     Some((p.status, p.vendor_err, p.opcode))
                 } else {
                     None
                 }
-            } else if p.target.wrapping_sub(head) < m.wqebbs as u16 {
+            } else if p.target.wrapping_sub(head) < w.wqebbs() {
                 // The CQE names a block inside this WQE, not its start.
                 self.pending = None;
                 return Err(Error::Device(Errno::EIO));
             } else if p.flush_skipped {
                 Some((WcStatus::WrFlushErr, 0, WcOpcode::RdmaWrite))
-            } else if m.signaled {
+            } else if w.signaled {
                 Some((WcStatus::Success, 0, WcOpcode::RdmaWrite))
             } else {
                 None
@@ -360,10 +452,12 @@ impl<'r, const N: usize> SendRing<'r, N> {
             if let Some(r) = m.first {
                 r.release();
             }
-            if m.more != 0 {
-                self.retire_refs(m.more);
+            let more = self.more[head as usize & Self::MASK];
+            if more != 0 {
+                self.more[head as usize & Self::MASK] = 0;
+                self.retire_refs(more);
             }
-            self.tail = head.wrapping_add(m.wqebbs as u16);
+            self.tail = head.wrapping_add(w.wqebbs());
             self.outstanding -= 1;
         }
         Ok(n)
@@ -376,14 +470,15 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let mut head = self.tail;
         let mut retired = 0;
         while head != target {
-            let m = &self.slots[head as usize & Self::MASK];
-            if m.signaled || m.more != 0 || target.wrapping_sub(head) < m.wqebbs as u16 {
+            let slot = head as usize & Self::MASK;
+            let w = self.posted(head);
+            if w.signaled || self.more[slot] != 0 || target.wrapping_sub(head) < w.wqebbs() {
                 break;
             }
-            if let Some(r) = m.first {
+            if let Some(r) = self.slots[slot].first {
                 r.release();
             }
-            head = head.wrapping_add(m.wqebbs as u16);
+            head = head.wrapping_add(w.wqebbs());
             retired += 1;
         }
         self.tail = head;
@@ -401,11 +496,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// Release every region still referenced by a pushed or committed WQE and forget them all:
     /// for teardown, once the device can no longer read the ring (the QP is destroyed).
     pub fn release_everything(&mut self) {
-        self.abort();
-        self.release_firsts(self.tail, self.committed);
+        self.release_firsts(self.tail, self.pi);
         self.release_refs(self.ref_tail, self.ref_head);
         self.ref_tail = self.ref_head;
-        self.tail = self.committed;
+        self.tail = self.pi;
         self.outstanding = 0;
         self.pending = None;
     }

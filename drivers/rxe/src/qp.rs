@@ -232,6 +232,14 @@ impl<'r> RxeQp<'r> {
         self.conn
     }
 
+    /// Forget every request pushed since the last commit, releasing its regions.
+    fn rollback(&mut self) {
+        while self.tail > self.committed {
+            self.tail -= 1;
+            self.release_slot(self.tail);
+        }
+    }
+
     fn release_slot(&mut self, seq: u64) {
         let cap = self.caps.max_send_wr as u64;
         let s = (seq % cap) as usize;
@@ -339,6 +347,8 @@ impl<'r> RxeQp<'r> {
 }
 
 impl<'r> SendQueue<'r> for RxeQp<'r> {
+    type Cursor = ();
+
     fn caps(&self) -> Caps {
         self.caps
     }
@@ -347,7 +357,9 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         self.qpn
     }
 
-    fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+    fn begin(&mut self) {}
+
+    fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
         if !self.connected {
             return Err(Error::NotConnected);
         }
@@ -414,7 +426,11 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         Ok(())
     }
 
-    fn commit(&mut self) {
+    fn pushed(&self, _: &()) -> u32 {
+        (self.tail - self.committed) as u32
+    }
+
+    fn commit(&mut self, _: ()) {
         let n = (self.tail - self.committed) as usize;
         if n == 0 {
             return;
@@ -442,15 +458,12 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
             unsafe { bad.offset_from(base) }.clamp(0, n as isize) as u64
         };
         self.committed += posted;
-        self.abort();
+        self.rollback();
         self.deferred = Some(device_error(rc));
     }
 
-    fn abort(&mut self) {
-        while self.tail > self.committed {
-            self.tail -= 1;
-            self.release_slot(self.tail);
-        }
+    fn abort(&mut self, _: ()) {
+        self.rollback();
     }
 
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
@@ -502,7 +515,7 @@ impl Drop for RxeQp<'_> {
         // SAFETY: our QP on the id; after this the device reads and writes none of our
         // buffers, so every region a pending request held can be released.
         unsafe { ffi::rdma_destroy_qp(self.conn.id()) };
-        self.abort();
+        self.rollback();
         while self.head < self.committed {
             self.release_slot(self.head);
             self.head += 1;

@@ -495,8 +495,8 @@ fn drop_tears_down_and_leaves_regions_and_memory_consistent() {
             }
             let mut b = qp.batch();
             b.writev(9, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
-            core::mem::forget(b);
-            assert_eq!(region.usage().in_flight(), 4);
+            drop(b);
+            assert_eq!(region.usage().in_flight(), 3);
         }
         assert_eq!(region.usage().in_flight(), 0);
         let log = r.log.borrow();
@@ -543,4 +543,25 @@ fn regions_register_in_mtt_or_physical_mode_and_copy_bytes() {
     assert_eq!((s.sge().addr, s.sge().length, s.sge().lkey), (m.addr() + 100, 50, m.lkey()));
     assert_eq!(m.slice(9_999, 2).unwrap_err(), Error::OutOfBounds);
     assert_eq!(m.remote(8), RemoteBuf::new(m.addr() + 8, m.rkey()));
+}
+
+#[test]
+fn a_leaked_batch_leaks_its_region_counts_and_leaves_the_queue_usable() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    {
+        let (mut qp, _hw) = connected::<64>(&r);
+        let mut b = qp.batch();
+        b.writev(1, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
+        core::mem::forget(b);
+        // Never posted: the ring did not move, and the next post takes its place.
+        assert_eq!((qp.sq_pi(), qp.outstanding()), (0, 0));
+        qp.post_write(2, region.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+        assert_eq!((qp.sq_pi(), qp.outstanding()), (1, 1));
+        assert_eq!(region.usage().in_flight(), 2);
+    }
+    // The QP released what it posted; the leaked request's count stays, so the region can
+    // never be deregistered (and its memory is leaked rather than freed under the device).
+    assert_eq!(region.usage().in_flight(), 1);
+    assert_eq!(region.dereg(), Err(Error::RegionBusy { in_flight: 1 }));
 }

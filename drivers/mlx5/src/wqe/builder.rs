@@ -129,8 +129,16 @@ impl WqeInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WqeBuilder {
     qpn: QpNum,
-    sig_all: bool,
+    /// `RDMA_WRITE << 32 | qpn << 8`: the request-independent bits of the control segment's
+    /// first 8 bytes (`opmod_idx_opcode`, `qpn_ds`), before byte swapping.
+    head_bits: u64,
+    /// `IBV_SEND_SIGNALED` if the QP signals every request (`sq_sig_all`), else 0: or-ed
+    /// into each request's flags.
+    sig_bits: u8,
     max_sge: u32,
+    /// `min(max_sge, MAX_SGE)`: a list no longer than this fits without counting its
+    /// non-empty elements.
+    fast_sge: u32,
     max_inline: u32,
 }
 
@@ -138,12 +146,20 @@ impl WqeBuilder {
     /// A builder for the QP `qpn`, without `sq_sig_all`, accepting up to [`MAX_SGE`] SGEs and
     /// [`MAX_INLINE`] inline bytes.
     pub const fn new(qpn: QpNum) -> Self {
-        WqeBuilder { qpn, sig_all: false, max_sge: u32::MAX, max_inline: MAX_INLINE }
+        WqeBuilder {
+            qpn,
+            head_bits: (SendOpcode::RdmaWrite.raw() as u64) << 32
+                | ((qpn.0 & QpNum::MAX) as u64) << 8,
+            sig_bits: 0,
+            max_sge: u32::MAX,
+            fast_sge: MAX_SGE,
+            max_inline: MAX_INLINE,
+        }
     }
 
     /// The QP was created with `sq_sig_all = 1`: every WQE asks for a completion.
     pub const fn sq_sig_all(mut self, on: bool) -> Self {
-        self.sig_all = on;
+        self.sig_bits = if on { SendFlags::SIGNALED.bits() as u8 } else { 0 };
         self
     }
 
@@ -152,6 +168,7 @@ impl WqeBuilder {
     /// request, inline ones too).
     pub const fn max_sge(mut self, n: u32) -> Self {
         self.max_sge = n;
+        self.fast_sge = if n < MAX_SGE { n } else { MAX_SGE };
         self
     }
 
@@ -167,20 +184,17 @@ impl WqeBuilder {
         self.qpn
     }
 
-    /// The `fm_ce_se` byte for a request with `flags`.
-    #[inline]
+    /// Whether a request with `flags` asks the device for a completion (`CQ_UPDATE`).
+    #[inline(always)]
+    pub fn signals(&self, flags: SendFlags) -> bool {
+        (flags.bits() as u8 | self.sig_bits) & SendFlags::SIGNALED.bits() as u8 != 0
+    }
+
+    /// The `fm_ce_se` byte for a request with `flags`: one table lookup on the three flags
+    /// that have a control-segment bit.
+    #[inline(always)]
     pub fn fm_ce_se(&self, flags: SendFlags) -> FmCeSe {
-        let mut f = FmCeSe::empty();
-        if self.sig_all || flags.contains(SendFlags::SIGNALED) {
-            f |= FmCeSe::CQ_UPDATE;
-        }
-        if flags.contains(SendFlags::FENCE) {
-            f |= FmCeSe::FENCE;
-        }
-        if flags.contains(SendFlags::SOLICITED) {
-            f |= FmCeSe::SOLICITED;
-        }
-        f
+        FmCeSe::from_bits_retain(FM_CE_SE[((flags.bits() as u8 | self.sig_bits) & 7) as usize])
     }
 
     /// The size `req` will take, with every check [`write`](Self::write) makes except the
@@ -213,42 +227,30 @@ impl WqeBuilder {
         room: u32,
         req: &WriteRequest<'_, '_>,
     ) -> Result<WqeInfo> {
-        let mut info = WqeInfo::EMPTY;
-        self.write_into(sink, pi, room, req, &mut info)?;
-        Ok(info)
+        let shape = self.emit(sink, pi, room, req)?;
+        Ok(self.info(pi, shape, req.flags, req.imm))
     }
 
-    /// [`write`](Self::write), storing what was written into `info` instead of returning it.
-    ///
-    /// This is the data path's form: a `Result<WqeInfo>` returned by value is assembled on the
-    /// stack byte by byte and reloaded with wider loads, which stalls store forwarding on every
-    /// post; an out-parameter keeps the fields' stores and loads the same width.
+    /// [`write`](Self::write), returning only the size: the data path's form. The send ring
+    /// needs nothing else, and a [`WqeInfo`] that is not used costs stores on every post when
+    /// the compiler cannot see that it is dead.
     #[inline(always)]
-    pub fn write_into<S: WqeSink + ?Sized>(
+    pub fn emit<S: WqeSink + ?Sized>(
         &self,
         sink: &mut S,
         pi: u16,
         room: u32,
         req: &WriteRequest<'_, '_>,
-        info: &mut WqeInfo,
-    ) -> Result<()> {
+    ) -> Result<WqeShape> {
         if req.is_inline() {
-            return self.write_inline(sink, pi, room, req, info);
+            return self.write_inline(sink, pi, room, req);
         }
         match *req.source.kind() {
-            SourceKind::Sgl(s) => self.write_gather(
-                sink,
-                pi,
-                room,
-                s,
-                |b| b.sge(),
-                req.flags,
-                req.remote,
-                req.imm,
-                info,
-            ),
+            SourceKind::Sgl(s) => {
+                self.write_gather(sink, pi, room, s, |b| b.sge(), req.flags, req.remote, req.imm)
+            }
             SourceKind::Raw { 0: s, .. } => {
-                self.write_gather(sink, pi, room, s, |e| *e, req.flags, req.remote, req.imm, info)
+                self.write_gather(sink, pi, room, s, |e| *e, req.flags, req.remote, req.imm)
             }
             SourceKind::Inline(_) => Err(Error::InvalidArgument("inline source")),
         }
@@ -269,9 +271,28 @@ impl WqeBuilder {
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<WqeInfo> {
-        let mut info = WqeInfo::EMPTY;
-        self.write_gather(sink, pi, room, sgl, |e| *e, flags, remote, imm, &mut info)?;
-        Ok(info)
+        let shape = self.write_gather(sink, pi, room, sgl, |e| *e, flags, remote, imm)?;
+        Ok(self.info(pi, shape, flags, imm))
+    }
+
+    /// What a WQE of `shape` written at `pi` for a request with `flags` and `imm` holds.
+    fn info(&self, pi: u16, shape: WqeShape, flags: SendFlags, imm: Option<u32>) -> WqeInfo {
+        let opcode = opcode(imm);
+        WqeInfo {
+            pi,
+            opcode,
+            shape,
+            fm_ce_se: self.fm_ce_se(flags),
+            doorbell: self.ctrl_head(pi, opcode, shape.ds),
+        }
+    }
+
+    /// The first 8 bytes of a control segment: `opmod_idx_opcode` and `qpn_ds`, big-endian.
+    #[inline(always)]
+    fn ctrl_head(&self, pi: u16, opcode: SendOpcode, ds: u8) -> [u8; 8] {
+        // Only the opcode's low byte differs from RDMA_WRITE's (WRITE_WITH_IMM is 0x09).
+        let op = (opcode.raw() ^ SendOpcode::RdmaWrite.raw()) as u64;
+        ((pi as u64) << 40 | op << 32 | self.head_bits | ds as u64).to_be_bytes()
     }
 
     /// `qp.c` refuses `wr->num_sge > qp->sq.max_gs` first, for inline requests too.
@@ -300,8 +321,8 @@ impl WqeBuilder {
 
     #[inline(always)]
     fn check_room(wqebbs: u32, room: u32, wqe_cnt: u32) -> Result<()> {
-        let free = if room < wqe_cnt { room } else { wqe_cnt };
-        if wqebbs > free {
+        if wqebbs > room || wqebbs > wqe_cnt {
+            let free = if room < wqe_cnt { room } else { wqe_cnt };
             return Err(Error::QueueFull { needed: wqebbs, free });
         }
         Ok(())
@@ -319,21 +340,35 @@ impl WqeBuilder {
         flags: SendFlags,
         remote: RemoteBuf,
         imm: Option<u32>,
-        info: &mut WqeInfo,
-    ) -> Result<()> {
+    ) -> Result<WqeShape> {
+        // Offsets are not wrapped here: the sink stores modulo the ring size.
+        let base = pi as usize * SEND_WQE_BB;
+        if let [one] = items {
+            // The common case, straight-line: one block, one data segment unless the element
+            // is empty, so the checks reduce to "one SGE allowed" and "one block free".
+            if self.max_sge == 0 {
+                return Err(Error::TooManySges { given: 1, max: 0 });
+            }
+            Self::check_room(1, room, sink.wqe_cnt())?;
+            let e = sge(one);
+            let ds = if e.length != 0 {
+                let (w0, w1) = data::words(&e);
+                sink.put16(base + 2 * SEND_WQE_DS, w0, w1);
+                HEADER_DS as u8 + 1
+            } else {
+                HEADER_DS as u8
+            };
+            self.finish(sink, pi, base, ds, flags, remote, imm);
+            return Ok(WqeShape::from_ds(ds));
+        }
         let wqe_cnt = sink.wqe_cnt();
-        // Fast path: the size if every element is non-empty bounds the real size, so when it
-        // fits no extra pass over the list is needed.
-        let upper = HEADER_DS + items.len() as u32;
-        if items.len() > self.max_sge as usize
-            || upper > MAX_DS
-            || upper.div_ceil(4) > room.min(wqe_cnt)
-        {
+        // The size if every element is non-empty bounds the real size, so when it fits no
+        // extra pass over the list is needed.
+        let upper = HEADER_DS as usize + items.len();
+        if items.len() > self.fast_sge as usize || upper.div_ceil(4) > room.min(wqe_cnt) as usize {
             let shape = self.gather_shape(items, |i| sge(i).length)?;
             Self::check_room(shape.wqebbs as u32, room, wqe_cnt)?;
         }
-        // Offsets are not wrapped here: the sink stores modulo the ring size.
-        let base = pi as usize * SEND_WQE_BB;
         let mut off = base + 2 * SEND_WQE_DS;
         for item in items {
             let e = sge(item);
@@ -344,8 +379,8 @@ impl WqeBuilder {
             }
         }
         let ds = ((off - base) / SEND_WQE_DS) as u8;
-        self.finish(sink, pi, base, ds, flags, remote, imm, info);
-        Ok(())
+        self.finish(sink, pi, base, ds, flags, remote, imm);
+        Ok(WqeShape::from_ds(ds))
     }
 
     fn write_inline<S: WqeSink + ?Sized>(
@@ -354,8 +389,7 @@ impl WqeBuilder {
         pi: u16,
         room: u32,
         req: &WriteRequest<'_, '_>,
-        info: &mut WqeInfo,
-    ) -> Result<()> {
+    ) -> Result<WqeShape> {
         self.check_count(req.source.count())?;
         let len = inline_len(req)?;
         self.check_inline(len)?;
@@ -395,8 +429,8 @@ impl WqeBuilder {
             }
             w.finish(base + shape.ds as usize * SEND_WQE_DS);
         }
-        self.finish(sink, pi, base, shape.ds, req.flags, req.remote, req.imm, info);
-        Ok(())
+        self.finish(sink, pi, base, shape.ds, req.flags, req.remote, req.imm);
+        Ok(shape)
     }
 
     /// Store the remote-address and control segments (control last).
@@ -411,26 +445,49 @@ impl WqeBuilder {
         flags: SendFlags,
         remote: RemoteBuf,
         imm: Option<u32>,
-        info: &mut WqeInfo,
     ) {
-        let (opcode, imm) = match imm {
-            Some(v) => (SendOpcode::RdmaWriteImm, v),
-            None => (SendOpcode::RdmaWrite, 0),
-        };
-        let fm_ce_se = self.fm_ce_se(flags);
         sink.put16(
             base + 16,
             remote.addr.to_be_bytes(),
             ((remote.rkey.0 as u64) << 32).to_be_bytes(),
         );
-        let head = ((pi as u64) << 40
-            | (u8::from(opcode) as u64) << 32
-            | ((self.qpn.0 & QpNum::MAX) as u64) << 8
-            | ds as u64)
-            .to_be_bytes();
-        let tail = ((fm_ce_se.bits() as u64) << 32 | imm as u64).to_be_bytes();
+        let head = self.ctrl_head(pi, opcode(imm), ds);
+        let tail =
+            ((self.fm_ce_se(flags).bits() as u64) << 32 | imm.unwrap_or(0) as u64).to_be_bytes();
         sink.put16(base, head, tail);
-        *info = WqeInfo { pi, opcode, shape: WqeShape::from_ds(ds), fm_ce_se, doorbell: head };
+    }
+}
+
+/// `fm_ce_se` by `IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED` (bits 0..3 of
+/// the flags): FENCE, CQ_UPDATE and SOLICITED as `qp.c` sets them.
+const FM_CE_SE: [u8; 8] = {
+    let mut t = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        let f = SendFlags::from_bits_truncate(i as u32);
+        let mut b = 0;
+        if f.contains(SendFlags::FENCE) {
+            b |= FmCeSe::FENCE.bits();
+        }
+        if f.contains(SendFlags::SIGNALED) {
+            b |= FmCeSe::CQ_UPDATE.bits();
+        }
+        if f.contains(SendFlags::SOLICITED) {
+            b |= FmCeSe::SOLICITED.bits();
+        }
+        t[i] = b;
+        i += 1;
+    }
+    t
+};
+
+/// `IBV_WR_RDMA_WRITE`, or `IBV_WR_RDMA_WRITE_WITH_IMM` when there is immediate data.
+#[inline(always)]
+fn opcode(imm: Option<u32>) -> SendOpcode {
+    if imm.is_some() {
+        SendOpcode::RdmaWriteImm
+    } else {
+        SendOpcode::RdmaWrite
     }
 }
 

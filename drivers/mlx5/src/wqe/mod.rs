@@ -17,4 +17,4 @@ pub use ctrl::CtrlSeg;
 pub use data::DataSeg;
 pub use inline::InlineSeg;
 pub use raddr::RaddrSeg;
-pub use sink::{RawRing, SliceRing, WqeSink};
+pub use sink::{FixedRing, RawRing, RingView, SliceRing, WqeSink};

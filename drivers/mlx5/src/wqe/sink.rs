@@ -11,9 +11,11 @@
 //! * [`RawRing`]: a ring in DMA memory, written with 64-bit volatile stores through a raw
 //!   pointer (house rule: no references into live DMA memory). The data path creates it once
 //!   per send queue from the ring's CPU address.
+//! * [`FixedRing`]: the same with the size a compile-time constant; the send queue uses it.
 //! * [`SliceRing`]: a ring over a plain `&mut [u8]`, for tests, conformance vectors and
 //!   BlueFlame staging.
 
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use rdma_pmd::{Error, Result};
@@ -89,8 +91,8 @@ impl RawRing {
     /// A ring of `wqe_cnt` slots starting at `base`.
     ///
     /// # Safety
-    /// `base` must be 8-byte aligned and valid for writes of `wqe_cnt * 64` bytes for as long
-    /// as the returned value lives, and nothing may hold a Rust reference into those bytes
+    /// `base` must be 8-byte aligned and valid for reads and writes of `wqe_cnt * 64` bytes for
+    /// as long as the returned value lives, and nothing may hold a Rust reference into those bytes
     /// meanwhile (the device, and readers using raw pointers, may access them).
     pub unsafe fn new(base: NonNull<u8>, wqe_cnt: u32) -> Result<Self> {
         let len = check_wqe_cnt(wqe_cnt)?;
@@ -125,6 +127,92 @@ impl WqeSink for RawRing {
         let word = (off & self.mask16) >> 3;
         // SAFETY: after masking, `word * 8` is a multiple of 16 below `wqe_cnt * 64` (itself a
         // multiple of 64), so both words lie inside the ring `new`'s caller vouched for.
+        unsafe {
+            let p = self.base.as_ptr().add(word);
+            p.write_volatile(u64::from_ne_bytes(lo));
+            p.add(1).write_volatile(u64::from_ne_bytes(hi));
+        }
+    }
+}
+
+/// A [`RawRing`] whose size `N` is a compile-time constant, so wrapping an offset is an `and`
+/// with a constant and the stores of one block share one address computation. The send
+/// queue's data path writes through this.
+#[derive(Debug)]
+pub struct FixedRing<const N: usize> {
+    base: NonNull<u64>,
+}
+
+// SAFETY: as for RawRing: an exclusive writer handle, moved with its exclusivity.
+unsafe impl<const N: usize> Send for FixedRing<N> {}
+
+impl<const N: usize> FixedRing<N> {
+    /// `N * 64 - 1` with the low 3 bits clear: wraps an offset to an 8-byte word.
+    const MASK8: usize = (N * SEND_WQE_BB - 1) & !7;
+    /// The same with the low 4 bits clear: wraps an offset to a 16-byte pair.
+    const MASK16: usize = (N * SEND_WQE_BB - 1) & !15;
+
+    /// The same ring, which must have `N` slots.
+    pub fn new(ring: RawRing) -> Result<Self> {
+        if ring.wqe_cnt as usize != N {
+            return Err(Error::InvalidArgument("ring size differs from N"));
+        }
+        Ok(FixedRing { base: ring.base })
+    }
+}
+
+impl<const N: usize> FixedRing<N> {
+    /// The 16 bytes of the control segment of the WQE at counter `pi` (its first block), as
+    /// they are in the ring.
+    #[inline(always)]
+    pub fn read_ctrl(&self, pi: u16) -> [u8; 16] {
+        let word = (pi as usize & (N - 1)) * (SEND_WQE_BB / 8);
+        // SAFETY: `word * 8 < N * 64`, inside the ring `new`'s RawRing vouched for (valid for
+        // reads and writes); volatile because the device reads these bytes concurrently.
+        let (a, b) = unsafe {
+            let p = self.base.as_ptr().add(word);
+            (p.read_volatile(), p.add(1).read_volatile())
+        };
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&a.to_ne_bytes());
+        out[8..].copy_from_slice(&b.to_ne_bytes());
+        out
+    }
+
+    /// A handle for one post: its base address is read once, so the compiler need not reload
+    /// it after every (volatile) store to the ring.
+    #[inline(always)]
+    pub fn view(&mut self) -> RingView<'_, N> {
+        RingView { base: self.base, _ring: PhantomData }
+    }
+}
+
+/// A [`FixedRing`] borrowed for one post (see [`FixedRing::view`]).
+#[derive(Debug)]
+pub struct RingView<'a, const N: usize> {
+    base: NonNull<u64>,
+    _ring: PhantomData<&'a mut FixedRing<N>>,
+}
+
+impl<const N: usize> WqeSink for RingView<'_, N> {
+    #[inline(always)]
+    fn wqe_cnt(&self) -> u32 {
+        N as u32
+    }
+
+    #[inline(always)]
+    fn put8(&mut self, off: usize, bytes: [u8; 8]) {
+        let word = (off & FixedRing::<N>::MASK8) >> 3;
+        // SAFETY: the view borrows a FixedRing, built from a RawRing of `N` slots whose creator
+        // vouched for `N * 64` bytes at `base`; after masking, `word * 8 < N * 64`.
+        unsafe { self.base.as_ptr().add(word).write_volatile(u64::from_ne_bytes(bytes)) }
+    }
+
+    #[inline(always)]
+    fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        let word = (off & FixedRing::<N>::MASK16) >> 3;
+        // SAFETY: as in `put8`; `word * 8` is a multiple of 16 below `N * 64`, so both words
+        // are inside the ring.
         unsafe {
             let p = self.base.as_ptr().add(word);
             p.write_volatile(u64::from_ne_bytes(lo));
