@@ -250,7 +250,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     }
 
     /// Acquire each run of non-empty buffers from the same region: the first reference is
-    /// returned (it goes to the WQE's slot), the others are queued at `head` and counted. On
+    /// returned (it goes to the WQE's slot), the others are queued at `*head` and counted. On
     /// failure nothing stays acquired or queued.
     #[inline(always)]
     fn acquire(
@@ -266,13 +266,18 @@ impl<'r, const N: usize> SendRing<'r, N> {
             b.region().acquire()?;
             return Ok((Some(b.region()), 0));
         }
-        self.acquire_many(head, bufs)
+        // By value, so that the cursor's address never leaves the caller (it would then have
+        // to live in memory rather than in registers).
+        let (first, more) = self.acquire_many(*head, bufs)?;
+        *head = head.wrapping_add(more as u32);
+        Ok((first, more))
     }
 
+    /// [`acquire`](Self::acquire) for two or more buffers, queueing from `start`.
     #[inline]
     fn acquire_many(
         &mut self,
-        head: &mut u32,
+        start: u32,
         bufs: &[LocalBuf<'r>],
     ) -> Result<(Option<&'r RegionUse>, u8)> {
         // An empty element is not in the WQE (the builder skips it): nothing reads it.
@@ -282,7 +287,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         first.acquire()?;
         // At most `4 * wqebbs - 2` references (one per non-empty element), and the WQE's blocks
         // were free: the queue has room.
-        let start = *head;
+        let mut head = start;
         let mut prev = first;
         for b in it {
             let r = b.region();
@@ -291,12 +296,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
             }
             if let Err(e) = r.acquire() {
                 first.release();
-                self.release_refs(start, *head);
-                *head = start;
+                self.release_refs(start, head);
                 return Err(e);
             }
-            *self.ref_at(*head) = Some(r);
-            *head = head.wrapping_add(1);
+            *self.ref_at(head) = Some(r);
+            head = head.wrapping_add(1);
             prev = r;
         }
         Ok((Some(first), head.wrapping_sub(start) as u8))

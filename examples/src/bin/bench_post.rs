@@ -172,30 +172,7 @@ fn main() {
         for _ in 0..rounds {
             // ours
             let t = Instant::now();
-            let mut left = per_round;
-            while left > 0 {
-                let n = left.min(case.batch as usize);
-                let mut b = qp.batch();
-                for k in 0..n {
-                    let flags = if k + 1 == n { SendFlags::SIGNALED } else { SendFlags::empty() };
-                    if case.raw {
-                        // SAFETY: the SGEs name `src`, registered and alive for the whole run.
-                        let source = unsafe { rdma_pmd::Source::raw(&sges) };
-                        let req = rdma_pmd::WriteRequest {
-                            wr_id: k as u64,
-                            source,
-                            flags,
-                            remote,
-                            imm: None,
-                        };
-                        b.push(&req).expect("post");
-                    } else {
-                        b.writev(k as u64, &bufs, flags, remote).expect("post");
-                    }
-                }
-                b.commit();
-                left -= n;
-            }
+            post_round(&mut qp, &bufs, &sges, per_round, case.batch as usize, remote, case.raw);
             ours.push(t.elapsed().as_nanos() as f64 / per_round as f64);
             // play the device: one CQE for the last WQE retires the round
             let last = qp.sq_pi().wrapping_sub(wqebbs(case.nsge) as u16);
@@ -268,6 +245,40 @@ fn main() {
         heap.free(c_ring);
         heap.free(c_dbrec);
         heap.free(c_bar_mem);
+    }
+}
+
+/// One timed round of ours: `n` writes of `bufs` in batches of `batch`, the last of each
+/// batch signalled. A function of its own, as the C loops are, so that its registers are its
+/// own rather than shared with everything `main` keeps alive.
+#[inline(never)]
+fn post_round<'r, Q: PostWrite<'r>>(
+    qp: &mut Q,
+    bufs: &[LocalBuf<'r>],
+    sges: &[Sge],
+    n: usize,
+    batch: usize,
+    remote: rdma_pmd::RemoteBuf,
+    raw: bool,
+) {
+    let mut left = n;
+    while left > 0 {
+        let n = left.min(batch);
+        let mut b = qp.batch();
+        for k in 0..n {
+            let flags = if k + 1 == n { SendFlags::SIGNALED } else { SendFlags::empty() };
+            if raw {
+                // SAFETY: the SGEs name a region registered and alive for the whole run.
+                let source = unsafe { rdma_pmd::Source::raw(sges) };
+                let req =
+                    rdma_pmd::WriteRequest { wr_id: k as u64, source, flags, remote, imm: None };
+                b.push(&req).expect("post");
+            } else {
+                b.writev(k as u64, bufs, flags, remote).expect("post");
+            }
+        }
+        b.commit();
+        left -= n;
     }
 }
 
