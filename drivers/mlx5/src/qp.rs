@@ -499,7 +499,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
 
     #[inline(always)]
     fn pushed(&self, at: &SqCursor) -> u32 {
-        SendRing::<SQ>::pushed(at)
+        self.sq.pushed(at)
     }
 
     #[inline]

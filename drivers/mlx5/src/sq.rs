@@ -44,7 +44,8 @@ use core::ptr;
 
 use rdma_pmd::post::SourceKind;
 use rdma_pmd::{
-    Completion, Errno, Error, LocalBuf, QpNum, RegionUse, Result, WcOpcode, WcStatus, WriteRequest,
+    Completion, Errno, Error, LocalBuf, QpNum, RegionUse, RemoteBuf, Result, SendFlags, Sge,
+    WcOpcode, WcStatus, WriteRequest,
 };
 
 use crate::cqe::CqeRepr;
@@ -101,16 +102,23 @@ struct Pending {
 pub struct SqCursor {
     /// WQE counter of the next free block.
     pi: u16,
-    /// Free blocks from `pi` on; 0 for a closed cursor.
-    room: u32,
-    /// Requests pushed at this cursor.
-    pushed: u32,
-    /// Counter of the last request pushed.
-    last: u16,
+    /// `pi` when the ring is full: the first block past the free ones at `begin` (equal to
+    /// `pi` for a closed cursor).
+    limit: u16,
+    /// Blocks beyond the first of every request pushed: with `pi`, it gives the number of
+    /// requests without a counter that every post would have to update (most requests are
+    /// one block, for which this adds zero, which the compiler drops).
+    extra: u16,
+    /// Blocks of the last request pushed (1 before any, a value that the one-block requests
+    /// then keep, again without an update).
+    last_bbs: u16,
     /// Next free region-reference entry.
     ref_head: u32,
     /// Whether the QP may post at all; a closed cursor refuses every request.
     open: bool,
+    /// The ring's builder, copied: as a local of the caller's loop, the compiler knows that
+    /// the ring's stores cannot change it, so it is not reloaded on every post.
+    builder: WqeBuilder,
 }
 
 /// The send ring of one QP. See the module docs.
@@ -199,28 +207,91 @@ impl<'r, const N: usize> SendRing<'r, N> {
             pi: self.pi,
             // No request fits in no room: a closed cursor is refused by the size check, and
             // the error is mended below, off the data path.
-            room: if open { self.room() } else { 0 },
-            pushed: 0,
-            last: self.pi,
+            limit: if open { self.pi.wrapping_add(self.room() as u16) } else { self.pi },
+            extra: 0,
+            last_bbs: 1,
             ref_head: self.ref_head,
             open,
+            builder: self.builder,
         }
     }
 
     /// Requests pushed at the cursor.
     #[inline(always)]
-    pub fn pushed(at: &SqCursor) -> u32 {
-        at.pushed
+    pub fn pushed(&self, at: &SqCursor) -> u32 {
+        (at.pi.wrapping_sub(self.pi).wrapping_sub(at.extra)) as u32
     }
 
     /// Write `req` into the ring at the cursor, and count the regions it reads. Changes
     /// nothing (the cursor included) on error.
     #[inline(always)]
     pub fn push(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        if !req.is_inline() {
+            match *req.source.kind() {
+                SourceKind::Sgl([b]) => {
+                    let region = Some(b.region());
+                    return self.push_one(
+                        at,
+                        req.wr_id,
+                        b.sge(),
+                        region,
+                        req.flags,
+                        req.remote,
+                        req.imm,
+                    );
+                }
+                SourceKind::Raw { 0: [e], .. } => {
+                    return self.push_one(at, req.wr_id, *e, None, req.flags, req.remote, req.imm);
+                }
+                _ => {}
+            }
+        }
+        self.push_any(at, req)
+    }
+
+    /// [`push`](Self::push) of a gather write from one element (read from `region` when it
+    /// is a registered buffer): the common case, one block, written straight-line.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn push_one(
+        &mut self,
+        at: &mut SqCursor,
+        wr_id: u64,
+        e: Sge,
+        region: Option<&'r RegionUse>,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Result<()> {
+        let builder = at.builder;
+        let room = at.limit.wrapping_sub(at.pi) as u32;
+        if let Err(err) =
+            builder.emit_one(&mut self.sink.view(), at.pi, room, e, flags, remote, imm)
+        {
+            return Err(if at.open { err } else { Error::NotConnected });
+        }
+        // An empty element is not in the WQE: nothing reads it.
+        let first = match region {
+            Some(r) if e.length != 0 => {
+                r.acquire()?;
+                Some(r)
+            }
+            _ => None,
+        };
+        self.slots[at.pi as usize & Self::MASK] = Slot { wr_id, first };
+        at.pi = at.pi.wrapping_add(1);
+        at.last_bbs = 1;
+        Ok(())
+    }
+
+    /// [`push`](Self::push) of any request.
+    #[inline(always)]
+    fn push_any(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
         // A copy, so that the ring's stores (which the compiler must assume may alias the
         // queue) do not force the builder's fields to be reloaded.
-        let builder = self.builder;
-        let shape = match builder.emit(&mut self.sink.view(), at.pi, at.room, req) {
+        let builder = at.builder;
+        let room = at.limit.wrapping_sub(at.pi) as u32;
+        let shape = match builder.emit(&mut self.sink.view(), at.pi, room, req) {
             Ok(s) => s,
             Err(_) if !at.open => return Err(Error::NotConnected),
             Err(e) => return Err(e),
@@ -236,10 +307,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
         if more != 0 {
             self.more[slot] = more;
         }
-        at.last = at.pi;
-        at.pi = at.pi.wrapping_add(shape.wqebbs as u16);
-        at.room -= shape.wqebbs as u32;
-        at.pushed += 1;
+        let bbs = shape.wqebbs as u16;
+        at.pi = at.pi.wrapping_add(bbs);
+        at.extra = at.extra.wrapping_add(bbs - 1);
+        at.last_bbs = bbs;
         Ok(())
     }
 
@@ -323,14 +394,16 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// was pushed.
     #[inline]
     pub fn commit(&mut self, at: SqCursor) -> Option<((u16, u8), u32)> {
-        if at.pushed == 0 {
+        let pushed = self.pushed(&at);
+        if pushed == 0 {
             return None;
         }
+        let last = at.pi.wrapping_sub(at.last_bbs);
         self.pi = at.pi;
         self.ref_head = at.ref_head;
-        self.outstanding += at.pushed;
-        let ds = self.posted(at.last).ds;
-        Some(((at.last, ds), at.pushed))
+        self.outstanding += pushed;
+        let ds = self.posted(last).ds;
+        Some(((last, ds), pushed))
     }
 
     /// The size and signalling of the WQE at `pi`, from its control segment in the ring.

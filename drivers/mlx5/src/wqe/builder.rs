@@ -190,11 +190,15 @@ impl WqeBuilder {
         (flags.bits() as u8 | self.sig_bits) & SendFlags::SIGNALED.bits() as u8 != 0
     }
 
-    /// The `fm_ce_se` byte for a request with `flags`: one table lookup on the three flags
-    /// that have a control-segment bit.
+    /// The `fm_ce_se` byte for a request with `flags`: each of the three flags that has a
+    /// control-segment bit moved to it (shifts rather than a table, so that a flag known at
+    /// the call site folds away).
     #[inline(always)]
     pub fn fm_ce_se(&self, flags: SendFlags) -> FmCeSe {
-        FmCeSe::from_bits_retain(FM_CE_SE[((flags.bits() as u8 | self.sig_bits) & 7) as usize])
+        let f = flags.bits() as u8 | self.sig_bits;
+        FmCeSe::from_bits_retain(
+            (f & FENCE) << FENCE_TO_FM | (f & SIGNALED) << SIGNALED_TO_FM | (f & SOLICITED) >> 1,
+        )
     }
 
     /// The size `req` will take, with every check [`write`](Self::write) makes except the
@@ -275,6 +279,37 @@ impl WqeBuilder {
         Ok(self.info(pi, shape, flags, imm))
     }
 
+    /// Write a gather WRITE of one element, the common case, straight-line: one block, with
+    /// one data segment unless the element is empty, so the checks reduce to "one SGE
+    /// allowed" and "one block free". Returns the WQE's `ds` (2 or 3).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn emit_one<S: WqeSink + ?Sized>(
+        &self,
+        sink: &mut S,
+        pi: u16,
+        room: u32,
+        e: Sge,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Result<u8> {
+        if self.max_sge == 0 {
+            return Err(Error::TooManySges { given: 1, max: 0 });
+        }
+        Self::check_room(1, room, sink.wqe_cnt())?;
+        let base = pi as usize * SEND_WQE_BB;
+        let ds = if e.length != 0 {
+            let (w0, w1) = data::words(&e);
+            sink.put16(base + 2 * SEND_WQE_DS, w0, w1);
+            HEADER_DS as u8 + 1
+        } else {
+            HEADER_DS as u8
+        };
+        self.finish(sink, pi, base, ds, flags, remote, imm);
+        Ok(ds)
+    }
+
     /// What a WQE of `shape` written at `pi` for a request with `flags` and `imm` holds.
     fn info(&self, pi: u16, shape: WqeShape, flags: SendFlags, imm: Option<u32>) -> WqeInfo {
         let opcode = opcode(imm);
@@ -344,21 +379,7 @@ impl WqeBuilder {
         // Offsets are not wrapped here: the sink stores modulo the ring size.
         let base = pi as usize * SEND_WQE_BB;
         if let [one] = items {
-            // The common case, straight-line: one block, one data segment unless the element
-            // is empty, so the checks reduce to "one SGE allowed" and "one block free".
-            if self.max_sge == 0 {
-                return Err(Error::TooManySges { given: 1, max: 0 });
-            }
-            Self::check_room(1, room, sink.wqe_cnt())?;
-            let e = sge(one);
-            let ds = if e.length != 0 {
-                let (w0, w1) = data::words(&e);
-                sink.put16(base + 2 * SEND_WQE_DS, w0, w1);
-                HEADER_DS as u8 + 1
-            } else {
-                HEADER_DS as u8
-            };
-            self.finish(sink, pi, base, ds, flags, remote, imm);
+            let ds = self.emit_one(sink, pi, room, sge(one), flags, remote, imm)?;
             return Ok(WqeShape::from_ds(ds));
         }
         let wqe_cnt = sink.wqe_cnt();
@@ -458,28 +479,15 @@ impl WqeBuilder {
     }
 }
 
-/// `fm_ce_se` by `IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED` (bits 0..3 of
-/// the flags): FENCE, CQ_UPDATE and SOLICITED as `qp.c` sets them.
-const FM_CE_SE: [u8; 8] = {
-    let mut t = [0u8; 8];
-    let mut i = 0;
-    while i < 8 {
-        let f = SendFlags::from_bits_truncate(i as u32);
-        let mut b = 0;
-        if f.contains(SendFlags::FENCE) {
-            b |= FmCeSe::FENCE.bits();
-        }
-        if f.contains(SendFlags::SIGNALED) {
-            b |= FmCeSe::CQ_UPDATE.bits();
-        }
-        if f.contains(SendFlags::SOLICITED) {
-            b |= FmCeSe::SOLICITED.bits();
-        }
-        t[i] = b;
-        i += 1;
-    }
-    t
-};
+const FENCE: u8 = SendFlags::FENCE.bits() as u8;
+const SIGNALED: u8 = SendFlags::SIGNALED.bits() as u8;
+const SOLICITED: u8 = SendFlags::SOLICITED.bits() as u8;
+/// `IBV_SEND_FENCE` (bit 0) to `MLX5_WQE_CTRL_FENCE` (bit 7).
+const FENCE_TO_FM: u32 = FmCeSe::FENCE.bits().trailing_zeros() - FENCE.trailing_zeros();
+/// `IBV_SEND_SIGNALED` (bit 1) to `MLX5_WQE_CTRL_CQ_UPDATE` (bit 3).
+const SIGNALED_TO_FM: u32 = FmCeSe::CQ_UPDATE.bits().trailing_zeros() - SIGNALED.trailing_zeros();
+// `IBV_SEND_SOLICITED` (bit 2) to `MLX5_WQE_CTRL_SOLICITED` (bit 1): one to the right.
+const _: () = assert!(SOLICITED >> 1 == FmCeSe::SOLICITED.bits());
 
 /// `IBV_WR_RDMA_WRITE`, or `IBV_WR_RDMA_WRITE_WITH_IMM` when there is immediate data.
 #[inline(always)]
