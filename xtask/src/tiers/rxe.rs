@@ -276,9 +276,10 @@ fn bench_script() -> String {
             );
             let lat = format!("ib_write_lat -d rxe0 -x 1 -F -s {size} -n {lat_n}");
             let ours_bw = format!(
-                "/t/rxe-bench bw --size {size} --iters {bw_n} --depth {BENCH_DEPTH} --signal {BENCH_SIGNAL} --port 7600"
+                "/t/rxe-bench bw --size {size} --iters {bw_n} --depth {BENCH_DEPTH} --signal {BENCH_SIGNAL} --sges 1 --port 7600"
             );
-            let ours_lat = format!("/t/rxe-bench lat --size {size} --iters {lat_n} --port 7601");
+            let ours_lat =
+                format!("/t/rxe-bench lat --size {size} --iters {lat_n} --inline 0 --port 7601");
             for (tag, cmd, col, ours_tag, ours) in [
                 ("perftest-bw", &bw, 4, "ours-bw", &ours_bw),
                 ("perftest-lat", &lat, 6, "ours-lat", &ours_lat),
