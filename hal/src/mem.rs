@@ -50,6 +50,7 @@ impl BarMem {
     }
 
     /// One volatile 32-bit load.
+    #[inline]
     pub fn read_u32(&self, off: usize) -> u32 {
         check(off, 4, 4, self.len);
         // SAFETY: in bounds and aligned (checked).
@@ -57,6 +58,7 @@ impl BarMem {
     }
 
     /// One volatile 32-bit store.
+    #[inline]
     pub fn write_u32(&self, off: usize, v: u32) {
         check(off, 4, 4, self.len);
         // SAFETY: in bounds and aligned (checked).
@@ -64,6 +66,7 @@ impl BarMem {
     }
 
     /// One volatile 64-bit load.
+    #[inline]
     pub fn read_u64(&self, off: usize) -> u64 {
         check(off, 8, 8, self.len);
         // SAFETY: in bounds and aligned (checked).
@@ -71,10 +74,24 @@ impl BarMem {
     }
 
     /// One volatile 64-bit store.
+    #[inline]
     pub fn write_u64(&self, off: usize, v: u64) {
         check(off, 8, 8, self.len);
         // SAFETY: in bounds and aligned (checked).
         unsafe { self.ptr.as_ptr().add(off / 8).write_volatile(v) }
+    }
+
+    /// Eight volatile 64-bit stores in ascending order at a 64-byte aligned `off` (one bounds
+    /// check for the block).
+    #[inline]
+    pub fn write_block(&self, off: usize, block: &[u64; 8]) {
+        check(off, 64, 64, self.len);
+        // SAFETY: the 64 bytes at `off` are in bounds and aligned (checked).
+        let p = unsafe { self.ptr.as_ptr().add(off / 8) };
+        for (i, w) in block.iter().enumerate() {
+            // SAFETY: `i < 8`, inside the checked block.
+            unsafe { p.add(i).write_volatile(*w) }
+        }
     }
 
     /// Copy bytes out (for handlers).
@@ -130,38 +147,41 @@ impl MemBar {
 // SAFETY: every access is one volatile access of the stated width (BarMem), bounds and
 // alignment are checked, and `write_wc64` stores eight ascending u64s.
 unsafe impl Mmio for MemBar {
+    #[inline]
     fn size(&self) -> usize {
         self.mem.len
     }
+    #[inline]
     fn read_u32(&self, off: usize) -> u32 {
         if let Some(h) = &self.handler {
             h.on_read(&self.mem, off, 4);
         }
         self.mem.read_u32(off)
     }
+    #[inline]
     fn write_u32(&self, off: usize, value: u32) {
         self.mem.write_u32(off, value);
         if let Some(h) = &self.handler {
             h.on_write(&self.mem, off, 4);
         }
     }
+    #[inline]
     fn read_u64(&self, off: usize) -> u64 {
         if let Some(h) = &self.handler {
             h.on_read(&self.mem, off, 8);
         }
         self.mem.read_u64(off)
     }
+    #[inline]
     fn write_u64(&self, off: usize, value: u64) {
         self.mem.write_u64(off, value);
         if let Some(h) = &self.handler {
             h.on_write(&self.mem, off, 8);
         }
     }
+    #[inline]
     fn write_wc64(&self, off: usize, block: &[u64; 8]) {
-        check(off, 64, 64, self.mem.len);
-        for (i, w) in block.iter().enumerate() {
-            self.mem.write_u64(off + 8 * i, *w);
-        }
+        self.mem.write_block(off, block);
         if let Some(h) = &self.handler {
             h.on_write(&self.mem, off, 64);
         }
