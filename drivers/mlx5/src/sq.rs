@@ -243,6 +243,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 SourceKind::Raw { 0: [e], .. } => {
                     return self.push_one(at, req.wr_id, *e, None, req.flags, req.remote, req.imm);
                 }
+                SourceKind::Sgl(bufs) => return self.push_gather(at, req, bufs),
                 _ => {}
             }
         }
@@ -284,7 +285,76 @@ impl<'r, const N: usize> SendRing<'r, N> {
         Ok(())
     }
 
-    /// [`push`](Self::push) of any request.
+    /// [`push`](Self::push) of a gather write from two or more registered buffers: the WQE
+    /// is written and its regions counted in one pass over the list.
+    #[inline(always)]
+    fn push_gather(
+        &mut self,
+        at: &mut SqCursor,
+        req: &WriteRequest<'_, 'r>,
+        bufs: &[LocalBuf<'r>],
+    ) -> Result<()> {
+        let builder = at.builder;
+        let room = at.limit.wrapping_sub(at.pi) as u32;
+        let start = at.ref_head;
+        // The regions, in order: the first is returned for the slot, every later change of
+        // region is queued (consecutive elements from one region count once).
+        let mut first: Option<&'r RegionUse> = None;
+        let mut prev: Option<&'r RegionUse> = None;
+        let mut head = start;
+        let refs = &mut self.refs;
+        let res = builder.emit_gather(
+            &mut self.sink.view(),
+            at.pi,
+            room,
+            bufs,
+            |b| b.sge(),
+            |b| {
+                let r = b.region();
+                if prev.is_some_and(|p| ptr::eq(p, r)) {
+                    return Ok(());
+                }
+                r.acquire()?;
+                if first.is_none() {
+                    first = Some(r);
+                } else {
+                    let i = head as usize;
+                    refs[(i / REFS_PER_BB) & Self::MASK][i % REFS_PER_BB] = Some(r);
+                    head = head.wrapping_add(1);
+                }
+                prev = Some(r);
+                Ok(())
+            },
+            req.flags,
+            req.remote,
+            req.imm,
+        );
+        let shape = match res {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(f) = first {
+                    f.release();
+                }
+                self.release_refs(start, head);
+                return Err(if at.open { e } else { Error::NotConnected });
+            }
+        };
+        let slot = at.pi as usize & Self::MASK;
+        self.slots[slot] = Slot { wr_id: req.wr_id, first };
+        let more = head.wrapping_sub(start) as u8;
+        if more != 0 {
+            self.more[slot] = more;
+        }
+        at.ref_head = head;
+        let bbs = shape.wqebbs as u16;
+        at.pi = at.pi.wrapping_add(bbs);
+        at.extra = at.extra.wrapping_add(bbs - 1);
+        at.last_bbs = bbs;
+        Ok(())
+    }
+
+    /// [`push`](Self::push) of the other requests: inline ones, and raw elements other than
+    /// one.
     #[inline(always)]
     fn push_any(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
         // A copy, so that the ring's stores (which the compiler must assume may alias the
@@ -296,17 +366,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
             Err(_) if !at.open => return Err(Error::NotConnected),
             Err(e) => return Err(e),
         };
-        // The bytes are in free blocks past the cursor, which nothing reads until they are
-        // committed, so a refusal below leaves the ring as it was.
-        let (first, more) = match *req.source.kind() {
-            SourceKind::Sgl(bufs) if !req.is_inline() => self.acquire(&mut at.ref_head, bufs)?,
-            _ => (None, 0),
-        };
-        let slot = at.pi as usize & Self::MASK;
-        self.slots[slot] = Slot { wr_id: req.wr_id, first };
-        if more != 0 {
-            self.more[slot] = more;
-        }
+        // Inline payloads are copied into the WQE and raw elements are the caller's to keep
+        // alive: neither holds a region.
+        self.slots[at.pi as usize & Self::MASK] = Slot { wr_id: req.wr_id, first: None };
         let bbs = shape.wqebbs as u16;
         at.pi = at.pi.wrapping_add(bbs);
         at.extra = at.extra.wrapping_add(bbs - 1);
@@ -318,63 +380,6 @@ impl<'r, const N: usize> SendRing<'r, N> {
     fn ref_at(&mut self, i: u32) -> &mut Option<&'r RegionUse> {
         let i = i as usize;
         &mut self.refs[(i / REFS_PER_BB) & Self::MASK][i % REFS_PER_BB]
-    }
-
-    /// Acquire each run of non-empty buffers from the same region: the first reference is
-    /// returned (it goes to the WQE's slot), the others are queued at `*head` and counted. On
-    /// failure nothing stays acquired or queued.
-    #[inline(always)]
-    fn acquire(
-        &mut self,
-        head: &mut u32,
-        bufs: &[LocalBuf<'r>],
-    ) -> Result<(Option<&'r RegionUse>, u8)> {
-        // The common case: one buffer.
-        if let [b] = bufs {
-            if b.is_empty() {
-                return Ok((None, 0));
-            }
-            b.region().acquire()?;
-            return Ok((Some(b.region()), 0));
-        }
-        // By value, so that the cursor's address never leaves the caller (it would then have
-        // to live in memory rather than in registers).
-        let (first, more) = self.acquire_many(*head, bufs)?;
-        *head = head.wrapping_add(more as u32);
-        Ok((first, more))
-    }
-
-    /// [`acquire`](Self::acquire) for two or more buffers, queueing from `start`.
-    #[inline]
-    fn acquire_many(
-        &mut self,
-        start: u32,
-        bufs: &[LocalBuf<'r>],
-    ) -> Result<(Option<&'r RegionUse>, u8)> {
-        // An empty element is not in the WQE (the builder skips it): nothing reads it.
-        let mut it = bufs.iter().filter(|b| !b.is_empty());
-        let Some(b) = it.next() else { return Ok((None, 0)) };
-        let first = b.region();
-        first.acquire()?;
-        // At most `4 * wqebbs - 2` references (one per non-empty element), and the WQE's blocks
-        // were free: the queue has room.
-        let mut head = start;
-        let mut prev = first;
-        for b in it {
-            let r = b.region();
-            if ptr::eq(r, prev) {
-                continue;
-            }
-            if let Err(e) = r.acquire() {
-                first.release();
-                self.release_refs(start, head);
-                return Err(e);
-            }
-            *self.ref_at(head) = Some(r);
-            head = head.wrapping_add(1);
-            prev = r;
-        }
-        Ok((Some(first), head.wrapping_sub(start) as u8))
     }
 
     /// Release the references queued in `[from, to)`.

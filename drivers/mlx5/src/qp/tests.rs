@@ -565,3 +565,25 @@ fn a_leaked_batch_leaks_its_region_counts_and_leaves_the_queue_usable() {
     assert_eq!(region.usage().in_flight(), 1);
     assert_eq!(region.dereg(), Err(Error::RegionBusy { in_flight: 1 }));
 }
+
+#[test]
+fn a_gather_refused_at_its_third_region_releases_the_first_two() {
+    let r = rig(9);
+    let a = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let b = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let gone = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let stale = gone.slice(0, 8).unwrap();
+    gone.dereg().unwrap();
+    let (mut qp, _hw) = connected::<64>(&r);
+    let (sa, sb) = (a.slice(0, 8).unwrap(), b.slice(0, 8).unwrap());
+    // An empty element is not in the WQE and holds nothing: the two pieces of `a` around it
+    // are one run, counted once.
+    let empty = b.slice(8, 0).unwrap();
+    qp.post_writev(1, &[sa, empty, sa, sb], SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!((a.usage().in_flight(), b.usage().in_flight()), (1, 1));
+    assert_eq!(qp.sq_pi(), 2, "ds = 2 + 3 data segments: two blocks");
+    let e = qp.post_writev(2, &[sa, sb, stale, sa], SendFlags::SIGNALED, REMOTE);
+    assert_eq!(e, Err(Error::BadLkey));
+    assert_eq!((a.usage().in_flight(), b.usage().in_flight()), (1, 1));
+    assert_eq!((qp.sq_pi(), qp.outstanding()), (2, 1));
+}

@@ -376,12 +376,34 @@ impl WqeBuilder {
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<WqeShape> {
-        // Offsets are not wrapped here: the sink stores modulo the ring size.
-        let base = pi as usize * SEND_WQE_BB;
         if let [one] = items {
             let ds = self.emit_one(sink, pi, room, sge(one), flags, remote, imm)?;
             return Ok(WqeShape::from_ds(ds));
         }
+        self.emit_gather(sink, pi, room, items, sge, |_| Ok(()), flags, remote, imm)
+    }
+
+    /// Write a gather WRITE of `items`, calling `each` on every element that gets a data
+    /// segment (the non-empty ones), in order, right after writing it: the send queue counts
+    /// the regions it reads in the same pass. An error from `each` is returned at once, with
+    /// the ring written only in the free blocks the WQE would have taken (nothing reads them
+    /// until they are committed).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn emit_gather<S: WqeSink + ?Sized, T>(
+        &self,
+        sink: &mut S,
+        pi: u16,
+        room: u32,
+        items: &[T],
+        sge: impl Fn(&T) -> Sge,
+        mut each: impl FnMut(&T) -> Result<()>,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Result<WqeShape> {
+        // Offsets are not wrapped here: the sink stores modulo the ring size.
+        let base = pi as usize * SEND_WQE_BB;
         let wqe_cnt = sink.wqe_cnt();
         // The size if every element is non-empty bounds the real size, so when it fits no
         // extra pass over the list is needed.
@@ -397,6 +419,7 @@ impl WqeBuilder {
                 let (w0, w1) = data::words(&e);
                 sink.put16(off, w0, w1);
                 off += SEND_WQE_DS;
+                each(item)?;
             }
         }
         let ds = ((off - base) / SEND_WQE_DS) as u8;
