@@ -281,7 +281,7 @@ impl WqeBuilder {
 
     /// Write a gather WRITE of one element, the common case, straight-line: one block, with
     /// one data segment unless the element is empty, so the checks reduce to "one SGE
-    /// allowed" and "one block free". Returns the WQE's `ds` (2 or 3).
+    /// allowed" and "one block free". The WQE's `ds` is 3, or 2 for an empty element.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn emit_one<S: WqeSink + ?Sized>(
@@ -293,7 +293,7 @@ impl WqeBuilder {
         flags: SendFlags,
         remote: RemoteBuf,
         imm: Option<u32>,
-    ) -> Result<u8> {
+    ) -> Result<()> {
         if self.max_sge == 0 {
             return Err(Error::TooManySges { given: 1, max: 0 });
         }
@@ -307,7 +307,7 @@ impl WqeBuilder {
             HEADER_DS as u8
         };
         self.finish(sink, pi, base, ds, flags, remote, imm);
-        Ok(ds)
+        Ok(())
     }
 
     /// What a WQE of `shape` written at `pi` for a request with `flags` and `imm` holds.
@@ -377,8 +377,9 @@ impl WqeBuilder {
         imm: Option<u32>,
     ) -> Result<WqeShape> {
         if let [one] = items {
-            let ds = self.emit_one(sink, pi, room, sge(one), flags, remote, imm)?;
-            return Ok(WqeShape::from_ds(ds));
+            let e = sge(one);
+            self.emit_one(sink, pi, room, e, flags, remote, imm)?;
+            return Ok(WqeShape::from_ds(HEADER_DS as u8 + (e.length != 0) as u8));
         }
         self.emit_gather(sink, pi, room, items, sge, |_| Ok(()), flags, remote, imm)
     }
