@@ -121,6 +121,16 @@ pub struct SqCursor {
     builder: WqeBuilder,
 }
 
+impl SqCursor {
+    /// Move past a request of `bbs` blocks just written at `pi`.
+    #[inline(always)]
+    fn advance(&mut self, bbs: u16) {
+        self.pi = self.pi.wrapping_add(bbs);
+        self.extra = self.extra.wrapping_add(bbs - 1);
+        self.last_bbs = bbs;
+    }
+}
+
 /// The send ring of one QP. See the module docs.
 pub struct SendRing<'r, const N: usize> {
     sink: FixedRing<N>,
@@ -280,8 +290,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             _ => None,
         };
         self.slots[at.pi as usize & Self::MASK] = Slot { wr_id, first };
-        at.pi = at.pi.wrapping_add(1);
-        at.last_bbs = 1;
+        at.advance(1);
         Ok(())
     }
 
@@ -346,10 +355,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             self.more[slot] = more;
         }
         at.ref_head = head;
-        let bbs = shape.wqebbs as u16;
-        at.pi = at.pi.wrapping_add(bbs);
-        at.extra = at.extra.wrapping_add(bbs - 1);
-        at.last_bbs = bbs;
+        at.advance(shape.wqebbs as u16);
         Ok(())
     }
 
@@ -369,10 +375,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         // Inline payloads are copied into the WQE and raw elements are the caller's to keep
         // alive: neither holds a region.
         self.slots[at.pi as usize & Self::MASK] = Slot { wr_id: req.wr_id, first: None };
-        let bbs = shape.wqebbs as u16;
-        at.pi = at.pi.wrapping_add(bbs);
-        at.extra = at.extra.wrapping_add(bbs - 1);
-        at.last_bbs = bbs;
+        at.advance(shape.wqebbs as u16);
         Ok(())
     }
 

@@ -10,8 +10,8 @@
 //!
 //! Each round posts as many WQEs as the ring holds (timed), then plays the device: writes one
 //! requester CQE for the last WQE and lets the driver retire the round (not timed). The three
-//! variants alternate round by round so machine noise hits them alike; the figure per case is
-//! the median of the rounds' ns/WQE.
+//! variants alternate round by round, taking turns going first, so machine noise hits them
+//! alike; the figure per case is the median of the rounds' ns/WQE.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -169,8 +169,7 @@ fn main() {
         let mut c_pi = 0u32;
         let mut f_pi = 0u32;
         let mut wc = [Completion::default(); 64];
-        for _ in 0..rounds {
-            // ours
+        let mut run_ours = || {
             let t = Instant::now();
             post_round(&mut qp, &bufs, &sges, per_round, case.batch as usize, remote, case.raw);
             ours.push(t.elapsed().as_nanos() as f64 / per_round as f64);
@@ -187,8 +186,8 @@ fn main() {
             }
             assert_eq!(got, per_round / case.batch as usize, "one completion per batch");
             assert_eq!(qp.outstanding(), 0, "one CQE retires the round");
-
-            // c
+        };
+        let mut run_c = || {
             let t = Instant::now();
             // SAFETY: ring, dbrec and bar stand-in are live blocks of the sizes the C loop
             // assumes; the SGE array outlives the call.
@@ -211,8 +210,8 @@ fn main() {
                 )
             };
             c.push(t.elapsed().as_nanos() as f64 / per_round as f64);
-
-            // floor
+        };
+        let mut run_floor = || {
             let t = Instant::now();
             // SAFETY: as above.
             f_pi = unsafe {
@@ -229,6 +228,17 @@ fn main() {
                 )
             };
             floor.push(t.elapsed().as_nanos() as f64 / per_round as f64);
+        };
+        // The three take turns going first, so that none always runs right after the same
+        // neighbour (whose cache footprint, or the retiring of ours, it would inherit).
+        for r in 0..rounds {
+            for k in 0..3 {
+                match (r + k) % 3 {
+                    0 => run_ours(),
+                    1 => run_c(),
+                    _ => run_floor(),
+                }
+            }
         }
         black_box((c_pi, f_pi));
         let (o, cc, f) = (median(&mut ours), median(&mut c), median(&mut floor));
