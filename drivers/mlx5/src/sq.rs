@@ -55,16 +55,6 @@ use crate::wqe::{FixedRing, RawRing, WqeBuilder, WqeShape};
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
 const REFS_PER_BB: usize = 4;
 
-/// What the ring remembers about the WQE starting at a slot: two words, two stores per post.
-/// Its size and whether it asked for a completion are not repeated here: the WQE's own
-/// control segment, still in the ring until the WQE retires, says both ([`Posted`]).
-#[derive(Clone, Copy, Debug, Default)]
-struct Slot<'r> {
-    wr_id: u64,
-    /// The first region the WQE reads, the only one in the common case.
-    first: Option<&'r RegionUse>,
-}
-
 /// What a WQE's control segment says about it, read back from the ring.
 #[derive(Clone, Copy, Debug)]
 struct Posted {
@@ -143,7 +133,12 @@ pub struct SendRing<'r, const N: usize> {
     outstanding: u32,
     in_error: bool,
     pending: Option<Pending>,
-    slots: [Slot<'r>; N],
+    /// The `wr_id` of the WQE starting at each slot.
+    wr_ids: [u64; N],
+    /// The first region the WQE starting at each slot reads (the only one in the common
+    /// case). Its size and whether it asked for a completion are not kept here: the WQE's own
+    /// control segment, in the ring until the WQE retires, says both ([`Posted`]).
+    firsts: [Option<&'r RegionUse>; N],
     /// Further region references each WQE queued (by its first block's slot); written only
     /// for WQEs with more than one region, and cleared when they retire or are aborted.
     more: [u8; N],
@@ -175,7 +170,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
             outstanding: 0,
             in_error: false,
             pending: None,
-            slots: [Slot::default(); N],
+            wr_ids: [0; N],
+            firsts: [None; N],
             more: [0; N],
             refs: [[None; REFS_PER_BB]; N],
             ref_head: 0,
@@ -289,7 +285,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
             }
             _ => None,
         };
-        self.slots[at.pi as usize & Self::MASK] = Slot { wr_id, first };
+        let slot = at.pi as usize & Self::MASK;
+        self.wr_ids[slot] = wr_id;
+        self.set_first(slot, first);
         at.advance(1);
         Ok(())
     }
@@ -349,7 +347,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
             }
         };
         let slot = at.pi as usize & Self::MASK;
-        self.slots[slot] = Slot { wr_id: req.wr_id, first };
+        self.wr_ids[slot] = req.wr_id;
+        self.set_first(slot, first);
         let more = head.wrapping_sub(start) as u8;
         if more != 0 {
             self.more[slot] = more;
@@ -374,9 +373,27 @@ impl<'r, const N: usize> SendRing<'r, N> {
         };
         // Inline payloads are copied into the WQE and raw elements are the caller's to keep
         // alive: neither holds a region.
-        self.slots[at.pi as usize & Self::MASK] = Slot { wr_id: req.wr_id, first: None };
+        let slot = at.pi as usize & Self::MASK;
+        self.wr_ids[slot] = req.wr_id;
+        self.set_first(slot, None);
         at.advance(shape.wqebbs as u16);
         Ok(())
+    }
+
+    /// Record the first region of the WQE at `slot`. A post that reads the region of the
+    /// WQE this slot held a lap ago (the common case) leaves the word as it is: the array's
+    /// cache lines then stay clean, and the post moves a line less to memory per four WQEs.
+    #[inline(always)]
+    fn set_first(&mut self, slot: usize, first: Option<&'r RegionUse>) {
+        let f = &mut self.firsts[slot];
+        let same = match (*f, first) {
+            (Some(a), Some(b)) => ptr::eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            *f = first;
+        }
     }
 
     #[inline(always)]
@@ -430,7 +447,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let mut p = from;
         while p != to {
             let slot = p as usize & Self::MASK;
-            if let Some(r) = self.slots[slot].first {
+            if let Some(r) = self.firsts[slot] {
                 r.release();
             }
             self.more[slot] = 0;
@@ -442,7 +459,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// references are the next `more` entries from `*ref_at`). Returns its size in blocks.
     fn unpush(&mut self, p: u16, ref_at: &mut u32) -> u16 {
         let slot = p as usize & Self::MASK;
-        if let Some(r) = self.slots[slot].first {
+        if let Some(r) = self.firsts[slot] {
             r.release();
         }
         let more = core::mem::take(&mut self.more[slot]) as u32;
@@ -508,7 +525,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 break;
             }
             let head = self.tail;
-            let m = self.slots[head as usize & Self::MASK];
+            let (wr_id, first) =
+                (self.wr_ids[head as usize & Self::MASK], self.firsts[head as usize & Self::MASK]);
             let w = self.posted(head);
             let report = if head == p.target {
                 self.pending = None;
@@ -529,12 +547,12 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 None
             };
             if let Some((status, vendor_err, opcode)) = report {
-                let mut c = Completion::new(m.wr_id, status, opcode, qpn);
+                let mut c = Completion::new(wr_id, status, opcode, qpn);
                 c.vendor_err = vendor_err;
                 out[n] = c;
                 n += 1;
             }
-            if let Some(r) = m.first {
+            if let Some(r) = first {
                 r.release();
             }
             let more = self.more[head as usize & Self::MASK];
@@ -560,7 +578,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             if w.signaled || self.more[slot] != 0 || target.wrapping_sub(head) < w.wqebbs() {
                 break;
             }
-            if let Some(r) = self.slots[slot].first {
+            if let Some(r) = self.firsts[slot] {
                 r.release();
             }
             head = head.wrapping_add(w.wqebbs());
