@@ -172,7 +172,9 @@ impl WriteRequest<'_, '_> {
 /// Contract for implementors:
 /// * [`begin`](SendQueue::begin) opens a batch and returns its cursor; the caller threads that
 ///   cursor through the batch's pushes and hands it back to exactly one `commit` or `abort`;
-///   between `begin` and that call the caller touches the queue through nothing else;
+///   between `begin` and that call the caller touches the queue through nothing else. A cursor
+///   belongs to the queue that opened it: handed to another, it must leave memory safe, but
+///   what it does to that queue's requests is unspecified ([`Batch`] never does this);
 /// * [`push`](SendQueue::push) either writes the whole request into the ring (not yet visible
 ///   to the device) and advances the cursor, returning `Ok`, or changes neither and returns
 ///   the error;
