@@ -171,7 +171,12 @@ fn main() {
         let mut wc = [Completion::default(); 64];
         let mut run_ours = || {
             let t = Instant::now();
-            post_round(&mut qp, &bufs, &sges, per_round, case.batch as usize, remote, case.raw);
+            let batch = case.batch as usize;
+            if case.raw {
+                post_round::<_, true>(&mut qp, &bufs, &sges, per_round, batch, remote);
+            } else {
+                post_round::<_, false>(&mut qp, &bufs, &sges, per_round, batch, remote);
+            }
             ours.push(t.elapsed().as_nanos() as f64 / per_round as f64);
             // play the device: one CQE for the last WQE retires the round
             let last = qp.sq_pi().wrapping_sub(wqebbs(case.nsge) as u16);
@@ -259,17 +264,17 @@ fn main() {
 }
 
 /// One timed round of ours: `n` writes of `bufs` in batches of `batch`, the last of each
-/// batch signalled. A function of its own, as the C loops are, so that its registers are its
-/// own rather than shared with everything `main` keeps alive.
+/// batch signalled; `RAW` posts the raw `Sge`s instead of `bufs`. A function of its own, one
+/// per form, as the C loops are, so that its registers are its own rather than shared with
+/// everything `main` keeps alive, and its loop carries no test of the form.
 #[inline(never)]
-fn post_round<'r, Q: PostWrite<'r>>(
+fn post_round<'r, Q: PostWrite<'r>, const RAW: bool>(
     qp: &mut Q,
     bufs: &[LocalBuf<'r>],
     sges: &[Sge],
     n: usize,
     batch: usize,
     remote: rdma_pmd::RemoteBuf,
-    raw: bool,
 ) {
     let mut left = n;
     while left > 0 {
@@ -277,7 +282,7 @@ fn post_round<'r, Q: PostWrite<'r>>(
         let mut b = qp.batch();
         for k in 0..n {
             let flags = if k + 1 == n { SendFlags::SIGNALED } else { SendFlags::empty() };
-            if raw {
+            if RAW {
                 // SAFETY: the SGEs name a region registered and alive for the whole run.
                 let source = unsafe { rdma_pmd::Source::raw(sges) };
                 let req =
