@@ -121,6 +121,16 @@ impl SqCursor {
     }
 }
 
+/// Entry `i` (free-running) of a reference queue of `4 * N` entries.
+#[inline(always)]
+fn ref_entry<'a, 'r, const N: usize>(
+    refs: &'a mut [[Option<&'r RegionUse>; REFS_PER_BB]; N],
+    i: u32,
+) -> &'a mut Option<&'r RegionUse> {
+    let i = i as usize;
+    &mut refs[(i / REFS_PER_BB) & (N - 1)][i % REFS_PER_BB]
+}
+
 /// The send ring of one QP. See the module docs.
 pub struct SendRing<'r, const N: usize> {
     sink: FixedRing<N>,
@@ -325,8 +335,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 if first.is_none() {
                     first = Some(r);
                 } else {
-                    let i = head as usize;
-                    refs[(i / REFS_PER_BB) & Self::MASK][i % REFS_PER_BB] = Some(r);
+                    *ref_entry(refs, head) = Some(r);
                     head = head.wrapping_add(1);
                 }
                 prev = Some(r);
@@ -398,8 +407,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
 
     #[inline(always)]
     fn ref_at(&mut self, i: u32) -> &mut Option<&'r RegionUse> {
-        let i = i as usize;
-        &mut self.refs[(i / REFS_PER_BB) & Self::MASK][i % REFS_PER_BB]
+        ref_entry(&mut self.refs, i)
     }
 
     /// Release the references queued in `[from, to)`.

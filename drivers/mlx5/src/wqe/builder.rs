@@ -77,15 +77,6 @@ pub struct WqeInfo {
 }
 
 impl WqeInfo {
-    /// A placeholder before a WQE is written.
-    pub const EMPTY: WqeInfo = WqeInfo {
-        pi: 0,
-        opcode: SendOpcode::RdmaWrite,
-        shape: WqeShape { ds: 0, wqebbs: 0 },
-        fm_ce_se: FmCeSe::empty(),
-        doorbell: [0; 8],
-    };
-
     /// The WQE counter after this WQE (`cur_post + wqebbs`, 16 bits).
     #[inline]
     pub const fn next_pi(&self) -> u16 {

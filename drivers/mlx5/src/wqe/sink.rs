@@ -76,10 +76,8 @@ fn check_wqe_cnt(wqe_cnt: u32) -> Result<usize> {
 #[derive(Debug)]
 pub struct RawRing {
     base: NonNull<u64>,
-    /// `wqe_cnt * 64 - 1` with the low 3 bits clear: wraps an offset to an 8-byte word.
-    mask8: usize,
-    /// The same with the low 4 bits clear: wraps an offset to a 16-byte pair.
-    mask16: usize,
+    /// `wqe_cnt * 64 - 1`: wraps an offset into the ring.
+    mask: usize,
     wqe_cnt: u32,
 }
 
@@ -99,7 +97,7 @@ impl RawRing {
         if base.as_ptr() as usize & 7 != 0 {
             return Err(Error::InvalidArgument("send ring not 8-byte aligned"));
         }
-        Ok(RawRing { base: base.cast(), mask8: (len - 1) & !7, mask16: (len - 1) & !15, wqe_cnt })
+        Ok(RawRing { base: base.cast(), mask: len - 1, wqe_cnt })
     }
 
     /// The ring's first byte.
@@ -116,22 +114,45 @@ impl WqeSink for RawRing {
 
     #[inline(always)]
     fn put8(&mut self, off: usize, bytes: [u8; 8]) {
-        let word = (off & self.mask8) >> 3;
-        // SAFETY: `word * 8 < wqe_cnt * 64` after masking, so the store stays inside the ring
-        // that `new`'s caller vouched for; `base` is 8-byte aligned, so is every word.
-        unsafe { self.base.as_ptr().add(word).write_volatile(u64::from_ne_bytes(bytes)) }
+        // SAFETY: `new`'s caller vouched for `wqe_cnt * 64` bytes at `base`, 8-byte aligned;
+        // `mask` is that length minus one.
+        unsafe { store8(self.base, self.mask, off, bytes) }
     }
 
     #[inline(always)]
     fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
-        let word = (off & self.mask16) >> 3;
-        // SAFETY: after masking, `word * 8` is a multiple of 16 below `wqe_cnt * 64` (itself a
-        // multiple of 64), so both words lie inside the ring `new`'s caller vouched for.
-        unsafe {
-            let p = self.base.as_ptr().add(word);
-            p.write_volatile(u64::from_ne_bytes(lo));
-            p.add(1).write_volatile(u64::from_ne_bytes(hi));
-        }
+        // SAFETY: as in `put8`.
+        unsafe { store16(self.base, self.mask, off, lo, hi) }
+    }
+}
+
+/// Store `bytes` at byte `off & mask & !7` of the ring at `base`: the one volatile store every
+/// ring sink does.
+///
+/// # Safety
+/// `base` must be 8-byte aligned and valid for writes of `mask + 1` bytes, a power of two and a
+/// multiple of 64 (a whole number of slots).
+#[inline(always)]
+unsafe fn store8(base: NonNull<u64>, mask: usize, off: usize, bytes: [u8; 8]) {
+    let word = (off & mask & !7) >> 3;
+    // SAFETY: `word * 8 <= mask - 7`, so the 8 bytes lie inside the block the caller vouched
+    // for; aligned because `base` is.
+    unsafe { base.as_ptr().add(word).write_volatile(u64::from_ne_bytes(bytes)) }
+}
+
+/// Store `lo` then `hi` at bytes `off & mask & !15 ..` of the ring at `base`.
+///
+/// # Safety
+/// As for [`store8`].
+#[inline(always)]
+unsafe fn store16(base: NonNull<u64>, mask: usize, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+    let word = (off & mask & !15) >> 3;
+    // SAFETY: `word * 8` is a multiple of 16 at most `mask - 15` (`mask + 1` is a multiple of
+    // 64), so both words lie inside the block the caller vouched for.
+    unsafe {
+        let p = base.as_ptr().add(word);
+        p.write_volatile(u64::from_ne_bytes(lo));
+        p.add(1).write_volatile(u64::from_ne_bytes(hi));
     }
 }
 
@@ -147,10 +168,8 @@ pub struct FixedRing<const N: usize> {
 unsafe impl<const N: usize> Send for FixedRing<N> {}
 
 impl<const N: usize> FixedRing<N> {
-    /// `N * 64 - 1` with the low 3 bits clear: wraps an offset to an 8-byte word.
-    const MASK8: usize = (N * SEND_WQE_BB - 1) & !7;
-    /// The same with the low 4 bits clear: wraps an offset to a 16-byte pair.
-    const MASK16: usize = (N * SEND_WQE_BB - 1) & !15;
+    /// `N * 64 - 1`: wraps an offset into the ring.
+    const MASK: usize = N * SEND_WQE_BB - 1;
 
     /// The same ring, which must have `N` slots.
     pub fn new(ring: RawRing) -> Result<Self> {
@@ -202,22 +221,15 @@ impl<const N: usize> WqeSink for RingView<'_, N> {
 
     #[inline(always)]
     fn put8(&mut self, off: usize, bytes: [u8; 8]) {
-        let word = (off & FixedRing::<N>::MASK8) >> 3;
         // SAFETY: the view borrows a FixedRing, built from a RawRing of `N` slots whose creator
-        // vouched for `N * 64` bytes at `base`; after masking, `word * 8 < N * 64`.
-        unsafe { self.base.as_ptr().add(word).write_volatile(u64::from_ne_bytes(bytes)) }
+        // vouched for `N * 64` bytes at `base`, 8-byte aligned.
+        unsafe { store8(self.base, FixedRing::<N>::MASK, off, bytes) }
     }
 
     #[inline(always)]
     fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
-        let word = (off & FixedRing::<N>::MASK16) >> 3;
-        // SAFETY: as in `put8`; `word * 8` is a multiple of 16 below `N * 64`, so both words
-        // are inside the ring.
-        unsafe {
-            let p = self.base.as_ptr().add(word);
-            p.write_volatile(u64::from_ne_bytes(lo));
-            p.add(1).write_volatile(u64::from_ne_bytes(hi));
-        }
+        // SAFETY: as in `put8`.
+        unsafe { store16(self.base, FixedRing::<N>::MASK, off, lo, hi) }
     }
 }
 
