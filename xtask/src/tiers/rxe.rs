@@ -261,12 +261,14 @@ fn build_example(name: &str) -> Result<std::path::PathBuf, String> {
 }
 
 /// Rounds of every measurement; rounds interleave perftest and ours, and the figures printed are
-/// per-round medians (TCG on a shared host drifts by factors between runs).
-const BENCH_ROUNDS: u32 = 3;
+/// per-round medians (TCG on a shared host drifts by factors between runs, and whole runs of
+/// either program land in a slow or a fast mode).
+const BENCH_ROUNDS: u32 = 5;
 
-/// The guest script: per round and size, perftest's bandwidth run then ours, perftest's latency
-/// run then ours (perftest: server in the background, client against 10.0.0.1, one rerun if it
-/// printed no usable row).
+/// The guest script: per round and size, a bandwidth pair then a latency pair, perftest and ours
+/// (perftest: server in the background, client against 10.0.0.1, one rerun if it printed no
+/// usable row). Odd rounds run perftest first, even rounds ours, so that neither always runs
+/// right after the other.
 fn bench_script() -> String {
     let mut s = String::new();
     for round in 1..=BENCH_ROUNDS {
@@ -284,17 +286,26 @@ fn bench_script() -> String {
                 ("perftest-bw", &bw, 4, "ours-bw", &ours_bw),
                 ("perftest-lat", &lat, 6, "ours-lat", &ours_lat),
             ] {
-                s.push_str(&format!(
+                let theirs = format!(
                     "for attempt in 1 2; do\n\
                      \x20 echo \"XTASK-BENCH {tag} {size} r{round} attempt $attempt\"\n\
                      \x20 timeout -s KILL 120 {cmd} >/tmp/server.txt 2>&1 &\n\
                      \x20 sleep 2\n\
                      \x20 out=$(timeout -s KILL 120 {cmd} 10.0.0.1 2>&1); echo \"$out\"; wait\n\
                      \x20 echo \"$out\" | awk '$1 == {size} && ${col} + 0 > 0 && ${col} != \"inf\" {{ok = 1}} END {{exit !ok}}' && break\n\
-                     done\n\
-                     echo \"XTASK-BENCH {ours_tag} {size} r{round}\"\n\
+                     done\n"
+                );
+                let ours = format!(
+                    "echo \"XTASK-BENCH {ours_tag} {size} r{round}\"\n\
                      timeout -s KILL 120 {ours}\n"
-                ));
+                );
+                if round % 2 == 1 {
+                    s.push_str(&theirs);
+                    s.push_str(&ours);
+                } else {
+                    s.push_str(&ours);
+                    s.push_str(&theirs);
+                }
             }
         }
     }
@@ -419,10 +430,13 @@ pub fn bench(_args: &[String]) -> bool {
             f(m[6]),
             f(m[7])
         );
+        // Each round's pair ran back to back, so the per-round ratio cancels the drift between
+        // rounds; its median is shown beside the ratio of the medians.
         let spread = |v: &[f64]| {
             let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
             let hi = v.iter().cloned().fold(0.0, f64::max);
-            format!("(per-round ratios {lo:.2}..{hi:.2}, {} rounds)", v.len())
+            let mid = median(v.to_vec()).map_or("-".into(), |m| format!("{m:.2}"));
+            format!("(per-round ratios {lo:.2}..{hi:.2}, median {mid}, {} rounds)", v.len())
         };
         for (what, ours, theirs, per_round) in [
             ("msgrate ours/ib_write_bw", m[4], m[0], &rate_ratios),
