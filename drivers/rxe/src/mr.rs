@@ -107,6 +107,7 @@ impl<'c> Region<'c> {
     }
 
     /// The bytes `[off, off + len)` as a posting source.
+    #[inline]
     pub fn buf(&self, off: usize, len: usize) -> Result<LocalBuf<'_>> {
         let end = off.checked_add(len).ok_or(Error::OutOfBounds)?;
         if end > self.len {
@@ -127,6 +128,7 @@ impl<'c> Region<'c> {
     }
 
     /// Copy `data` into the region at `off`.
+    #[inline]
     pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
         let end = off.checked_add(data.len()).ok_or(Error::OutOfBounds)?;
         if end > self.len {
@@ -141,6 +143,7 @@ impl<'c> Region<'c> {
 
     /// Copy the region's bytes at `off` into `out`. Each byte is read once, with volatile loads,
     /// so a polling loop sees the device's writes.
+    #[inline]
     pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
         let end = off.checked_add(out.len()).ok_or(Error::OutOfBounds)?;
         if end > self.len {

@@ -66,6 +66,9 @@ pub struct RxeQp<'r> {
     committed: u64,
     tail: u64,
     slots: Vec<Slot>,
+    /// `slots.len() - 1`: `slots` has a power-of-two length of at least `max_send_wr` (rxe
+    /// grants `2^k - 1`), so a sequence number finds its slot with a mask, not a division.
+    slot_mask: u64,
     /// `max_sge` entries per slot: the regions a request acquired, released when it retires.
     runs: Vec<Option<&'r RegionUse>>,
     /// Requests pushed since the last commit, chained and posted by one `ibv_post_send`.
@@ -79,7 +82,9 @@ pub struct RxeQp<'r> {
     deferred: Option<Error>,
     recv_head: u64,
     recv_tail: u64,
+    /// A power of two of at least `max_recv` entries, indexed like `slots`.
     recv_slots: Vec<(u64, Option<&'r RegionUse>)>,
+    recv_mask: u64,
     max_recv: u32,
 }
 
@@ -151,10 +156,12 @@ impl<'r> RxeQp<'r> {
             max_inline: attr.cap.max_inline_data,
         };
         let n = caps.max_send_wr as usize;
+        let slots = n.next_power_of_two();
         let sge = caps.max_sge as usize;
         // SAFETY: a live QP.
         let qpn = QpNum(unsafe { ffi::rxe_shim_qp_num(qp.as_ptr()) });
         let max_recv = attr.cap.max_recv_wr;
+        let recv_slots = (max_recv as usize).next_power_of_two();
         Ok(RxeQp {
             conn,
             qp,
@@ -166,8 +173,9 @@ impl<'r> RxeQp<'r> {
             head: 0,
             committed: 0,
             tail: 0,
-            slots: vec![Slot::default(); n],
-            runs: vec![None; n * sge],
+            slots: vec![Slot::default(); slots],
+            slot_mask: slots as u64 - 1,
+            runs: vec![None; slots * sge],
             wrs: vec![ffi::ibv_send_wr::ZERO; n],
             sges: vec![Sge::default(); n * sge],
             inline: vec![0; n * caps.max_inline as usize],
@@ -175,7 +183,8 @@ impl<'r> RxeQp<'r> {
             deferred: None,
             recv_head: 0,
             recv_tail: 0,
-            recv_slots: vec![(0, None); max_recv as usize],
+            recv_slots: vec![(0, None); recv_slots],
+            recv_mask: recv_slots as u64 - 1,
             max_recv,
         })
     }
@@ -241,8 +250,7 @@ impl<'r> RxeQp<'r> {
     }
 
     fn release_slot(&mut self, seq: u64) {
-        let cap = self.caps.max_send_wr as u64;
-        let s = (seq % cap) as usize;
+        let s = (seq & self.slot_mask) as usize;
         let base = s * self.caps.max_sge as usize;
         for i in 0..self.slots[s].runs as usize {
             if let Some(r) = self.runs[base + i].take() {
@@ -283,7 +291,7 @@ impl<'r> RxeQp<'r> {
             }
             return Err(device_error(rc));
         }
-        let slot = (self.recv_tail % self.max_recv as u64) as usize;
+        let slot = (self.recv_tail & self.recv_mask) as usize;
         self.recv_slots[slot] = (wr_id, region);
         self.recv_tail += 1;
         Ok(())
@@ -303,7 +311,7 @@ impl<'r> RxeQp<'r> {
             return Err(device_error(n));
         }
         for (i, wc) in self.wcs[..n as usize].iter().enumerate() {
-            let slot = (wc.wr_id % self.max_recv as u64) as usize;
+            let slot = (wc.wr_id & self.recv_mask) as usize;
             let (wr_id, region) = self.recv_slots[slot];
             if let Some(r) = region {
                 r.release();
@@ -349,6 +357,7 @@ impl<'r> RxeQp<'r> {
 impl<'r> SendQueue<'r> for RxeQp<'r> {
     type Cursor = ();
 
+    #[inline]
     fn caps(&self) -> Caps {
         self.caps
     }
@@ -357,8 +366,10 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         self.qpn
     }
 
+    #[inline]
     fn begin(&mut self) {}
 
+    #[inline]
     fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
         if !self.connected {
             return Err(Error::NotConnected);
@@ -370,7 +381,7 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
             return Err(Error::QueueFull { needed: 1, free });
         }
         let idx = (self.tail - self.committed) as usize;
-        let slot = (self.tail % cap) as usize;
+        let slot = (self.tail & self.slot_mask) as usize;
         let max_sge = self.caps.max_sge as usize;
         let sgl_base = idx * max_sge;
         let mut runs = 0u32;
@@ -426,10 +437,12 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         Ok(())
     }
 
+    #[inline]
     fn pushed(&self, _: &()) -> u32 {
         (self.tail - self.committed) as u32
     }
 
+    #[inline]
     fn commit(&mut self, _: ()) {
         let n = (self.tail - self.committed) as usize;
         if n == 0 {
@@ -466,6 +479,7 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         self.rollback();
     }
 
+    #[inline]
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
@@ -481,11 +495,10 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         if n < 0 {
             return Err(device_error(n));
         }
-        let cap = self.caps.max_send_wr as u64;
         for (i, o) in out.iter_mut().enumerate().take(n as usize) {
             let wc = self.wcs[i];
             let seq = wc.wr_id;
-            let wr_id = self.slots[(seq % cap) as usize].wr_id;
+            let wr_id = self.slots[(seq & self.slot_mask) as usize].wr_id;
             if seq >= self.head && seq < self.committed {
                 while self.head <= seq {
                     self.release_slot(self.head);
@@ -505,6 +518,7 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         Ok(n as usize)
     }
 
+    #[inline]
     fn outstanding(&self) -> u32 {
         (self.committed - self.head) as u32
     }
