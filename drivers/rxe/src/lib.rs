@@ -8,7 +8,7 @@
 //! * [`Region`]: a registered buffer (`ibv_reg_mr` with [`Access::MSGS`] as `rdma_reg_msgs`
 //!   or [`Access::WRITE`] as `rdma_reg_write`) that embeds a [`RegionUse`](rdma_pmd::RegionUse),
 //!   hands out [`LocalBuf`](rdma_pmd::LocalBuf)s and refuses [`Region::dereg`] with
-//!   [`Error::RegionBusy`](rdma_pmd::Error::RegionBusy) (`EBUSY`) while posted requests use it;
+//!   [`Error::RegionBusy`] (`EBUSY`) while posted requests use it;
 //! * [`RxeQp`]: an RC queue pair implementing [`SendQueue`](rdma_pmd::SendQueue), so every form
 //!   of [`PostWrite`](rdma_pmd::PostWrite) works on it: writev, write, write with immediate,
 //!   inline, raw, and batches posted as one chained `ibv_post_send` on commit. Completions are

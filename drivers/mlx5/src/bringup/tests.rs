@@ -10,7 +10,8 @@ use super::script_fw::{default_state, script, State};
 use super::*;
 use crate::cmd::fake_fw::FakeFw;
 use crate::cmd::CmdStatus;
-use crate::init_seg::HealthSyndrome;
+use crate::control::DeviceCaps;
+use crate::init_seg::{FwVersion, HealthSyndrome};
 
 /// 1 µs per reading.
 struct Ticks(Cell<u64>);

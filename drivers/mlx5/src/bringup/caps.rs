@@ -1,0 +1,173 @@
+//! The capabilities bring-up reads and sets: `QUERY_HCA_CAP` / `SET_HCA_CAP` (general and
+//! RoCE), and the values the driver keeps from them.
+
+use crate::cmd::Pas;
+use crate::control::DeviceCaps;
+use crate::ifc::{self, consts, generated::*};
+
+use super::{input, Hca, HcaError};
+
+/// `query_hca_cap_in.op_mod`: capability type `<< 1 |` 1 for current values, 0 for maximum.
+const CAP_GENERAL: u16 = 0;
+const CAP_ROCE: u16 = 4;
+const CAP_CUR: u16 = 1;
+const CAP_MAX: u16 = 0;
+
+/// Port type (`cmd_hca_cap.port_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortType {
+    /// InfiniBand.
+    Ib,
+    /// Ethernet (RoCE).
+    Ethernet,
+    /// Another value.
+    Unknown(u8),
+}
+
+/// The `cmd_hca_cap` (and `roce_cap`) values bring-up read and the driver uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HcaCaps {
+    /// `log_max_qp`.
+    pub log_max_qp: u8,
+    /// `log_max_qp_sz`.
+    pub log_max_qp_sz: u8,
+    /// `log_max_cq`.
+    pub log_max_cq: u8,
+    /// `log_max_cq_sz`.
+    pub log_max_cq_sz: u8,
+    /// `log_max_eq`.
+    pub log_max_eq: u8,
+    /// `log_max_eq_sz`.
+    pub log_max_eq_sz: u8,
+    /// `log_max_mkey`.
+    pub log_max_mkey: u8,
+    /// `log_max_pd`.
+    pub log_max_pd: u8,
+    /// `log_max_msg`.
+    pub log_max_msg: u8,
+    /// `log_max_ra_req_qp`.
+    pub log_max_ra_req_qp: u8,
+    /// `log_max_ra_res_qp`.
+    pub log_max_ra_res_qp: u8,
+    /// `num_ports`.
+    pub num_ports: u8,
+    /// `port_type`.
+    pub port_type: PortType,
+    /// `roce`: the function supports RoCE.
+    pub roce: bool,
+    /// `bf`: BlueFlame supported.
+    pub bf: bool,
+    /// `log_bf_reg_size`.
+    pub log_bf_reg_size: u8,
+    /// `max_wqe_sz_sq`.
+    pub max_wqe_sz_sq: u16,
+    /// `log_uar_page_sz` in effect.
+    pub log_uar_page_sz: u16,
+    /// `roce_cap.sw_r_roce_src_udp_port` in effect (the QP's `udp_sport` is honoured).
+    pub roce_sw_udp_sport: bool,
+    /// `roce_cap.qp_ts_format`.
+    pub qp_ts_format: u8,
+}
+
+impl HcaCaps {
+    pub(super) fn from_general(cap: &[u8]) -> Self {
+        let g = |f| ifc::get(cap, f) as u8;
+        HcaCaps {
+            log_max_qp: g(cmd_hca_cap::LOG_MAX_QP),
+            log_max_qp_sz: g(cmd_hca_cap::LOG_MAX_QP_SZ),
+            log_max_cq: g(cmd_hca_cap::LOG_MAX_CQ),
+            log_max_cq_sz: g(cmd_hca_cap::LOG_MAX_CQ_SZ),
+            log_max_eq: g(cmd_hca_cap::LOG_MAX_EQ),
+            log_max_eq_sz: g(cmd_hca_cap::LOG_MAX_EQ_SZ),
+            log_max_mkey: g(cmd_hca_cap::LOG_MAX_MKEY),
+            log_max_pd: g(cmd_hca_cap::LOG_MAX_PD),
+            log_max_msg: g(cmd_hca_cap::LOG_MAX_MSG),
+            log_max_ra_req_qp: g(cmd_hca_cap::LOG_MAX_RA_REQ_QP),
+            log_max_ra_res_qp: g(cmd_hca_cap::LOG_MAX_RA_RES_QP),
+            num_ports: g(cmd_hca_cap::NUM_PORTS),
+            port_type: match g(cmd_hca_cap::PORT_TYPE) {
+                0 => PortType::Ib,
+                v if v as u16 == consts::CAP_PORT_TYPE_ETH => PortType::Ethernet,
+                v => PortType::Unknown(v),
+            },
+            roce: g(cmd_hca_cap::ROCE) != 0,
+            bf: g(cmd_hca_cap::BF) != 0,
+            log_bf_reg_size: g(cmd_hca_cap::LOG_BF_REG_SIZE),
+            max_wqe_sz_sq: ifc::get(cap, cmd_hca_cap::MAX_WQE_SZ_SQ) as u16,
+            log_uar_page_sz: ifc::get(cap, cmd_hca_cap::LOG_UAR_PAGE_SZ) as u16,
+            roce_sw_udp_sport: false,
+            qp_ts_format: 0,
+        }
+    }
+
+    /// The limits the data path needs.
+    pub fn device_caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            log_max_qp_sz: self.log_max_qp_sz,
+            log_max_cq_sz: self.log_max_cq_sz,
+            max_wqe_sz_sq: self.max_wqe_sz_sq as u32,
+            log_bf_reg_size: self.log_bf_reg_size,
+        }
+    }
+}
+
+impl Hca<'_> {
+    pub(super) fn query_cap(
+        &mut self,
+        ty: u16,
+        mode: u16,
+        out: &mut [u8; query_hca_cap_out::SIZE],
+    ) -> Result<(), HcaError> {
+        let q: [u8; query_hca_cap_in::SIZE] = input(consts::CMD_OP_QUERY_HCA_CAP, ty << 1 | mode);
+        self.exec("QUERY_HCA_CAP", &q, Pas::None, out)
+    }
+
+    pub(super) fn handle_caps(&mut self) -> Result<(), HcaError> {
+        let cap_at = query_hca_cap_out::CAPABILITY.byte();
+        let mut max = [0u8; query_hca_cap_out::SIZE];
+        let mut cur = [0u8; query_hca_cap_out::SIZE];
+        self.query_cap(CAP_GENERAL, CAP_MAX, &mut max)?;
+        self.query_cap(CAP_GENERAL, CAP_CUR, &mut cur)?;
+
+        // SET_HCA_CAP carries the current values with the driver's changes (kernel
+        // `handle_hca_cap`, rdma-core `handle_hca_cap`); its op_mod is the capability type
+        // shifted left by one, as for QUERY_HCA_CAP (kernel `set_caps`).
+        let mut set: [u8; set_hca_cap_in::SIZE] =
+            input(consts::CMD_OP_SET_HCA_CAP, consts::SET_HCA_CAP_OP_MOD_GENERAL_DEVICE << 1);
+        let at = set_hca_cap_in::CAPABILITY.byte();
+        set[at..at + cmd_hca_cap::SIZE].copy_from_slice(&cur[cap_at..cap_at + cmd_hca_cap::SIZE]);
+        let cap = &mut set[at..];
+        ifc::set(cap, cmd_hca_cap::CMDIF_CHECKSUM, 0);
+        let page_shift = self.dma.page_size().trailing_zeros().saturating_sub(12);
+        ifc::set(cap, cmd_hca_cap::LOG_UAR_PAGE_SZ, page_shift as u64);
+        self.exec("SET_HCA_CAP", &set, Pas::None, &mut [0u8; 16])?;
+        self.report.set_general_caps = true;
+
+        self.query_cap(CAP_GENERAL, CAP_CUR, &mut cur)?;
+        let mut caps = HcaCaps::from_general(&cur[cap_at..]);
+
+        if caps.roce {
+            let mut rmax = [0u8; query_hca_cap_out::SIZE];
+            let mut rcur = [0u8; query_hca_cap_out::SIZE];
+            self.query_cap(CAP_ROCE, CAP_MAX, &mut rmax)?;
+            self.query_cap(CAP_ROCE, CAP_CUR, &mut rcur)?;
+            let sport = roce_cap::SW_R_ROCE_SRC_UDP_PORT;
+            let have = ifc::get(&rcur[cap_at..], sport) != 0;
+            if !have && ifc::get(&rmax[cap_at..], sport) != 0 {
+                let mut set: [u8; set_hca_cap_in::SIZE] =
+                    input(consts::CMD_OP_SET_HCA_CAP, consts::SET_HCA_CAP_OP_MOD_ROCE << 1);
+                set[at..at + roce_cap::SIZE]
+                    .copy_from_slice(&rcur[cap_at..cap_at + roce_cap::SIZE]);
+                ifc::set(&mut set[at..], sport, 1);
+                self.exec("SET_HCA_CAP", &set, Pas::None, &mut [0u8; 16])?;
+                self.report.set_roce_caps = true;
+                caps.roce_sw_udp_sport = true;
+            } else {
+                caps.roce_sw_udp_sport = have;
+            }
+            caps.qp_ts_format = ifc::get(&rcur[cap_at..], roce_cap::QP_TS_FORMAT) as u8;
+        }
+        self.report.caps = caps;
+        Ok(())
+    }
+}
