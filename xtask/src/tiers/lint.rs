@@ -1,4 +1,5 @@
-//! Tier `lint`: clippy with warnings denied, and rustfmt's check.
+//! Tier `lint`: clippy with warnings denied, rustfmt's check, and the API docs built with
+//! warnings denied (so a broken intra-doc link fails).
 
 use super::Outcome;
 use crate::util;
@@ -14,9 +15,15 @@ pub fn run() -> Outcome {
         "warnings",
     ]));
     let fmt = util::run(util::cargo().args(["fmt", "--all", "--check"]));
+    let doc = util::run(
+        util::cargo()
+            .args(["doc", "--workspace", "--no-deps", "--all-features"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    );
+    let checks = [clippy, fmt, doc];
     Outcome {
-        passed: clippy as u32 + fmt as u32,
-        failed: !clippy as u32 + !fmt as u32,
+        passed: checks.iter().filter(|c| **c).count() as u32,
+        failed: checks.iter().filter(|c| !**c).count() as u32,
         skipped: None,
     }
 }
