@@ -95,6 +95,10 @@ pub fn run_cli(args: &[String]) -> bool {
     println!("\ntier summary:");
     for (name, o) in &rows {
         match &o.skipped {
+            Some(why) if o.passed + o.failed > 0 => {
+                skipped += 1;
+                println!("  {name:<8} {} passed, {} failed; SKIPPED: {why}", o.passed, o.failed);
+            }
             Some(why) => {
                 skipped += 1;
                 println!("  {name:<8} SKIPPED: {why}");
