@@ -20,10 +20,5 @@ pub fn run() -> Outcome {
             .args(["doc", "--workspace", "--no-deps", "--all-features"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     );
-    let checks = [clippy, fmt, doc];
-    Outcome {
-        passed: checks.iter().filter(|c| **c).count() as u32,
-        failed: checks.iter().filter(|c| !**c).count() as u32,
-        skipped: None,
-    }
+    Outcome::checks(&[clippy, fmt, doc])
 }

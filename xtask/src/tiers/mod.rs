@@ -26,7 +26,13 @@ pub struct Outcome {
 impl Outcome {
     /// One check: passed or failed.
     pub fn check(ok: bool) -> Self {
-        Outcome { passed: ok as u32, failed: !ok as u32, skipped: None }
+        Self::checks(&[ok])
+    }
+
+    /// Several checks, each passed or failed.
+    pub fn checks(oks: &[bool]) -> Self {
+        let passed = oks.iter().filter(|ok| **ok).count() as u32;
+        Outcome { passed, failed: oks.len() as u32 - passed, skipped: None }
     }
 
     /// Counts of a libtest run; a failed run with no failed test counts as one failure.

@@ -152,15 +152,10 @@ pub fn cli() -> bool {
 pub fn run() -> Outcome {
     let link = report();
     match check_other_arch() {
-        Some(arch) => Outcome {
-            passed: link as u32 + arch as u32,
-            failed: !link as u32 + !arch as u32,
-            skipped: None,
-        },
+        Some(arch) => Outcome::checks(&[link, arch]),
         None => Outcome {
-            passed: link as u32,
-            failed: !link as u32,
             skipped: Some(format!("{OTHER_TARGET} build: target not installable here")),
+            ..Outcome::check(link)
         },
     }
 }
