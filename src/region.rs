@@ -44,11 +44,13 @@ impl RegionUse {
     }
 
     /// Posted requests that still reference the region.
+    #[inline]
     pub fn in_flight(&self) -> u32 {
         self.state.get() & !DEREGISTERED
     }
 
     /// Whether the region is still registered.
+    #[inline]
     pub fn is_registered(&self) -> bool {
         self.state.get() & DEREGISTERED == 0
     }
@@ -109,6 +111,7 @@ impl<'r> LocalBuf<'r> {
     /// as `addr` under `lkey` for as long as `region` is registered; `region` must be the
     /// [`RegionUse`] of the region `lkey` names.
     #[allow(unsafe_code)]
+    #[inline]
     pub const unsafe fn from_raw_parts(
         region: &'r RegionUse,
         ptr: NonNull<u8>,
@@ -120,6 +123,7 @@ impl<'r> LocalBuf<'r> {
     }
 
     /// The region's in-flight accounting.
+    #[inline]
     pub fn region(&self) -> &'r RegionUse {
         self.region
     }
@@ -131,11 +135,13 @@ impl<'r> LocalBuf<'r> {
     }
 
     /// CPU address of the first byte (for inline copies by a backend).
+    #[inline]
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
 
     /// Length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
     }
@@ -164,6 +170,7 @@ impl<'r> LocalBuf<'r> {
 
 /// Acquire every distinct region of `sgl` once per consecutive run, so a request whose elements
 /// all come from one region costs one counter update. On failure nothing stays acquired.
+#[inline]
 pub fn acquire_all(sgl: &[LocalBuf<'_>]) -> Result<()> {
     let mut prev: Option<*const RegionUse> = None;
     for (i, b) in sgl.iter().enumerate() {
@@ -181,6 +188,7 @@ pub fn acquire_all(sgl: &[LocalBuf<'_>]) -> Result<()> {
 }
 
 /// Undo [`acquire_all`] for the same slice.
+#[inline]
 pub fn release_all(sgl: &[LocalBuf<'_>]) {
     let mut prev: Option<*const RegionUse> = None;
     for b in sgl {
@@ -194,6 +202,7 @@ pub fn release_all(sgl: &[LocalBuf<'_>]) {
 
 /// Call `f` once per consecutive run of the same region in `sgl`: the regions
 /// [`acquire_all`] counted, in order. Backends use it to remember what to release.
+#[inline]
 pub fn for_each_run<'r>(sgl: &[LocalBuf<'r>], mut f: impl FnMut(&'r RegionUse)) {
     let mut prev: Option<*const RegionUse> = None;
     for b in sgl {

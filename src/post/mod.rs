@@ -68,11 +68,13 @@ pub struct Source<'a, 'r>(SourceKind<'a, 'r>);
 
 impl<'a, 'r> Source<'a, 'r> {
     /// Registered buffers.
+    #[inline]
     pub const fn sgl(sgl: &'a [LocalBuf<'r>]) -> Self {
         Source(SourceKind::Sgl(sgl))
     }
 
     /// Bytes to copy inline.
+    #[inline]
     pub const fn inline(data: &'a [&'a [u8]]) -> Self {
         Source(SourceKind::Inline(data))
     }
@@ -89,11 +91,13 @@ impl<'a, 'r> Source<'a, 'r> {
     }
 
     /// The payload, for backends.
+    #[inline]
     pub const fn kind(&self) -> &SourceKind<'a, 'r> {
         &self.0
     }
 
     /// Number of elements (buffers or inline pieces).
+    #[inline]
     pub fn count(&self) -> usize {
         match self.0 {
             SourceKind::Sgl(s) => s.len(),
@@ -104,6 +108,7 @@ impl<'a, 'r> Source<'a, 'r> {
 
     /// Total payload bytes, or `None` if it overflows 32 bits (an RDMA message is at most
     /// 2^31 bytes).
+    #[inline]
     pub fn total_len(&self) -> Option<u32> {
         let mut total: u64 = 0;
         match self.0 {
@@ -138,12 +143,14 @@ pub struct WriteRequest<'a, 'r> {
 impl WriteRequest<'_, '_> {
     /// The request's payload is copied inline: either the flag asks for it or the source is
     /// plain bytes.
+    #[inline]
     pub fn is_inline(&self) -> bool {
         self.flags.contains(SendFlags::INLINE) || matches!(self.source.0, SourceKind::Inline(_))
     }
 
     /// Check the request against a queue's capabilities, as rdma-core's provider does before it
     /// writes anything.
+    #[inline]
     pub fn check(&self, caps: &Caps) -> Result<()> {
         let len = self.source.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
         if self.is_inline() {
@@ -212,6 +219,7 @@ pub trait SendQueue<'r> {
 /// The librdmacm-style posting calls, for every [`SendQueue`].
 pub trait PostWrite<'r>: SendQueue<'r> {
     /// Post one request and ring the doorbell.
+    #[inline]
     fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
         let mut at = self.begin();
         if let Err(e) = self.push(&mut at, req) {
@@ -223,6 +231,7 @@ pub trait PostWrite<'r>: SendQueue<'r> {
     }
 
     /// `rdma_post_writev`: gather `sgl` into `remote`.
+    #[inline]
     fn post_writev(
         &mut self,
         wr_id: u64,
@@ -234,6 +243,7 @@ pub trait PostWrite<'r>: SendQueue<'r> {
     }
 
     /// `rdma_post_write`: one registered buffer.
+    #[inline]
     fn post_write(
         &mut self,
         wr_id: u64,
@@ -245,6 +255,7 @@ pub trait PostWrite<'r>: SendQueue<'r> {
     }
 
     /// RDMA WRITE WITH IMMEDIATE: as `post_writev`, and the peer gets `imm` in a completion.
+    #[inline]
     fn post_write_imm(
         &mut self,
         wr_id: u64,
@@ -258,6 +269,7 @@ pub trait PostWrite<'r>: SendQueue<'r> {
 
     /// Write plain bytes inline (`IBV_SEND_INLINE`): no registration, the bytes may be reused as
     /// soon as this returns.
+    #[inline]
     fn post_write_inline(
         &mut self,
         wr_id: u64,
