@@ -1,5 +1,6 @@
 /*
- * Real symbols for the rdma-core calls that verbs.h only provides as static inline functions,
+ * Real symbols for the rdma-core calls that verbs.h only provides as static inline functions
+ * (or the provider entry points those functions call),
  * plus field accessors for the two librdmacm structures the Rust side keeps opaque, and the
  * layout facts the Rust tests check their declarations against.
  */
@@ -10,19 +11,26 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-int rxe_shim_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+/* The provider's entry points that ibv_post_send and ibv_poll_cq call through the context's ops
+ * table. The provider sets the table once, when the context is opened, so the Rust side reads
+ * the two pointers when it creates a queue pair and then calls them directly: the same single
+ * indirect call as rdma-core's inline functions, without a call into this file first. */
+typedef int (*rxe_shim_post_send_fn)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
+typedef int (*rxe_shim_poll_cq_fn)(struct ibv_cq *, int, struct ibv_wc *);
+
+rxe_shim_post_send_fn rxe_shim_post_send_entry(const struct ibv_qp *qp)
 {
-	return ibv_post_send(qp, wr, bad);
+	return qp->context->ops.post_send;
+}
+
+rxe_shim_poll_cq_fn rxe_shim_poll_cq_entry(const struct ibv_cq *cq)
+{
+	return cq->context->ops.poll_cq;
 }
 
 int rxe_shim_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	return ibv_post_recv(qp, wr, bad);
-}
-
-int rxe_shim_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
-{
-	return ibv_poll_cq(cq, n, wc);
 }
 
 struct ibv_context *rxe_shim_id_verbs(const struct rdma_cm_id *id)

@@ -250,19 +250,23 @@ extern "C" {
     pub fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int;
 }
 
+/// The provider's `ops.post_send`, which `ibv_post_send` (inline in `verbs.h`) calls.
+pub type PostSendFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
+/// The provider's `ops.poll_cq`, which `ibv_poll_cq` (inline in `verbs.h`) calls.
+pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+
 // c/shim.c
 extern "C" {
-    pub fn rxe_shim_post_send(
-        qp: *mut ibv_qp,
-        wr: *mut ibv_send_wr,
-        bad: *mut *mut ibv_send_wr,
-    ) -> c_int;
+    /// `qp->context->ops.post_send`.
+    pub fn rxe_shim_post_send_entry(qp: *const ibv_qp) -> Option<PostSendFn>;
+    /// `cq->context->ops.poll_cq`.
+    pub fn rxe_shim_poll_cq_entry(cq: *const ibv_cq) -> Option<PollCqFn>;
     pub fn rxe_shim_post_recv(
         qp: *mut ibv_qp,
         wr: *mut ibv_recv_wr,
         bad: *mut *mut ibv_recv_wr,
     ) -> c_int;
-    pub fn rxe_shim_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int;
     pub fn rxe_shim_id_verbs(id: *const rdma_cm_id) -> *mut ibv_context;
     pub fn rxe_shim_id_pd(id: *const rdma_cm_id) -> *mut ibv_pd;
     pub fn rxe_shim_id_qp(id: *const rdma_cm_id) -> *mut ibv_qp;

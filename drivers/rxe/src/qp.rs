@@ -42,18 +42,44 @@ impl Default for QpConfig {
     }
 }
 
-/// Per send-queue slot: what to report and what to release when the request retires.
+/// Scatter-gather elements per request at most: rxe's limit (`RXE_MAX_SGE`), and the room
+/// each staged request has.
+pub const MAX_SGE: u32 = 32;
+
+/// Per send-queue slot: what to report and what to release when the request retires. The
+/// first region is kept here, the rest (gathers over several regions) in `RxeQp::runs`.
 #[derive(Clone, Copy, Debug, Default)]
-struct Slot {
+struct Slot<'r> {
     wr_id: u64,
     runs: u32,
+    first: Option<&'r RegionUse>,
+}
+
+/// One request as `ibv_post_send` takes it, with room for its scatter-gather list. `next` and
+/// `sg_list` are set when the batch is posted, so they never point at a place the queue pair
+/// has since moved from.
+#[derive(Clone, Copy)]
+struct Staged {
+    wr: ffi::ibv_send_wr,
+    sge: [Sge; MAX_SGE as usize],
+}
+
+impl Staged {
+    const ZERO: Staged =
+        Staged { wr: ffi::ibv_send_wr::ZERO, sge: [Sge::new(0, 0, rdma_pmd::Lkey(0)); 32] };
 }
 
 /// Completions fetched per `ibv_poll_cq` call.
-const WC_BATCH: usize = 32;
+const WC_BATCH: usize = 16;
 
 /// An RC queue pair on rxe, connected through its [`Conn`], posting from regions that live
 /// for `'r` (the queue pair is destroyed first, so no request outlives its buffers).
+///
+/// Layout: what a single post touches (the first staged request, the completion array, the
+/// counters) lives in this struct, the per-slot tables each in one allocation. A post is a
+/// few hundred instructions around a system call, so the pages and cache lines it touches
+/// are much of its cost; under an emulator (QEMU's TCG) every page first touched after the
+/// kernel ran costs a software TLB walk.
 pub struct RxeQp<'r> {
     conn: &'r Conn,
     qp: NonNull<ffi::ibv_qp>,
@@ -65,19 +91,25 @@ pub struct RxeQp<'r> {
     head: u64,
     committed: u64,
     tail: u64,
-    slots: Vec<Slot>,
+    /// The provider's `post_send` and `poll_cq` (what `ibv_post_send`/`ibv_poll_cq` call).
+    post_send: ffi::PostSendFn,
+    poll_cq: ffi::PollCqFn,
+    /// The first request pushed since the last commit (the only one of a single post).
+    first: Staged,
+    /// Completions as `ibv_poll_cq` fills them.
+    wcs: [ffi::ibv_wc; WC_BATCH],
+    slots: Vec<Slot<'r>>,
     /// `slots.len() - 1`: `slots` has a power-of-two length of at least `max_send_wr` (rxe
     /// grants `2^k - 1`), so a sequence number finds its slot with a mask, not a division.
     slot_mask: u64,
-    /// `max_sge` entries per slot: the regions a request acquired, released when it retires.
+    /// `max_sge` entries per slot, the first unused (it is `Slot::first`): the further regions
+    /// a request acquired, released when it retires.
     runs: Vec<Option<&'r RegionUse>>,
-    /// Requests pushed since the last commit, chained and posted by one `ibv_post_send`.
-    wrs: Vec<ffi::ibv_send_wr>,
-    /// Their scatter-gather lists (`max_sge` per request); `Sge` is `struct ibv_sge`.
-    sges: Vec<Sge>,
-    /// Their inline payloads (`max_inline` bytes per request), copied at push time.
+    /// The second and later requests pushed since the last commit; all are chained and posted
+    /// by one `ibv_post_send`. `Sge` is `struct ibv_sge`.
+    staged: Vec<Staged>,
+    /// Inline payloads (`max_inline` bytes per pushed request), copied at push time.
     inline: Vec<u8>,
-    wcs: Vec<ffi::ibv_wc>,
     /// A post that failed at commit (`commit` cannot return it), reported by the next `poll`.
     deferred: Option<Error>,
     recv_head: u64,
@@ -108,8 +140,10 @@ impl<'r> RxeQp<'r> {
     /// completion channel). It cannot post until [`connect`](Self::connect) or
     /// [`accept`](Self::accept) succeeded ([`Error::NotConnected`]).
     pub fn create(conn: &'r Conn, cfg: QpConfig) -> Result<RxeQp<'r>> {
-        if cfg.max_send_wr == 0 || cfg.max_sge == 0 {
-            return Err(Error::InvalidArgument("max_send_wr and max_sge must be non-zero"));
+        if cfg.max_send_wr == 0 || cfg.max_sge == 0 || cfg.max_sge > MAX_SGE {
+            return Err(Error::InvalidArgument(
+                "max_send_wr and max_sge must be 1.. (max_sge ..=32)",
+            ));
         }
         let send_cq = cq(conn, cfg.max_send_wr)?;
         let recv_cq = match cq(conn, cfg.max_recv_wr.max(1)) {
@@ -149,12 +183,31 @@ impl<'r> RxeQp<'r> {
             }
             return Err(e);
         };
-        // rdma_create_qp writes back what the device granted.
+        // rdma_create_qp writes back what the device granted (our staging holds MAX_SGE).
         let caps = Caps {
             max_send_wr: attr.cap.max_send_wr,
-            max_sge: attr.cap.max_send_sge,
+            max_sge: attr.cap.max_send_sge.min(MAX_SGE),
             max_inline: attr.cap.max_inline_data,
         };
+        // SAFETY: a live QP and CQs of one opened context.
+        let entries = unsafe {
+            (
+                ffi::rxe_shim_post_send_entry(qp.as_ptr()),
+                ffi::rxe_shim_poll_cq_entry(send_cq.as_ptr()),
+                ffi::rxe_shim_poll_cq_entry(recv_cq.as_ptr()),
+            )
+        };
+        let (Some(post_send), Some(poll_cq), Some(poll_recv)) = entries else {
+            // SAFETY: created above, unused.
+            unsafe {
+                ffi::rdma_destroy_qp(conn.id());
+                ffi::ibv_destroy_cq(send_cq.as_ptr());
+                ffi::ibv_destroy_cq(recv_cq.as_ptr());
+            }
+            return Err(Error::Device(Errno::EOPNOTSUPP));
+        };
+        // Both CQs belong to one context, so one poll entry serves both.
+        debug_assert!(poll_cq as usize == poll_recv as usize);
         let n = caps.max_send_wr as usize;
         let slots = n.next_power_of_two();
         let sge = caps.max_sge as usize;
@@ -173,13 +226,15 @@ impl<'r> RxeQp<'r> {
             head: 0,
             committed: 0,
             tail: 0,
+            post_send,
+            poll_cq,
+            first: Staged::ZERO,
+            wcs: [ffi::ibv_wc::default(); WC_BATCH],
             slots: vec![Slot::default(); slots],
             slot_mask: slots as u64 - 1,
             runs: vec![None; slots * sge],
-            wrs: vec![ffi::ibv_send_wr::ZERO; n],
-            sges: vec![Sge::default(); n * sge],
+            staged: vec![Staged::ZERO; n.saturating_sub(1)],
             inline: vec![0; n * caps.max_inline as usize],
-            wcs: vec![ffi::ibv_wc::default(); WC_BATCH],
             deferred: None,
             recv_head: 0,
             recv_tail: 0,
@@ -249,15 +304,30 @@ impl<'r> RxeQp<'r> {
         }
     }
 
+    #[inline]
     fn release_slot(&mut self, seq: u64) {
         let s = (seq & self.slot_mask) as usize;
+        let slot = &mut self.slots[s];
+        let runs = slot.runs as usize;
+        slot.runs = 0;
+        if let Some(r) = slot.first.take() {
+            r.release();
+        }
         let base = s * self.caps.max_sge as usize;
-        for i in 0..self.slots[s].runs as usize {
+        for i in 1..runs {
             if let Some(r) = self.runs[base + i].take() {
                 r.release();
             }
         }
-        self.slots[s].runs = 0;
+    }
+
+    /// The staging entry of the `idx`-th request pushed since the last commit.
+    #[inline]
+    fn staged(&mut self, idx: usize) -> &mut Staged {
+        match idx.checked_sub(1) {
+            None => &mut self.first,
+            Some(i) => &mut self.staged[i],
+        }
     }
 
     /// Post a receive for an incoming write with immediate (its payload lands where the writer
@@ -304,9 +374,8 @@ impl<'r> RxeQp<'r> {
             return Ok(0);
         }
         // SAFETY: a live CQ; `wcs` has room for `want` entries.
-        let n = unsafe {
-            ffi::rxe_shim_poll_cq(self.recv_cq.as_ptr(), want as c_int, self.wcs.as_mut_ptr())
-        };
+        let n =
+            unsafe { (self.poll_cq)(self.recv_cq.as_ptr(), want as c_int, self.wcs.as_mut_ptr()) };
         if n < 0 {
             return Err(device_error(n));
         }
@@ -380,33 +449,39 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         if free == 0 {
             return Err(Error::QueueFull { needed: 1, free });
         }
-        let idx = (self.tail - self.committed) as usize;
-        let slot = (self.tail & self.slot_mask) as usize;
-        let max_sge = self.caps.max_sge as usize;
-        let sgl_base = idx * max_sge;
+        let seq = self.tail;
+        let idx = (seq - self.committed) as usize;
+        let slot = (seq & self.slot_mask) as usize;
+        let mut first = None;
         let mut runs = 0u32;
         let num_sge = if req.is_inline() {
             let len = self.stage_inline(idx, req);
             let at = self.inline[idx * self.caps.max_inline as usize..].as_ptr();
             // Inline data needs no key: the provider copies the bytes into the WQE.
-            self.sges[sgl_base] = Sge::new(at as u64, len as u32, rdma_pmd::Lkey(0));
+            self.staged(idx).sge[0] = Sge::new(at as u64, len as u32, rdma_pmd::Lkey(0));
             (len > 0) as usize
         } else {
             match *req.source.kind() {
                 SourceKind::Sgl(bufs) => {
                     acquire_all(bufs)?;
-                    let run_base = slot * max_sge;
+                    let base = slot * self.caps.max_sge as usize;
+                    let more = &mut self.runs;
                     for_each_run(bufs, |r| {
-                        self.runs[run_base + runs as usize] = Some(r);
+                        if runs == 0 {
+                            first = Some(r);
+                        } else {
+                            more[base + runs as usize] = Some(r);
+                        }
                         runs += 1;
                     });
-                    for (i, b) in bufs.iter().enumerate() {
-                        self.sges[sgl_base + i] = b.sge();
+                    let st = self.staged(idx);
+                    for (e, b) in st.sge.iter_mut().zip(bufs) {
+                        *e = b.sge();
                     }
                     bufs.len()
                 }
                 SourceKind::Raw { 0: sges, .. } => {
-                    self.sges[sgl_base..sgl_base + sges.len()].copy_from_slice(sges);
+                    self.staged(idx).sge[..sges.len()].copy_from_slice(sges);
                     sges.len()
                 }
                 SourceKind::Inline(_) => unreachable!("inline sources are inline requests"),
@@ -416,24 +491,21 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         if req.is_inline() {
             flags |= SendFlags::INLINE;
         }
-        self.wrs[idx] = ffi::ibv_send_wr {
-            wr_id: self.tail,
-            next: ptr::null_mut(),
-            sg_list: self.sges[sgl_base..].as_mut_ptr(),
-            num_sge: num_sge as c_int,
-            opcode: if req.imm.is_some() {
-                ffi::IBV_WR_RDMA_WRITE_WITH_IMM
-            } else {
-                ffi::IBV_WR_RDMA_WRITE
-            },
-            send_flags: flags.bits(),
-            imm_data: req.imm.unwrap_or(0).to_be(),
-            remote_addr: req.remote.addr,
-            rkey: req.remote.rkey.get(),
-            ..ffi::ibv_send_wr::ZERO
+        // Only the fields a write uses: the rest stay zero from `Staged::ZERO`.
+        let wr = &mut self.staged(idx).wr;
+        wr.wr_id = seq;
+        wr.num_sge = num_sge as c_int;
+        wr.opcode = if req.imm.is_some() {
+            ffi::IBV_WR_RDMA_WRITE_WITH_IMM
+        } else {
+            ffi::IBV_WR_RDMA_WRITE
         };
-        self.slots[slot] = Slot { wr_id: req.wr_id, runs };
-        self.tail += 1;
+        wr.send_flags = flags.bits();
+        wr.imm_data = req.imm.unwrap_or(0).to_be();
+        wr.remote_addr = req.remote.addr;
+        wr.rkey = req.remote.rkey.get();
+        self.slots[slot] = Slot { wr_id: req.wr_id, runs, first };
+        self.tail = seq + 1;
         Ok(())
     }
 
@@ -448,28 +520,27 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         if n == 0 {
             return;
         }
-        let base = self.wrs.as_mut_ptr();
-        for i in 0..n {
-            // SAFETY: i + 1 <= n <= wrs.len(); the chain lives in `wrs` until the post returns.
-            unsafe {
-                (*base.add(i)).next = if i + 1 < n { base.add(i + 1) } else { ptr::null_mut() };
-            }
+        // Chain the staged requests, last to first, pointing each at its own list.
+        let mut head: *mut ffi::ibv_send_wr = ptr::null_mut();
+        for i in (0..n).rev() {
+            let st = self.staged(i);
+            st.wr.sg_list = st.sge.as_mut_ptr();
+            st.wr.next = head;
+            head = &mut st.wr;
         }
         let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
-        // SAFETY: a live QP; every request's SGEs name memory acquired until its completion,
-        // or inline bytes staged in `inline` (copied by the provider during this call).
-        let rc = unsafe { ffi::rxe_shim_post_send(self.qp.as_ptr(), base, &mut bad) };
+        // SAFETY: the provider's post_send for this live QP (what ibv_post_send calls); the
+        // chain lives in `self` until the call returns; every request's SGEs name memory
+        // acquired until its completion, or inline bytes staged in `inline` (copied by the
+        // provider during this call).
+        let rc = unsafe { (self.post_send)(self.qp.as_ptr(), head, &mut bad) };
         if rc == 0 {
             self.committed = self.tail;
             return;
         }
-        // Requests before `bad` were posted; `bad` and later ones were not.
-        let posted = if bad.is_null() {
-            0
-        } else {
-            // SAFETY: rdma-core points `bad` into the chain we passed.
-            unsafe { bad.offset_from(base) }.clamp(0, n as isize) as u64
-        };
+        // Requests before `bad` were posted; `bad` and later ones were not (rdma-core leaves
+        // `bad` null when it refused the whole list).
+        let posted = (0..n).find(|&i| ptr::eq(&self.staged(i).wr, bad)).unwrap_or(0) as u64;
         self.committed += posted;
         self.rollback();
         self.deferred = Some(device_error(rc));
@@ -489,9 +560,8 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
             return Ok(0);
         }
         // SAFETY: a live CQ; `wcs` has room for `want` entries.
-        let n = unsafe {
-            ffi::rxe_shim_poll_cq(self.send_cq.as_ptr(), want as c_int, self.wcs.as_mut_ptr())
-        };
+        let n =
+            unsafe { (self.poll_cq)(self.send_cq.as_ptr(), want as c_int, self.wcs.as_mut_ptr()) };
         if n < 0 {
             return Err(device_error(n));
         }

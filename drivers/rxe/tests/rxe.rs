@@ -67,6 +67,8 @@ fn writev_one_to_max_sges() {
     let b = Region::msgs(&conn, 8192).unwrap();
     a.write(0, &pattern(1, 8192)).unwrap();
     b.write(0, &pattern(2, 8192)).unwrap();
+    let e = RxeQp::create(&conn, QpConfig { max_sge: 33, ..QpConfig::default() });
+    assert!(matches!(e, Err(Error::InvalidArgument(_))), "33 SGEs are above rxe's limit");
     let mut qp = connect(&conn, QpConfig { max_sge: 32, ..QpConfig::default() });
     let (remote, _) = remote_of(&conn);
     let max = qp.caps().max_sge as usize;
@@ -246,6 +248,20 @@ fn batch_posts_with_one_doorbell_and_drop_posts_nothing() {
     same_bytes(&t.read(16384, 512), &[0; 512], "the dropped batch wrote nothing");
     let mut none = [Completion::default(); 4];
     assert_eq!(qp.poll(&mut none).unwrap(), 0, "no completion for the dropped batch");
+
+    // A leaked batch leaves its request staged; the next post sends it too, even after the
+    // queue pair moved (the staged requests are chained where they are when posted).
+    let mut b = qp.batch();
+    b.writev(200, &[src.buf(0, 64).unwrap()], SendFlags::empty(), remote.offset(20000)).unwrap();
+    std::mem::forget(b);
+    let mut moved = Box::new(qp);
+    moved
+        .post_write(201, src.buf(64, 64).unwrap(), SendFlags::SIGNALED, remote.offset(20064))
+        .unwrap();
+    let c = wait_send(&mut *moved, 1);
+    ok_write(&c[0], 201);
+    assert_eq!((moved.outstanding(), src.usage().in_flight()), (0, 0));
+    same_bytes(&t.read(20000, 128), &pattern(6, 1 << 15)[..128], "leaked and later request");
 }
 
 #[test]
