@@ -74,21 +74,27 @@ pub fn writev_loop<'r, Q: PostWrite<'r>>(
 
 /// Wait until byte `at` of `region` reads `want`.
 fn await_byte(region: &Region<'_>, at: usize, want: u8) -> Result<()> {
-    let deadline = Instant::now() + WAIT;
     let mut b = [0u8];
+    let mut deadline = None;
     let mut spins = 0u32;
     loop {
         region.read(at, &mut b)?;
         if b[0] == want {
             return Ok(());
         }
-        // As in `writev_loop`: the clock only every 1024 polls. No `spin_loop()` (PAUSE)
-        // either, as perftest's `while (*poll_buf != ...)` has none: under QEMU's TCG every
-        // PAUSE leaves the translated code for the emulator's main loop (`helper_pause`), which
-        // made each poll, and so the moment the write is seen, several µs late.
+        // The clock is first read after 1024 polls, not on entry: the peer's write is often
+        // there already when the post that precedes this wait returns, and in a guest whose
+        // clocksource is not the TSC every read is a system call (several µs under TCG).
+        // No `spin_loop()` (PAUSE) either, as perftest's `while (*poll_buf != ...)` has none:
+        // under QEMU's TCG every PAUSE leaves the translated code for the emulator's main loop
+        // (`helper_pause`), which made each poll, and so the moment the write is seen, several
+        // µs late.
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(1024) && Instant::now() > deadline {
-            return Err(Error::Timeout("the peer's write"));
+        if spins.is_multiple_of(1024) {
+            let now = Instant::now();
+            if now > *deadline.get_or_insert(now + WAIT) {
+                return Err(Error::Timeout("the peer's write"));
+            }
         }
     }
 }
