@@ -72,6 +72,9 @@ pub fn writev_loop<'r, Q: PostWrite<'r>>(
     Ok(start.elapsed())
 }
 
+/// Polls of [`await_byte`] between two reads of the clock.
+const POLLS_PER_CLOCK_READ: u32 = 1 << 20;
+
 /// Wait until byte `at` of `region` reads `want`.
 fn await_byte(region: &Region<'_>, at: usize, want: u8) -> Result<()> {
     let mut b = [0u8];
@@ -82,15 +85,15 @@ fn await_byte(region: &Region<'_>, at: usize, want: u8) -> Result<()> {
         if b[0] == want {
             return Ok(());
         }
-        // The clock is first read after 1024 polls, not on entry: the peer's write is often
-        // there already when the post that precedes this wait returns, and in a guest whose
-        // clocksource is not the TSC every read is a system call (several µs under TCG).
-        // No `spin_loop()` (PAUSE) either, as perftest's `while (*poll_buf != ...)` has none:
-        // under QEMU's TCG every PAUSE leaves the translated code for the emulator's main loop
-        // (`helper_pause`), which made each poll, and so the moment the write is seen, several
-        // µs late.
+        // The clock bounds the wait but is read rarely: first after 2^20 polls (about 1 ms
+        // natively, 50 ms under TCG), never on entry. In a guest whose clocksource is not the
+        // TSC every read is a system call, several µs under TCG, and a write that lands during
+        // one is seen that much later: with a read every 1024 polls (one every ~50 µs under
+        // TCG, about one round trip) this cost the 64 B ping-pong ~6 %. No `spin_loop()`
+        // (PAUSE) either, as perftest's `while (*poll_buf != ...)` has none: under TCG every
+        // PAUSE leaves the translated code for the emulator's main loop (`helper_pause`).
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(1024) {
+        if spins.is_multiple_of(POLLS_PER_CLOCK_READ) {
             let now = Instant::now();
             if now > *deadline.get_or_insert(now + WAIT) {
                 return Err(Error::Timeout("the peer's write"));
