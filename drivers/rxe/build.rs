@@ -2,8 +2,9 @@
 //!
 //! `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq` are `static inline` in
 //! `infiniband/verbs.h` (they jump through the provider's ops table), so Rust cannot link them;
-//! `c/shim.c` gives them real symbols. `c/peer.c` is an ordinary librdmacm program used by the
-//! interop tests.
+//! `c/shim.c` hands out the provider's `post_send`/`poll_cq` entry points and gives
+//! `ibv_post_recv` a real symbol. `c/peer.c` is an ordinary librdmacm program used by the
+//! interop tests and as the control of `bench rxe`'s latency runs.
 
 fn main() {
     println!("cargo:rerun-if-changed=c/shim.c");

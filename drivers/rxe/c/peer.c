@@ -9,13 +9,22 @@
  *    data, writes its bytes with one rdma_post_writev of two SGEs over an rdma_reg_msgs
  *    buffer, waits for the completion, and tells the target with an inline rdma_post_send.
  *
- * Both return 0 or a negative errno.
+ *  - rxe_peer_pingpong: one end of a write ping-pong (the control of `rxe_bench lat --impl c`):
+ *    each end registers a 2*size buffer with rdma_reg_write and swaps its address and rkey with
+ *    the other in the connection's private data; per round one end writes `size` bytes from the
+ *    second half of its buffer into the first half of the other's with rdma_post_write, the
+ *    last byte carrying the round's tag, and waits for the send completion, while the other
+ *    polls that byte and answers the same way. The active end times each round trip with the
+ *    time-stamp counter, as perftest does.
+ *
+ * All return 0 or a negative errno.
  */
 #include <endian.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
@@ -203,5 +212,186 @@ out:
 		rdma_dereg_mr(mr);
 	free(buf);
 	rdma_destroy_ep(id);
+	return ret;
+}
+
+/* The tick counter rounds are timed with: the TSC on x86, nanoseconds elsewhere. */
+static uint64_t pp_ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return __builtin_ia32_rdtsc();
+#else
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+#endif
+}
+
+static uint64_t pp_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Polls between two reads of the clock, which bounds every wait to PP_WAIT_NS: the clock is a
+ * system call in some guests, so it is read rarely and never on entry. */
+#define PP_POLLS_PER_CLOCK (1u << 20)
+#define PP_WAIT_NS 10000000000ull
+
+static int pp_expired(uint32_t polls, uint64_t *deadline)
+{
+	uint64_t now;
+
+	if (polls % PP_POLLS_PER_CLOCK)
+		return 0;
+	now = pp_ns();
+	if (!*deadline)
+		*deadline = now + PP_WAIT_NS;
+	return now > *deadline;
+}
+
+static int pp_await_byte(volatile const uint8_t *p, uint8_t tag)
+{
+	uint64_t deadline = 0;
+	uint32_t polls = 0;
+
+	while (*p != tag)
+		if (pp_expired(++polls, &deadline))
+			return -ETIMEDOUT;
+	return 0;
+}
+
+static int pp_await_send(struct rdma_cm_id *id)
+{
+	uint64_t deadline = 0;
+	uint32_t polls = 0;
+	struct ibv_wc wc;
+	int n;
+
+	while ((n = ibv_poll_cq(id->send_cq, 1, &wc)) == 0)
+		if (pp_expired(++polls, &deadline))
+			return -ETIMEDOUT;
+	return wc_result(n, &wc);
+}
+
+int rxe_peer_pingpong(const char *ip, const char *port, int active, uint32_t size, uint32_t iters,
+		      uint64_t *ticks, uint64_t *run_ns, uint64_t *run_ticks,
+		      void (*listening)(void *), void *ctx)
+{
+	struct rdma_addrinfo hints, *res;
+	struct ibv_qp_init_attr attr;
+	struct rdma_cm_id *listen_id = NULL, *id = NULL;
+	struct rdma_conn_param param;
+	struct rxe_peer_target_info mine, peer;
+	struct ibv_mr *mr = NULL;
+	uint8_t *buf = NULL;
+	uint64_t ns0, tick0;
+	uint32_t r;
+	int ret;
+
+	if (!size)
+		return -EINVAL;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = active ? 0 : RAI_PASSIVE;
+	hints.ai_port_space = RDMA_PS_TCP;
+	if (rdma_getaddrinfo(ip, port, &hints, &res))
+		return neg_errno();
+	memset(&attr, 0, sizeof(attr));
+	attr.cap.max_send_wr = attr.cap.max_recv_wr = 8;
+	attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+	ret = rdma_create_ep(active ? &id : &listen_id, res, NULL, &attr);
+	rdma_freeaddrinfo(res);
+	if (ret)
+		return neg_errno();
+	if (!active) {
+		if (rdma_listen(listen_id, 1)) {
+			ret = neg_errno();
+			goto out;
+		}
+		listening(ctx);
+		if (rdma_get_request(listen_id, &id)) {
+			ret = neg_errno();
+			goto out;
+		}
+	}
+	if (posix_memalign((void **)&buf, 4096, 2 * (size_t)size)) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	memset(buf, 0, 2 * (size_t)size);
+	mr = rdma_reg_write(id, buf, 2 * (size_t)size);
+	if (!mr) {
+		ret = neg_errno();
+		goto out;
+	}
+	mine.addr = (uint64_t)(uintptr_t)buf;
+	mine.rkey = mr->rkey;
+	mine.len = size;
+	memset(&param, 0, sizeof(param));
+	param.private_data = &mine;
+	param.private_data_len = sizeof(mine);
+	param.responder_resources = param.initiator_depth = 1;
+	param.retry_count = param.rnr_retry_count = 7;
+	/* The passive end reads the request's data before accepting, the active end the accept's
+	 * after connecting; both are the last event of the synchronous id. */
+	if (!active && (!id->event || id->event->param.conn.private_data_len < sizeof(peer))) {
+		ret = -EPROTO;
+		goto out;
+	}
+	if (!active)
+		memcpy(&peer, id->event->param.conn.private_data, sizeof(peer));
+	if (active ? rdma_connect(id, &param) : rdma_accept(id, &param)) {
+		ret = neg_errno();
+		goto out;
+	}
+	if (active) {
+		if (!id->event || id->event->param.conn.private_data_len < sizeof(peer)) {
+			ret = -EPROTO;
+			goto out;
+		}
+		memcpy(&peer, id->event->param.conn.private_data, sizeof(peer));
+	}
+	if (peer.len < size) {
+		ret = -EMSGSIZE;
+		goto out;
+	}
+	ns0 = pp_ns();
+	tick0 = pp_ticks();
+	for (r = 1; r <= iters; r++) {
+		uint8_t tag = (uint8_t)(r % 251 + 1);
+		uint64_t t0 = 0;
+
+		if (!active && (ret = pp_await_byte(buf + size - 1, tag)))
+			goto out;
+		if (active)
+			t0 = pp_ticks();
+		buf[2 * (size_t)size - 1] = tag;
+		if (rdma_post_write(id, NULL, buf + size, size, mr, IBV_SEND_SIGNALED, peer.addr,
+				    peer.rkey)) {
+			ret = neg_errno();
+			goto out;
+		}
+		if (active) {
+			if ((ret = pp_await_byte(buf + size - 1, tag)))
+				goto out;
+			ticks[r - 1] = pp_ticks() - t0;
+		}
+		if ((ret = pp_await_send(id)))
+			goto out;
+	}
+	*run_ns = pp_ns() - ns0;
+	*run_ticks = pp_ticks() - tick0;
+	ret = 0;
+out:
+	if (mr)
+		rdma_dereg_mr(mr);
+	free(buf);
+	if (id)
+		rdma_destroy_ep(id);
+	if (listen_id)
+		rdma_destroy_ep(listen_id);
 	return ret;
 }

@@ -4,6 +4,7 @@
 //! ```text
 //! rxe_bench bw  --addr 10.0.0.1 --port 7600 --size 4096 --iters 2000 --depth 128 --signal 16 --sges 1
 //! rxe_bench lat --addr 10.0.0.1 --port 7601 --size 64 --iters 1000 --inline 0
+//! rxe_bench lat --impl c --addr 10.0.0.1 --port 7602 --size 64 --iters 1000
 //! ```
 //!
 //! The defaults are the shape perftest gives its requests on rxe: one SGE (`--sges`), and no
@@ -18,6 +19,11 @@
 //!
 //! Both ends run in this process on two threads, through the core traits only: the loops are
 //! generic over [`PostWrite`], so any backend can run them.
+//!
+//! `lat --impl c` runs the same ping-pong written as an ordinary librdmacm program would write
+//! it (`c/peer.c`: `rdma_post_write`, a volatile byte poll, `ibv_poll_cq` for each send
+//! completion), also on two threads here. It is the control: under emulation its ratio to
+//! `ib_write_lat` shows how far two equivalent loops drift apart in one boot.
 
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
@@ -25,7 +31,7 @@ use std::time::{Duration, Instant};
 use rdma_pmd::{
     Completion, Error, LocalBuf, PostWrite, RemoteBuf, Result, Rkey, SendFlags, WcStatus,
 };
-use rdma_pmd_rxe::peer::TargetInfo;
+use rdma_pmd_rxe::peer::{self, PingPongEnd, TargetInfo};
 use rdma_pmd_rxe::{Conn, Listener, QpConfig, Region, RxeQp};
 
 /// Bound on every wait.
@@ -178,6 +184,8 @@ struct Args {
     sges: usize,
     /// Messages up to this many bytes are sent inline in the latency run.
     inline: usize,
+    /// `ours` (the core API on `RxeQp`) or `c` (the librdmacm control, `lat` only).
+    imp: String,
 }
 
 fn args() -> Args {
@@ -191,6 +199,7 @@ fn args() -> Args {
         signal: 16,
         sges: 1,
         inline: 0,
+        imp: "ours".into(),
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     a.mode = v.first().cloned().unwrap_or_default();
@@ -207,6 +216,7 @@ fn args() -> Args {
             "--signal" => a.signal = num().max(1),
             "--sges" => a.sges = (num() as usize).clamp(1, 8),
             "--inline" => a.inline = num() as usize,
+            "--impl" => a.imp = val.clone(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -243,16 +253,27 @@ fn qp_inline(qp: &RxeQp<'_>) -> usize {
 
 fn main() {
     let a = args();
-    if a.mode != "bw" && a.mode != "lat" {
+    let c = a.imp == "c";
+    if (a.mode != "bw" && a.mode != "lat") || !(a.imp == "ours" || c && a.mode == "lat") {
         eprintln!(
             "usage: rxe_bench bw|lat [--addr A] [--port P] [--size S] [--iters N] [--depth D] \
-             [--signal K] [--sges G] [--inline BYTES]"
+             [--signal K] [--sges G] [--inline BYTES] [--impl ours|c (lat)]"
         );
         std::process::exit(2);
     }
+    if c {
+        match c_lat(&a) {
+            Ok(line) => println!("{line}"),
+            Err(e) => {
+                eprintln!("rxe_bench: C ping-pong: {e:?}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     let (ready_tx, ready_rx) = channel();
     let (done_tx, done_rx) = channel();
-    let sa = Args { mode: a.mode.clone(), addr: a.addr.clone(), ..a };
+    let sa = Args { mode: a.mode.clone(), addr: a.addr.clone(), imp: a.imp.clone(), ..a };
     let srv = std::thread::spawn(move || server(&sa, ready_tx, done_rx));
     ready_rx.recv_timeout(WAIT).expect("server listening");
     let result = client(&a);
@@ -301,17 +322,37 @@ fn client(a: &Args) -> Result<String> {
         ))
     } else {
         let inline = a.size <= a.inline.min(qp_inline(&qp));
-        let mut t = ping_pong(&mut qp, &region, remote, a.size, a.iters, true, inline)?;
-        let total: Duration = t.iter().sum();
-        t.sort();
-        let half_us = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
-        Ok(format!(
-            "ours lat size={} iters={} inline={inline} t_min_us={:.2} t_typical_us={:.2} t_avg_us={:.2}",
-            a.size,
-            a.iters,
-            half_us(t[0]),
-            half_us(t[t.len() / 2]),
-            half_us(total / a.iters as u32)
-        ))
+        let t = ping_pong(&mut qp, &region, remote, a.size, a.iters, true, inline)?;
+        Ok(format!("ours lat size={} iters={} inline={inline} {}", a.size, a.iters, lat_stats(t)))
     }
+}
+
+/// Minimum, median ("typical", as perftest calls it) and mean of the round trips, halved.
+fn lat_stats(mut t: Vec<Duration>) -> String {
+    let n = t.len().max(1) as u32;
+    let total: Duration = t.iter().sum();
+    t.sort();
+    let half_us = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
+    let (min, typ) = (t.first().copied().unwrap_or_default(), t.get(t.len() / 2).copied());
+    format!(
+        "t_min_us={:.2} t_typical_us={:.2} t_avg_us={:.2}",
+        half_us(min),
+        half_us(typ.unwrap_or_default()),
+        half_us(total / n)
+    )
+}
+
+/// The control: both ends of the C ping-pong, the passive one on a second thread.
+fn c_lat(a: &Args) -> Result<String> {
+    let (ready_tx, ready_rx) = channel();
+    let (addr, port, size, iters) = (a.addr.clone(), a.port, a.size as u32, a.iters as u32);
+    let srv = std::thread::spawn(move || {
+        peer::c_pingpong(&addr, port, PingPongEnd::Passive(ready_tx), size, iters)
+    });
+    ready_rx.recv_timeout(WAIT).map_err(|_| Error::Timeout("the C ping-pong's listener"))?;
+    let t = peer::c_pingpong(&a.addr, a.port, PingPongEnd::Active, size, iters);
+    let s = srv.join().expect("C ping-pong thread");
+    let t = t?;
+    s?;
+    Ok(format!("c lat size={} iters={} {}", a.size, a.iters, lat_stats(t)))
 }

@@ -286,6 +286,18 @@ extern "C" {
         listening: extern "C" fn(*mut c_void),
         ctx: *mut c_void,
     ) -> c_int;
+    pub fn rxe_peer_pingpong(
+        ip: *const c_char,
+        port: *const c_char,
+        active: c_int,
+        size: u32,
+        iters: u32,
+        ticks: *mut u64,
+        run_ns: *mut u64,
+        run_ticks: *mut u64,
+        listening: extern "C" fn(*mut c_void),
+        ctx: *mut c_void,
+    ) -> c_int;
     pub fn rxe_peer_writer(
         ip: *const c_char,
         port: *const c_char,

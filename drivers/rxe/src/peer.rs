@@ -96,6 +96,59 @@ pub fn c_writer(ip: &str, port: u16, data: &[u8], token: u32) -> Result<()> {
     check(unsafe { ffi::rxe_peer_writer(ip.as_ptr(), port.as_ptr(), data.as_ptr(), len, token) })
 }
 
+/// Which end of [`c_pingpong`] to run.
+#[derive(Clone, Debug)]
+pub enum PingPongEnd {
+    /// Listens on the address (signalling the sender once it does) and answers each write.
+    Passive(Sender<()>),
+    /// Connects, writes first and times each round trip.
+    Active,
+}
+
+/// Run one end of the C write ping-pong on `ip:port` (`rdma_post_write` of `size` bytes per
+/// round, `iters` rounds, both ends polling the last byte of their buffer). The active end
+/// returns each round trip's time, converted from the tick counter at the rate seen over the
+/// whole run; the passive end returns an empty list.
+pub fn c_pingpong(
+    ip: &str,
+    port: u16,
+    end: PingPongEnd,
+    size: u32,
+    iters: u32,
+) -> Result<Vec<std::time::Duration>> {
+    let ip = CString::new(ip).map_err(|_| Error::InvalidArgument("ip contains NUL"))?;
+    let port = CString::new(port.to_string()).expect("digits");
+    let active = matches!(end, PingPongEnd::Active);
+    let mut ticks = vec![0u64; if active { iters as usize } else { 0 }];
+    let (mut run_ns, mut run_ticks) = (0u64, 0u64);
+    let ready = match &end {
+        PingPongEnd::Passive(tx) => tx.clone(),
+        PingPongEnd::Active => std::sync::mpsc::channel().0,
+    };
+    // SAFETY: valid strings; `ticks` has room for `iters` entries on the active end (the only
+    // one that writes them); `notify` gets our sender, alive for the whole call.
+    let rc = unsafe {
+        ffi::rxe_peer_pingpong(
+            ip.as_ptr(),
+            port.as_ptr(),
+            active as core::ffi::c_int,
+            size,
+            iters,
+            ticks.as_mut_ptr(),
+            &mut run_ns,
+            &mut run_ticks,
+            notify,
+            &ready as *const Sender<()> as *mut c_void,
+        )
+    };
+    check(rc)?;
+    let ns_per_tick = run_ns as f64 / run_ticks.max(1) as f64;
+    Ok(ticks
+        .iter()
+        .map(|t| std::time::Duration::from_nanos((*t as f64 * ns_per_tick) as u64))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -410,6 +410,24 @@ fn interop_our_writer_fills_the_c_target() {
 
 #[test]
 #[ignore = "needs an rxe device; run by `cargo xtask test --tier rxe`"]
+fn c_pingpong_control_times_every_round() {
+    // The bench's control (`rxe_bench lat --impl c`): both ends in C, here on two threads.
+    let ip = addr();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ip2 = ip.clone();
+    let passive = std::thread::spawn(move || {
+        peer::c_pingpong(&ip2, 7483, peer::PingPongEnd::Passive(tx), 64, 200)
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(30)).expect("C ping-pong listening");
+    let t = peer::c_pingpong(&ip, 7483, peer::PingPongEnd::Active, 64, 200).expect("active end");
+    assert!(passive.join().unwrap().expect("passive end").is_empty());
+    assert_eq!(t.len(), 200);
+    let second = std::time::Duration::from_secs(1);
+    assert!(t.iter().all(|d| !d.is_zero() && *d < second), "every round trip timed: {t:?}");
+}
+
+#[test]
+#[ignore = "needs an rxe device; run by `cargo xtask test --tier rxe`"]
 fn interop_the_c_writer_fills_our_target() {
     let ip = addr();
     let t = Target::spawn(&ip, 7480, 5000, 1, None);

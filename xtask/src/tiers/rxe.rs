@@ -268,7 +268,8 @@ const BENCH_ROUNDS: u32 = 7;
 /// The guest script: per round and size, a bandwidth pair then a latency pair, perftest and ours
 /// (perftest: server in the background, client against 10.0.0.1, one rerun if it printed no
 /// usable row). Odd rounds run perftest first, even rounds ours, so that neither always runs
-/// right after the other.
+/// right after the other. After each latency pair, the control: the same ping-pong written as an
+/// ordinary librdmacm program (`rxe_bench lat --impl c`).
 fn bench_script() -> String {
     let mut s = String::new();
     for round in 1..=BENCH_ROUNDS {
@@ -282,6 +283,8 @@ fn bench_script() -> String {
             );
             let ours_lat =
                 format!("/t/rxe-bench lat --size {size} --iters {lat_n} --inline 0 --port 7601");
+            let c_lat =
+                format!("/t/rxe-bench lat --impl c --size {size} --iters {lat_n} --port 7602");
             for (tag, cmd, col, ours_tag, ours) in [
                 ("perftest-bw", &bw, 4, "ours-bw", &ours_bw),
                 ("perftest-lat", &lat, 6, "ours-lat", &ours_lat),
@@ -307,6 +310,9 @@ fn bench_script() -> String {
                     s.push_str(&theirs);
                 }
             }
+            s.push_str(&format!(
+                "echo \"XTASK-BENCH c-lat {size} r{round}\"\ntimeout -s KILL 120 {c_lat}\n"
+            ));
         }
     }
     s
@@ -339,9 +345,9 @@ fn perftest_value(text: &str, size: usize, col: usize) -> Option<f64> {
         .filter(|v| v.is_finite() && *v > 0.0)
 }
 
-/// `key=value` from our bench line.
+/// `key=value` from our bench line (or the control's, which starts with `c `).
 fn ours_value(text: &str, key: &str) -> Option<f64> {
-    let line = text.lines().find(|l| l.starts_with("ours "))?;
+    let line = text.lines().find(|l| l.starts_with("ours ") || l.starts_with("c "))?;
     line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }
 
@@ -387,11 +393,13 @@ pub fn bench(_args: &[String]) -> bool {
     let mut ok = true;
     let mut ratios = Vec::new();
     let mut notes = Vec::new();
+    let mut controls = Vec::new();
     for &(size, _, _) in BENCH_SIZES {
         // Per round: perftest msg/s, MB/s, typical and average latency; then ours.
         let mut cols: [Vec<f64>; 8] = Default::default();
         let mut rate_ratios = Vec::new();
         let mut lat_ratios = Vec::new();
+        let (mut c_lat, mut c_ratios) = (Vec::new(), Vec::new());
         for round in 1..=BENCH_ROUNDS {
             let pbw = section(out, "perftest-bw", size, round);
             let plat = section(out, "perftest-lat", size, round);
@@ -415,6 +423,11 @@ pub fn bench(_args: &[String]) -> bool {
             }
             if let (Some(o), Some(p)) = (vals[6], vals[2]) {
                 lat_ratios.push(o / p);
+            }
+            let c = ours_value(section(out, "c-lat", size, round), "t_typical_us");
+            c_lat.extend(c);
+            if let (Some(c), Some(p)) = (c, vals[2]) {
+                c_ratios.push(c / p);
             }
         }
         let m: Vec<Option<f64>> = cols.iter().map(|c| median(c.clone())).collect();
@@ -443,6 +456,14 @@ pub fn bench(_args: &[String]) -> bool {
                 v.len()
             )
         };
+        // The control is not a target: it shows how far two equivalent loops drift apart here.
+        match (median(c_lat.clone()), m[2], median(c_ratios.clone())) {
+            (Some(c), Some(p), Some(r)) => controls.push(format!(
+                "control latency c/ib_write_lat {size}: {r:.3}  (C rdma_post_write ping-pong, typical {c:.2} us; {})",
+                spread(&c_ratios, c / p)
+            )),
+            _ => controls.push(format!("control latency c/ib_write_lat {size}: missing")),
+        }
         for (what, ours, theirs, per_round) in [
             ("msgrate ours/ib_write_bw", m[4], m[0], &rate_ratios),
             ("latency ours/ib_write_lat", m[6], m[2], &lat_ratios),
@@ -462,6 +483,9 @@ pub fn bench(_args: &[String]) -> bool {
     println!("table: medians over {BENCH_ROUNDS} interleaved rounds; ratios: medians of the per-round ratios");
     for n in notes {
         println!("{n}");
+    }
+    for c in controls {
+        println!("{c}");
     }
     for r in ratios {
         println!("{r}");
