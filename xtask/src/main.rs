@@ -23,7 +23,7 @@ fn usage() -> ExitCode {
          \x20 test [--tier NAME]                      run every test tier, or one: {}\n\
          \x20 vectors FILE...                         run mlx5 conformance vectors\n\
          \x20 nostd                                   freestanding no_std link check\n\
-         \x20 bench post|rxe                          side-by-side benchmarks",
+         \x20 bench post|rxe [--rounds N] [--sizes L]  side-by-side benchmarks (options: rxe)",
         tiers::names().join(", ")
     );
     ExitCode::from(2)

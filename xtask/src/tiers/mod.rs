@@ -143,7 +143,9 @@ pub fn bench(args: &[String]) -> bool {
         Some("post") => bench_post(&args[1..]),
         Some("rxe") => rxe::bench(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask bench post|rxe");
+            eprintln!(
+                "usage: cargo xtask bench post | bench rxe [--rounds N] [--sizes 64,4096,65536]"
+            );
             false
         }
     }

@@ -260,20 +260,60 @@ fn build_example(name: &str) -> Result<std::path::PathBuf, String> {
         .ok_or_else(|| format!("cargo reported no executable for {name}"))
 }
 
-/// Rounds of every measurement; rounds interleave perftest and ours, and the figures printed are
-/// per-round medians (TCG on a shared host drifts by factors between runs, and whole runs of
-/// either program land in a slow or a fast mode).
+/// Rounds of every measurement by default (`--rounds` changes it); rounds interleave perftest and
+/// ours, and the figures printed are per-round medians (TCG on a shared host drifts by factors
+/// between runs, and whole runs of either program land in a slow or a fast mode).
 const BENCH_ROUNDS: u32 = 7;
+
+/// What `bench rxe` runs: the rounds and which of [`BENCH_SIZES`].
+struct BenchPlan {
+    rounds: u32,
+    sizes: Vec<(usize, u64, u64)>,
+}
+
+impl BenchPlan {
+    /// `--rounds N` and `--sizes 64,4096` (a subset of [`BENCH_SIZES`]).
+    fn parse(args: &[String]) -> Result<BenchPlan, String> {
+        let mut plan = BenchPlan { rounds: BENCH_ROUNDS, sizes: BENCH_SIZES.to_vec() };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let val = it.next().ok_or_else(|| format!("{a} needs a value"))?;
+            match a.as_str() {
+                "--rounds" => {
+                    plan.rounds = val
+                        .parse()
+                        .ok()
+                        .filter(|r| (1..=99).contains(r))
+                        .ok_or_else(|| format!("--rounds {val}: want 1..=99"))?
+                }
+                "--sizes" => {
+                    plan.sizes = val
+                        .split(',')
+                        .map(|v| {
+                            BENCH_SIZES.iter().find(|s| v.parse() == Ok(s.0)).copied().ok_or_else(
+                                || format!("--sizes: {v} is not one of 64, 4096, 65536"),
+                            )
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                other => {
+                    return Err(format!("unknown argument {other} (--rounds N, --sizes LIST)"))
+                }
+            }
+        }
+        Ok(plan)
+    }
+}
 
 /// The guest script: per round and size, a bandwidth pair then a latency pair, perftest and ours
 /// (perftest: server in the background, client against 10.0.0.1, one rerun if it printed no
 /// usable row). Odd rounds run perftest first, even rounds ours, so that neither always runs
 /// right after the other. After each latency pair, the control: the same ping-pong written as an
 /// ordinary librdmacm program (`rxe_bench lat --impl c`).
-fn bench_script() -> String {
+fn bench_script(plan: &BenchPlan) -> String {
     let mut s = String::new();
-    for round in 1..=BENCH_ROUNDS {
-        for &(size, bw_n, lat_n) in BENCH_SIZES {
+    for round in 1..=plan.rounds {
+        for &(size, bw_n, lat_n) in &plan.sizes {
             let bw = format!(
                 "ib_write_bw -d rxe0 -x 1 -F -s {size} -n {bw_n} -t {BENCH_DEPTH} -Q {BENCH_SIGNAL}"
             );
@@ -353,7 +393,14 @@ fn ours_value(text: &str, key: &str) -> Option<f64> {
 
 /// `cargo xtask bench rxe`: perftest and our writev loop, same sizes, depth and iterations,
 /// in one guest boot.
-pub fn bench(_args: &[String]) -> bool {
+pub fn bench(args: &[String]) -> bool {
+    let plan = match BenchPlan::parse(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xtask: bench rxe: {e}");
+            return false;
+        }
+    };
     if let Some(why) = vm_unavailable() {
         eprintln!("xtask: bench rxe: {why}");
         return false;
@@ -365,7 +412,7 @@ pub fn bench(_args: &[String]) -> bool {
             return false;
         }
     };
-    let g = guest(vec![GuestFile::dynamic(&bin, "/t/rxe-bench")], bench_script());
+    let g = guest(vec![GuestFile::dynamic(&bin, "/t/rxe-bench")], bench_script(&plan));
     let s = match g.boot(Duration::from_secs(1200)) {
         Ok(s) => s,
         Err(e) => {
@@ -394,13 +441,13 @@ pub fn bench(_args: &[String]) -> bool {
     let mut ratios = Vec::new();
     let mut notes = Vec::new();
     let mut controls = Vec::new();
-    for &(size, _, _) in BENCH_SIZES {
+    for &(size, _, _) in &plan.sizes {
         // Per round: perftest msg/s, MB/s, typical and average latency; then ours.
         let mut cols: [Vec<f64>; 8] = Default::default();
         let mut rate_ratios = Vec::new();
         let mut lat_ratios = Vec::new();
         let (mut c_lat, mut c_ratios) = (Vec::new(), Vec::new());
-        for round in 1..=BENCH_ROUNDS {
+        for round in 1..=plan.rounds {
             let pbw = section(out, "perftest-bw", size, round);
             let plat = section(out, "perftest-lat", size, round);
             let obw = section(out, "ours-bw", size, round);
@@ -480,7 +527,10 @@ pub fn bench(_args: &[String]) -> bool {
             }
         }
     }
-    println!("table: medians over {BENCH_ROUNDS} interleaved rounds; ratios: medians of the per-round ratios");
+    println!(
+        "table: medians over {} interleaved rounds; ratios: medians of the per-round ratios",
+        plan.rounds
+    );
     for n in notes {
         println!("{n}");
     }
