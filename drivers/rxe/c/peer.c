@@ -16,6 +16,10 @@
  *    last byte carrying the round's tag, and waits for the send completion, while the other
  *    polls that byte and answers the same way. The active end times each round trip with the
  *    time-stamp counter, as perftest does.
+ *  - rxe_peer_writes: one end of a stream of writes (the control of `rxe_bench bw --impl c`): the
+ *    active end keeps up to `depth` rdma_post_writes of `size` bytes outstanding, signalling
+ *    every `signal`-th and the last, times the run from the first post to the last completion,
+ *    then sends a 4-byte token; the passive end is the target and waits for that token.
  *
  * All return 0 or a negative errno.
  */
@@ -277,121 +281,200 @@ static int pp_await_send(struct rdma_cm_id *id)
 	return wc_result(n, &wc);
 }
 
-int rxe_peer_pingpong(const char *ip, const char *port, int active, uint32_t size, uint32_t iters,
-		      uint64_t *ticks, uint64_t *run_ns, uint64_t *run_ticks,
+/* One connected end of the controls: its ids, its registered 2*len-byte (ping-pong) or len-byte
+ * (writes) buffer, and where the other end's buffer is. */
+struct pp_end {
+	struct rdma_cm_id *listen_id, *id;
+	uint8_t *buf;
+	struct ibv_mr *mr;
+	struct rxe_peer_target_info peer;
+};
+
+static void pp_close(struct pp_end *e)
+{
+	if (e->mr)
+		rdma_dereg_mr(e->mr);
+	free(e->buf);
+	if (e->id)
+		rdma_destroy_ep(e->id);
+	if (e->listen_id)
+		rdma_destroy_ep(e->listen_id);
+}
+
+/* Connect (active) or listen and accept one connection (passive), with a zeroed, page-aligned
+ * buffer of `buflen` bytes registered with rdma_reg_write; the two ends swap its address, its
+ * rkey and `len` in the private data. The passive end posts one receive for `token_len` bytes
+ * at the start of its buffer before it accepts (0: none). */
+static int pp_connect(const char *ip, const char *port, int active, uint32_t send_wr,
+		      size_t buflen, uint32_t len, uint32_t token_len, struct pp_end *e,
 		      void (*listening)(void *), void *ctx)
 {
 	struct rdma_addrinfo hints, *res;
 	struct ibv_qp_init_attr attr;
-	struct rdma_cm_id *listen_id = NULL, *id = NULL;
 	struct rdma_conn_param param;
-	struct rxe_peer_target_info mine, peer;
-	struct ibv_mr *mr = NULL;
-	uint8_t *buf = NULL;
-	uint64_t ns0, tick0;
-	uint32_t r;
+	struct rxe_peer_target_info mine;
 	int ret;
 
-	if (!size)
-		return -EINVAL;
+	memset(e, 0, sizeof(*e));
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_flags = active ? 0 : RAI_PASSIVE;
 	hints.ai_port_space = RDMA_PS_TCP;
 	if (rdma_getaddrinfo(ip, port, &hints, &res))
 		return neg_errno();
 	memset(&attr, 0, sizeof(attr));
-	attr.cap.max_send_wr = attr.cap.max_recv_wr = 8;
+	attr.cap.max_send_wr = send_wr;
+	attr.cap.max_recv_wr = 2;
 	attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-	ret = rdma_create_ep(active ? &id : &listen_id, res, NULL, &attr);
+	attr.cap.max_inline_data = sizeof(uint32_t);
+	ret = rdma_create_ep(active ? &e->id : &e->listen_id, res, NULL, &attr);
 	rdma_freeaddrinfo(res);
 	if (ret)
 		return neg_errno();
 	if (!active) {
-		if (rdma_listen(listen_id, 1)) {
-			ret = neg_errno();
-			goto out;
-		}
+		if (rdma_listen(e->listen_id, 1))
+			return neg_errno();
 		listening(ctx);
-		if (rdma_get_request(listen_id, &id)) {
-			ret = neg_errno();
-			goto out;
-		}
+		if (rdma_get_request(e->listen_id, &e->id))
+			return neg_errno();
+		/* The request's private data is the active end's buffer. */
+		if (!e->id->event || e->id->event->param.conn.private_data_len < sizeof(e->peer))
+			return -EPROTO;
+		memcpy(&e->peer, e->id->event->param.conn.private_data, sizeof(e->peer));
 	}
-	if (posix_memalign((void **)&buf, 4096, 2 * (size_t)size)) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	memset(buf, 0, 2 * (size_t)size);
-	mr = rdma_reg_write(id, buf, 2 * (size_t)size);
-	if (!mr) {
-		ret = neg_errno();
-		goto out;
-	}
-	mine.addr = (uint64_t)(uintptr_t)buf;
-	mine.rkey = mr->rkey;
-	mine.len = size;
+	if (posix_memalign((void **)&e->buf, 4096, buflen ? buflen : 1))
+		return -ENOMEM;
+	memset(e->buf, 0, buflen);
+	e->mr = rdma_reg_write(e->id, e->buf, buflen);
+	if (!e->mr)
+		return neg_errno();
+	if (!active && token_len && rdma_post_recv(e->id, NULL, e->buf, token_len, e->mr))
+		return neg_errno();
+	mine.addr = (uint64_t)(uintptr_t)e->buf;
+	mine.rkey = e->mr->rkey;
+	mine.len = len;
 	memset(&param, 0, sizeof(param));
 	param.private_data = &mine;
 	param.private_data_len = sizeof(mine);
 	param.responder_resources = param.initiator_depth = 1;
 	param.retry_count = param.rnr_retry_count = 7;
-	/* The passive end reads the request's data before accepting, the active end the accept's
-	 * after connecting; both are the last event of the synchronous id. */
-	if (!active && (!id->event || id->event->param.conn.private_data_len < sizeof(peer))) {
-		ret = -EPROTO;
-		goto out;
-	}
-	if (!active)
-		memcpy(&peer, id->event->param.conn.private_data, sizeof(peer));
-	if (active ? rdma_connect(id, &param) : rdma_accept(id, &param)) {
-		ret = neg_errno();
-		goto out;
-	}
+	if (active ? rdma_connect(e->id, &param) : rdma_accept(e->id, &param))
+		return neg_errno();
 	if (active) {
-		if (!id->event || id->event->param.conn.private_data_len < sizeof(peer)) {
-			ret = -EPROTO;
-			goto out;
-		}
-		memcpy(&peer, id->event->param.conn.private_data, sizeof(peer));
+		/* The accept's private data is the passive end's buffer. */
+		if (!e->id->event || e->id->event->param.conn.private_data_len < sizeof(e->peer))
+			return -EPROTO;
+		memcpy(&e->peer, e->id->event->param.conn.private_data, sizeof(e->peer));
 	}
-	if (peer.len < size) {
-		ret = -EMSGSIZE;
+	return e->peer.len < len ? -EMSGSIZE : 0;
+}
+
+int rxe_peer_pingpong(const char *ip, const char *port, int active, uint32_t size, uint32_t iters,
+		      uint64_t *ticks, uint64_t *run_ns, uint64_t *run_ticks,
+		      void (*listening)(void *), void *ctx)
+{
+	struct pp_end e;
+	uint64_t ns0, tick0;
+	uint32_t r;
+	int ret;
+
+	if (!size)
+		return -EINVAL;
+	ret = pp_connect(ip, port, active, 8, 2 * (size_t)size, size, 0, &e, listening, ctx);
+	if (ret)
 		goto out;
-	}
 	ns0 = pp_ns();
 	tick0 = pp_ticks();
 	for (r = 1; r <= iters; r++) {
 		uint8_t tag = (uint8_t)(r % 251 + 1);
 		uint64_t t0 = 0;
 
-		if (!active && (ret = pp_await_byte(buf + size - 1, tag)))
+		if (!active && (ret = pp_await_byte(e.buf + size - 1, tag)))
 			goto out;
 		if (active)
 			t0 = pp_ticks();
-		buf[2 * (size_t)size - 1] = tag;
-		if (rdma_post_write(id, NULL, buf + size, size, mr, IBV_SEND_SIGNALED, peer.addr,
-				    peer.rkey)) {
+		e.buf[2 * (size_t)size - 1] = tag;
+		if (rdma_post_write(e.id, NULL, e.buf + size, size, e.mr, IBV_SEND_SIGNALED,
+				    e.peer.addr, e.peer.rkey)) {
 			ret = neg_errno();
 			goto out;
 		}
 		if (active) {
-			if ((ret = pp_await_byte(buf + size - 1, tag)))
+			if ((ret = pp_await_byte(e.buf + size - 1, tag)))
 				goto out;
 			ticks[r - 1] = pp_ticks() - t0;
 		}
-		if ((ret = pp_await_send(id)))
+		if ((ret = pp_await_send(e.id)))
 			goto out;
 	}
 	*run_ns = pp_ns() - ns0;
 	*run_ticks = pp_ticks() - tick0;
 	ret = 0;
 out:
-	if (mr)
-		rdma_dereg_mr(mr);
-	free(buf);
-	if (id)
-		rdma_destroy_ep(id);
-	if (listen_id)
-		rdma_destroy_ep(listen_id);
+	pp_close(&e);
+	return ret;
+}
+
+int rxe_peer_writes(const char *ip, const char *port, int active, uint32_t size, uint32_t iters,
+		    uint32_t depth, uint32_t signal, uint64_t *run_ns, void (*listening)(void *),
+		    void *ctx)
+{
+	struct ibv_wc wc[16];
+	struct pp_end e;
+	uint64_t deadline = 0, posted = 0, retired = 0, ns0;
+	uint32_t polls = 0, token = 1;
+	int i, n, ret;
+
+	if (!size || !depth || !signal)
+		return -EINVAL;
+	ret = pp_connect(ip, port, active, depth, size, size, sizeof(token), &e, listening, ctx);
+	if (ret)
+		goto out;
+	if (!active) {
+		/* The target: wait for the writer's end-of-run token. */
+		while ((n = ibv_poll_cq(e.id->recv_cq, 1, wc)) == 0)
+			if (pp_expired(++polls, &deadline)) {
+				ret = -ETIMEDOUT;
+				goto out;
+			}
+		ret = wc_result(n, wc);
+		goto out;
+	}
+	ns0 = pp_ns();
+	while (posted < iters || retired < posted) {
+		while (posted < iters && posted - retired < depth) {
+			posted++;
+			if (rdma_post_write(e.id, (void *)(uintptr_t)posted, e.buf, size, e.mr,
+					    posted % signal == 0 || posted == iters ?
+						    IBV_SEND_SIGNALED : 0,
+					    e.peer.addr, e.peer.rkey)) {
+				ret = neg_errno();
+				goto out;
+			}
+		}
+		n = ibv_poll_cq(e.id->send_cq, 16, wc);
+		if (n < 0) {
+			ret = neg_errno();
+			goto out;
+		}
+		/* A completion retires its request and every unsignalled one before it. */
+		for (i = 0; i < n; i++) {
+			if ((ret = wc_result(1, &wc[i])))
+				goto out;
+			retired = wc[i].wr_id;
+		}
+		if (!n && pp_expired(++polls, &deadline)) {
+			ret = -ETIMEDOUT;
+			goto out;
+		}
+	}
+	*run_ns = pp_ns() - ns0;
+	if (rdma_post_send(e.id, NULL, &token, sizeof(token), NULL,
+			   IBV_SEND_INLINE | IBV_SEND_SIGNALED)) {
+		ret = neg_errno();
+		goto out;
+	}
+	ret = pp_await_send(e.id);
+out:
+	pp_close(&e);
 	return ret;
 }

@@ -5,6 +5,7 @@
 //! rxe_bench bw  --addr 10.0.0.1 --port 7600 --size 4096 --iters 2000 --depth 128 --signal 16 --sges 1
 //! rxe_bench lat --addr 10.0.0.1 --port 7601 --size 64 --iters 1000 --inline 0
 //! rxe_bench lat --impl c --addr 10.0.0.1 --port 7602 --size 64 --iters 1000
+//! rxe_bench bw  --impl c --addr 10.0.0.1 --port 7603 --size 4096 --iters 2000 --depth 128 --signal 16
 //! ```
 //!
 //! The defaults are the shape perftest gives its requests on rxe: one SGE (`--sges`), and no
@@ -20,10 +21,11 @@
 //! Both ends run in this process on two threads, through the core traits only: the loops are
 //! generic over [`PostWrite`], so any backend can run them.
 //!
-//! `lat --impl c` runs the same ping-pong written as an ordinary librdmacm program would write
-//! it (`c/peer.c`: `rdma_post_write`, a volatile byte poll, `ibv_poll_cq` for each send
-//! completion), also on two threads here. It is the control: under emulation its ratio to
-//! `ib_write_lat` shows how far two equivalent loops drift apart in one boot.
+//! `--impl c` runs the same loop written as an ordinary librdmacm program would write it
+//! (`c/peer.c`: `rdma_post_write`; for `lat` a volatile byte poll and `ibv_poll_cq` for each send
+//! completion, for `bw` one SGE per write from the start of the buffer), also on two threads
+//! here. It is the control: under emulation its ratio to perftest shows how far two equivalent
+//! loops drift apart in one boot.
 
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
@@ -184,7 +186,7 @@ struct Args {
     sges: usize,
     /// Messages up to this many bytes are sent inline in the latency run.
     inline: usize,
-    /// `ours` (the core API on `RxeQp`) or `c` (the librdmacm control, `lat` only).
+    /// `ours` (the core API on `RxeQp`) or `c` (the librdmacm control; one SGE).
     imp: String,
 }
 
@@ -254,18 +256,18 @@ fn qp_inline(qp: &RxeQp<'_>) -> usize {
 fn main() {
     let a = args();
     let c = a.imp == "c";
-    if (a.mode != "bw" && a.mode != "lat") || !(a.imp == "ours" || c && a.mode == "lat") {
+    if (a.mode != "bw" && a.mode != "lat") || !(a.imp == "ours" || c) {
         eprintln!(
             "usage: rxe_bench bw|lat [--addr A] [--port P] [--size S] [--iters N] [--depth D] \
-             [--signal K] [--sges G] [--inline BYTES] [--impl ours|c (lat)]"
+             [--signal K] [--sges G] [--inline BYTES] [--impl ours|c]"
         );
         std::process::exit(2);
     }
     if c {
-        match c_lat(&a) {
+        match if a.mode == "lat" { c_lat(&a) } else { c_bw(&a) } {
             Ok(line) => println!("{line}"),
             Err(e) => {
-                eprintln!("rxe_bench: C ping-pong: {e:?}");
+                eprintln!("rxe_bench: C {}: {e:?}", a.mode);
                 std::process::exit(1);
             }
         }
@@ -310,16 +312,7 @@ fn client(a: &Args) -> Result<String> {
             sgl.push(region.buf(piece * i, len)?);
         }
         let t = writev_loop(&mut qp, &sgl, remote, a.iters, a.depth, a.signal)?;
-        let s = t.as_secs_f64();
-        let msgs = a.iters as f64 / s;
-        Ok(format!(
-            "ours bw size={} iters={} depth={} signal={} sges={n} secs={s:.4} msg_per_s={msgs:.0} mb_per_s={:.2}",
-            a.size,
-            a.iters,
-            a.depth,
-            a.signal,
-            msgs * a.size as f64 / 1048576.0
-        ))
+        Ok(bw_line("ours", a, n, t))
     } else {
         let inline = a.size <= a.inline.min(qp_inline(&qp));
         let t = ping_pong(&mut qp, &region, remote, a.size, a.iters, true, inline)?;
@@ -340,6 +333,36 @@ fn lat_stats(mut t: Vec<Duration>) -> String {
         half_us(typ.unwrap_or_default()),
         half_us(total / n)
     )
+}
+
+/// Messages and MB (2^20 bytes) per second, as perftest reports them.
+fn bw_line(who: &str, a: &Args, sges: usize, t: Duration) -> String {
+    let s = t.as_secs_f64();
+    let msgs = a.iters as f64 / s;
+    format!(
+        "{who} bw size={} iters={} depth={} signal={} sges={sges} secs={s:.4} msg_per_s={msgs:.0} mb_per_s={:.2}",
+        a.size,
+        a.iters,
+        a.depth,
+        a.signal,
+        msgs * a.size as f64 / 1048576.0
+    )
+}
+
+/// The bandwidth control: both ends of the C stream of writes, the target on a second thread.
+fn c_bw(a: &Args) -> Result<String> {
+    let (ready_tx, ready_rx) = channel();
+    let (addr, port, size, iters) = (a.addr.clone(), a.port, a.size as u32, a.iters as u32);
+    let (depth, signal) = (a.depth, a.signal as u32);
+    let srv = std::thread::spawn(move || {
+        peer::c_writes(&addr, port, PingPongEnd::Passive(ready_tx), size, iters, depth, signal)
+    });
+    ready_rx.recv_timeout(WAIT).map_err(|_| Error::Timeout("the C writes' target"))?;
+    let t = peer::c_writes(&a.addr, a.port, PingPongEnd::Active, size, iters, depth, signal);
+    let s = srv.join().expect("C writes thread");
+    let t = t?.ok_or(Error::Device(rdma_pmd::Errno::EIO))?;
+    s?;
+    Ok(bw_line("c", a, 1, t))
 }
 
 /// The control: both ends of the C ping-pong, the passive one on a second thread.

@@ -298,6 +298,18 @@ extern "C" {
         listening: extern "C" fn(*mut c_void),
         ctx: *mut c_void,
     ) -> c_int;
+    pub fn rxe_peer_writes(
+        ip: *const c_char,
+        port: *const c_char,
+        active: c_int,
+        size: u32,
+        iters: u32,
+        depth: u32,
+        signal: u32,
+        run_ns: *mut u64,
+        listening: extern "C" fn(*mut c_void),
+        ctx: *mut c_void,
+    ) -> c_int;
     pub fn rxe_peer_writer(
         ip: *const c_char,
         port: *const c_char,

@@ -96,7 +96,7 @@ pub fn c_writer(ip: &str, port: u16, data: &[u8], token: u32) -> Result<()> {
     check(unsafe { ffi::rxe_peer_writer(ip.as_ptr(), port.as_ptr(), data.as_ptr(), len, token) })
 }
 
-/// Which end of [`c_pingpong`] to run.
+/// Which end of [`c_pingpong`] or [`c_writes`] to run.
 #[derive(Clone, Debug)]
 pub enum PingPongEnd {
     /// Listens on the address (signalling the sender once it does) and answers each write.
@@ -147,6 +147,46 @@ pub fn c_pingpong(
         .iter()
         .map(|t| std::time::Duration::from_nanos((*t as f64 * ns_per_tick) as u64))
         .collect())
+}
+
+/// Run one end of the C stream of writes on `ip:port`: the active end keeps up to `depth`
+/// `rdma_post_write`s of `size` bytes outstanding, signalling every `signal`-th and the last,
+/// and returns the time from its first post to its last completion; the passive end is the
+/// target and returns `None` once the writer says it is done.
+pub fn c_writes(
+    ip: &str,
+    port: u16,
+    end: PingPongEnd,
+    size: u32,
+    iters: u32,
+    depth: u32,
+    signal: u32,
+) -> Result<Option<std::time::Duration>> {
+    let ip = CString::new(ip).map_err(|_| Error::InvalidArgument("ip contains NUL"))?;
+    let port = CString::new(port.to_string()).expect("digits");
+    let active = matches!(end, PingPongEnd::Active);
+    let ready = match &end {
+        PingPongEnd::Passive(tx) => tx.clone(),
+        PingPongEnd::Active => std::sync::mpsc::channel().0,
+    };
+    let mut run_ns = 0u64;
+    // SAFETY: valid strings; `notify` gets our sender, alive for the whole call.
+    let rc = unsafe {
+        ffi::rxe_peer_writes(
+            ip.as_ptr(),
+            port.as_ptr(),
+            active as core::ffi::c_int,
+            size,
+            iters,
+            depth,
+            signal,
+            &mut run_ns,
+            notify,
+            &ready as *const Sender<()> as *mut c_void,
+        )
+    };
+    check(rc)?;
+    Ok(active.then(|| std::time::Duration::from_nanos(run_ns)))
 }
 
 #[cfg(test)]

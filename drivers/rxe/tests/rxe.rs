@@ -428,6 +428,24 @@ fn c_pingpong_control_times_every_round() {
 
 #[test]
 #[ignore = "needs an rxe device; run by `cargo xtask test --tier rxe`"]
+fn c_writes_control_streams_to_its_target() {
+    // The bench's bandwidth control (`rxe_bench bw --impl c`): both ends in C.
+    let ip = addr();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ip2 = ip.clone();
+    let target = std::thread::spawn(move || {
+        peer::c_writes(&ip2, 7484, peer::PingPongEnd::Passive(tx), 4096, 300, 32, 8)
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(30)).expect("C target listening");
+    let t = peer::c_writes(&ip, 7484, peer::PingPongEnd::Active, 4096, 300, 32, 8)
+        .expect("writer")
+        .expect("the writer's run time");
+    assert_eq!(target.join().unwrap().expect("target"), None);
+    assert!(!t.is_zero() && t < std::time::Duration::from_secs(60), "run time {t:?}");
+}
+
+#[test]
+#[ignore = "needs an rxe device; run by `cargo xtask test --tier rxe`"]
 fn interop_the_c_writer_fills_our_target() {
     let ip = addr();
     let t = Target::spawn(&ip, 7480, 5000, 1, None);

@@ -308,8 +308,8 @@ impl BenchPlan {
 /// The guest script: per round and size, a bandwidth pair then a latency pair, perftest and ours
 /// (perftest: server in the background, client against 10.0.0.1, one rerun if it printed no
 /// usable row). Odd rounds run perftest first, even rounds ours, so that neither always runs
-/// right after the other. After each latency pair, the control: the same ping-pong written as an
-/// ordinary librdmacm program (`rxe_bench lat --impl c`).
+/// right after the other. After each pair, the control: the same loop written as an ordinary
+/// librdmacm program (`rxe_bench bw|lat --impl c`).
 fn bench_script(plan: &BenchPlan) -> String {
     let mut s = String::new();
     for round in 1..=plan.rounds {
@@ -325,9 +325,12 @@ fn bench_script(plan: &BenchPlan) -> String {
                 format!("/t/rxe-bench lat --size {size} --iters {lat_n} --inline 0 --port 7601");
             let c_lat =
                 format!("/t/rxe-bench lat --impl c --size {size} --iters {lat_n} --port 7602");
-            for (tag, cmd, col, ours_tag, ours) in [
-                ("perftest-bw", &bw, 4, "ours-bw", &ours_bw),
-                ("perftest-lat", &lat, 6, "ours-lat", &ours_lat),
+            let c_bw = format!(
+                "/t/rxe-bench bw --impl c --size {size} --iters {bw_n} --depth {BENCH_DEPTH} --signal {BENCH_SIGNAL} --port 7603"
+            );
+            for (tag, cmd, col, ours_tag, ours, control_tag, control) in [
+                ("perftest-bw", &bw, 4, "ours-bw", &ours_bw, "c-bw", &c_bw),
+                ("perftest-lat", &lat, 6, "ours-lat", &ours_lat, "c-lat", &c_lat),
             ] {
                 let theirs = format!(
                     "for attempt in 1 2; do\n\
@@ -349,10 +352,11 @@ fn bench_script(plan: &BenchPlan) -> String {
                     s.push_str(&ours);
                     s.push_str(&theirs);
                 }
+                s.push_str(&format!(
+                    "echo \"XTASK-BENCH {control_tag} {size} r{round}\"\n\
+                     timeout -s KILL 120 {control}\n"
+                ));
             }
-            s.push_str(&format!(
-                "echo \"XTASK-BENCH c-lat {size} r{round}\"\ntimeout -s KILL 120 {c_lat}\n"
-            ));
         }
     }
     s
@@ -447,6 +451,7 @@ pub fn bench(args: &[String]) -> bool {
         let mut rate_ratios = Vec::new();
         let mut lat_ratios = Vec::new();
         let (mut c_lat, mut c_ratios) = (Vec::new(), Vec::new());
+        let (mut c_bw, mut c_bw_ratios) = (Vec::new(), Vec::new());
         for round in 1..=plan.rounds {
             let pbw = section(out, "perftest-bw", size, round);
             let plat = section(out, "perftest-lat", size, round);
@@ -476,6 +481,11 @@ pub fn bench(args: &[String]) -> bool {
             if let (Some(c), Some(p)) = (c, vals[2]) {
                 c_ratios.push(c / p);
             }
+            let c = ours_value(section(out, "c-bw", size, round), "msg_per_s");
+            c_bw.extend(c);
+            if let (Some(c), Some(p)) = (c, vals[0]) {
+                c_bw_ratios.push(c / p);
+            }
         }
         let m: Vec<Option<f64>> = cols.iter().map(|c| median(c.clone())).collect();
         let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
@@ -503,13 +513,18 @@ pub fn bench(args: &[String]) -> bool {
                 v.len()
             )
         };
-        // The control is not a target: it shows how far two equivalent loops drift apart here.
-        match (median(c_lat.clone()), m[2], median(c_ratios.clone())) {
-            (Some(c), Some(p), Some(r)) => controls.push(format!(
-                "control latency c/ib_write_lat {size}: {r:.3}  (C rdma_post_write ping-pong, typical {c:.2} us; {})",
-                spread(&c_ratios, c / p)
-            )),
-            _ => controls.push(format!("control latency c/ib_write_lat {size}: missing")),
+        // The controls are not targets: they show how far two equivalent loops drift apart.
+        for (what, unit, c, p, per_round) in [
+            ("msgrate c/ib_write_bw", "msg/s", &c_bw, m[0], &c_bw_ratios),
+            ("latency c/ib_write_lat", "us typical", &c_lat, m[2], &c_ratios),
+        ] {
+            match (median(c.clone()), p, median(per_round.clone())) {
+                (Some(c), Some(p), Some(r)) => controls.push(format!(
+                    "control {what} {size}: {r:.3}  (C rdma_post_write loop: {c:.2} {unit}; {})",
+                    spread(per_round, c / p)
+                )),
+                _ => controls.push(format!("control {what} {size}: missing")),
+            }
         }
         for (what, ours, theirs, per_round) in [
             ("msgrate ours/ib_write_bw", m[4], m[0], &rate_ratios),
