@@ -417,7 +417,9 @@ pub fn bench(args: &[String]) -> bool {
         }
     };
     let g = guest(vec![GuestFile::dynamic(&bin, "/t/rxe-bench")], bench_script(&plan));
-    let s = match g.boot(Duration::from_secs(1200)) {
+    // A round of all three sizes takes about 65 s under TCG; leave room for a slow host.
+    let limit = 300 + 150 * u64::from(plan.rounds) * plan.sizes.len() as u64 / 3;
+    let s = match g.boot(Duration::from_secs(limit)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("xtask: bench rxe: {e}");
