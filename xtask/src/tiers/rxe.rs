@@ -454,6 +454,8 @@ pub fn bench(args: &[String]) -> bool {
         let mut lat_ratios = Vec::new();
         let (mut c_lat, mut c_ratios) = (Vec::new(), Vec::new());
         let (mut c_bw, mut c_bw_ratios) = (Vec::new(), Vec::new());
+        // Ours against the control, round by round: [msg rate, latency].
+        let mut ours_c: [Vec<f64>; 2] = Default::default();
         for round in 1..=plan.rounds {
             let pbw = section(out, "perftest-bw", size, round);
             let plat = section(out, "perftest-lat", size, round);
@@ -487,6 +489,12 @@ pub fn bench(args: &[String]) -> bool {
             c_bw.extend(c);
             if let (Some(c), Some(p)) = (c, vals[0]) {
                 c_bw_ratios.push(c / p);
+            }
+            let lat = ours_value(section(out, "c-lat", size, round), "t_typical_us");
+            for (k, o, c) in [(0, vals[4], c), (1, vals[6], lat)] {
+                if let (Some(o), Some(c)) = (o, c) {
+                    ours_c[k].push(o / c);
+                }
             }
         }
         let m: Vec<Option<f64>> = cols.iter().map(|c| median(c.clone())).collect();
@@ -526,6 +534,14 @@ pub fn bench(args: &[String]) -> bool {
                     spread(per_round, c / p)
                 )),
                 _ => controls.push(format!("control {what} {size}: missing")),
+            }
+        }
+        for (what, v) in [("msgrate", &ours_c[0]), ("latency", &ours_c[1])] {
+            if let Some(r) = median(v.clone()) {
+                controls.push(format!(
+                    "control {what} ours/c {size}: {r:.3}  (median of {} per-round ratios)",
+                    v.len()
+                ));
             }
         }
         for (what, ours, theirs, per_round) in [
