@@ -105,6 +105,34 @@ pub enum PingPongEnd {
     Active,
 }
 
+/// What one end of a control hands to `c/peer.c`: the address as C strings, whether it is the
+/// active end, and the sender the passive end signals once it listens.
+struct EndArgs {
+    ip: CString,
+    port: CString,
+    active: bool,
+    ready: Sender<()>,
+}
+
+impl EndArgs {
+    fn new(ip: &str, port: u16, end: PingPongEnd) -> Result<EndArgs> {
+        Ok(EndArgs {
+            ip: CString::new(ip).map_err(|_| Error::InvalidArgument("ip contains NUL"))?,
+            port: CString::new(port.to_string()).expect("digits"),
+            active: matches!(end, PingPongEnd::Active),
+            ready: match end {
+                PingPongEnd::Passive(tx) => tx,
+                PingPongEnd::Active => std::sync::mpsc::channel().0,
+            },
+        })
+    }
+
+    /// The `listening` context: our sender, alive as long as `self`.
+    fn ctx(&self) -> *mut c_void {
+        &self.ready as *const Sender<()> as *mut c_void
+    }
+}
+
 /// Run one end of the C write ping-pong on `ip:port` (`rdma_post_write` of `size` bytes per
 /// round, `iters` rounds, both ends polling the last byte of their buffer). The active end
 /// returns each round trip's time, converted from the tick counter at the rate seen over the
@@ -116,29 +144,23 @@ pub fn c_pingpong(
     size: u32,
     iters: u32,
 ) -> Result<Vec<std::time::Duration>> {
-    let ip = CString::new(ip).map_err(|_| Error::InvalidArgument("ip contains NUL"))?;
-    let port = CString::new(port.to_string()).expect("digits");
-    let active = matches!(end, PingPongEnd::Active);
-    let mut ticks = vec![0u64; if active { iters as usize } else { 0 }];
+    let e = EndArgs::new(ip, port, end)?;
+    let mut ticks = vec![0u64; if e.active { iters as usize } else { 0 }];
     let (mut run_ns, mut run_ticks) = (0u64, 0u64);
-    let ready = match &end {
-        PingPongEnd::Passive(tx) => tx.clone(),
-        PingPongEnd::Active => std::sync::mpsc::channel().0,
-    };
     // SAFETY: valid strings; `ticks` has room for `iters` entries on the active end (the only
     // one that writes them); `notify` gets our sender, alive for the whole call.
     let rc = unsafe {
         ffi::rxe_peer_pingpong(
-            ip.as_ptr(),
-            port.as_ptr(),
-            active as core::ffi::c_int,
+            e.ip.as_ptr(),
+            e.port.as_ptr(),
+            e.active.into(),
             size,
             iters,
             ticks.as_mut_ptr(),
             &mut run_ns,
             &mut run_ticks,
             notify,
-            &ready as *const Sender<()> as *mut c_void,
+            e.ctx(),
         )
     };
     check(rc)?;
@@ -162,31 +184,25 @@ pub fn c_writes(
     depth: u32,
     signal: u32,
 ) -> Result<Option<std::time::Duration>> {
-    let ip = CString::new(ip).map_err(|_| Error::InvalidArgument("ip contains NUL"))?;
-    let port = CString::new(port.to_string()).expect("digits");
-    let active = matches!(end, PingPongEnd::Active);
-    let ready = match &end {
-        PingPongEnd::Passive(tx) => tx.clone(),
-        PingPongEnd::Active => std::sync::mpsc::channel().0,
-    };
+    let e = EndArgs::new(ip, port, end)?;
     let mut run_ns = 0u64;
     // SAFETY: valid strings; `notify` gets our sender, alive for the whole call.
     let rc = unsafe {
         ffi::rxe_peer_writes(
-            ip.as_ptr(),
-            port.as_ptr(),
-            active as core::ffi::c_int,
+            e.ip.as_ptr(),
+            e.port.as_ptr(),
+            e.active.into(),
             size,
             iters,
             depth,
             signal,
             &mut run_ns,
             notify,
-            &ready as *const Sender<()> as *mut c_void,
+            e.ctx(),
         )
     };
     check(rc)?;
-    Ok(active.then(|| std::time::Duration::from_nanos(run_ns)))
+    Ok(e.active.then(|| std::time::Duration::from_nanos(run_ns)))
 }
 
 #[cfg(test)]

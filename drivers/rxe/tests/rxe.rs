@@ -408,19 +408,27 @@ fn interop_our_writer_fills_the_c_target() {
     same_bytes(&bytes, &data, "the C target's buffer, byte for byte");
 }
 
-#[test]
-#[ignore = "needs an rxe device; run by `cargo xtask test --tier rxe`"]
-fn c_pingpong_control_times_every_round() {
-    // The bench's control (`rxe_bench lat --impl c`): both ends in C, here on two threads.
+/// Run both ends of one of the bench's C controls on `port`: `run` with the passive end on a
+/// second thread, then with the active end here. Returns (passive, active).
+fn both_ends<T: Send + 'static>(
+    port: u16,
+    run: fn(&str, u16, peer::PingPongEnd) -> rdma_pmd::Result<T>,
+) -> (T, T) {
     let ip = addr();
     let (tx, rx) = std::sync::mpsc::channel();
     let ip2 = ip.clone();
-    let passive = std::thread::spawn(move || {
-        peer::c_pingpong(&ip2, 7483, peer::PingPongEnd::Passive(tx), 64, 200)
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(30)).expect("C ping-pong listening");
-    let t = peer::c_pingpong(&ip, 7483, peer::PingPongEnd::Active, 64, 200).expect("active end");
-    assert!(passive.join().unwrap().expect("passive end").is_empty());
+    let passive = std::thread::spawn(move || run(&ip2, port, peer::PingPongEnd::Passive(tx)));
+    rx.recv_timeout(std::time::Duration::from_secs(30)).expect("passive end listening");
+    let active = run(&ip, port, peer::PingPongEnd::Active).expect("active end");
+    (passive.join().unwrap().expect("passive end"), active)
+}
+
+#[test]
+#[ignore = "needs an rxe device; run by `cargo xtask test --tier rxe`"]
+fn c_pingpong_control_times_every_round() {
+    // The bench's latency control (`rxe_bench lat --impl c`): both ends in C.
+    let (passive, t) = both_ends(7483, |ip, port, end| peer::c_pingpong(ip, port, end, 64, 200));
+    assert!(passive.is_empty());
     assert_eq!(t.len(), 200);
     let second = std::time::Duration::from_secs(1);
     assert!(t.iter().all(|d| !d.is_zero() && *d < second), "every round trip timed: {t:?}");
@@ -430,17 +438,10 @@ fn c_pingpong_control_times_every_round() {
 #[ignore = "needs an rxe device; run by `cargo xtask test --tier rxe`"]
 fn c_writes_control_streams_to_its_target() {
     // The bench's bandwidth control (`rxe_bench bw --impl c`): both ends in C.
-    let ip = addr();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let ip2 = ip.clone();
-    let target = std::thread::spawn(move || {
-        peer::c_writes(&ip2, 7484, peer::PingPongEnd::Passive(tx), 4096, 300, 32, 8)
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(30)).expect("C target listening");
-    let t = peer::c_writes(&ip, 7484, peer::PingPongEnd::Active, 4096, 300, 32, 8)
-        .expect("writer")
-        .expect("the writer's run time");
-    assert_eq!(target.join().unwrap().expect("target"), None);
+    let (target, t) =
+        both_ends(7484, |ip, port, end| peer::c_writes(ip, port, end, 4096, 300, 32, 8));
+    assert_eq!(target, None);
+    let t = t.expect("the writer's run time");
     assert!(!t.is_zero() && t < std::time::Duration::from_secs(60), "run time {t:?}");
 }
 
