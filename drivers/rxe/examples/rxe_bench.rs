@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use rdma_pmd::{
     Completion, Error, LocalBuf, PostWrite, RemoteBuf, Result, Rkey, SendFlags, WcStatus,
 };
-use rdma_pmd_rxe::peer::{self, PingPongEnd, TargetInfo};
+use rdma_pmd_rxe::peer::{self, TargetInfo};
 use rdma_pmd_rxe::{Conn, Listener, QpConfig, Region, RxeQp};
 
 /// Bound on every wait.
@@ -351,31 +351,16 @@ fn bw_line(who: &str, a: &Args, sges: usize, t: Duration) -> String {
 
 /// The bandwidth control: both ends of the C stream of writes, the target on a second thread.
 fn c_bw(a: &Args) -> Result<String> {
-    let (ready_tx, ready_rx) = channel();
-    let (addr, port, size, iters) = (a.addr.clone(), a.port, a.size as u32, a.iters as u32);
-    let (depth, signal) = (a.depth, a.signal as u32);
-    let srv = std::thread::spawn(move || {
-        peer::c_writes(&addr, port, PingPongEnd::Passive(ready_tx), size, iters, depth, signal)
-    });
-    ready_rx.recv_timeout(WAIT).map_err(|_| Error::Timeout("the C writes' target"))?;
-    let t = peer::c_writes(&a.addr, a.port, PingPongEnd::Active, size, iters, depth, signal);
-    let s = srv.join().expect("C writes thread");
-    let t = t?.ok_or(Error::Device(rdma_pmd::Errno::EIO))?;
-    s?;
-    Ok(bw_line("c", a, 1, t))
+    let (size, iters, depth, signal) = (a.size as u32, a.iters as u32, a.depth, a.signal as u32);
+    let run = move |ip: &str, port, end| peer::c_writes(ip, port, end, size, iters, depth, signal);
+    let (_, t) = peer::both_ends(&a.addr, a.port, WAIT, run)?;
+    Ok(bw_line("c", a, 1, t.ok_or(Error::Device(rdma_pmd::Errno::EIO))?))
 }
 
-/// The control: both ends of the C ping-pong, the passive one on a second thread.
+/// The latency control: both ends of the C ping-pong, the passive one on a second thread.
 fn c_lat(a: &Args) -> Result<String> {
-    let (ready_tx, ready_rx) = channel();
-    let (addr, port, size, iters) = (a.addr.clone(), a.port, a.size as u32, a.iters as u32);
-    let srv = std::thread::spawn(move || {
-        peer::c_pingpong(&addr, port, PingPongEnd::Passive(ready_tx), size, iters)
-    });
-    ready_rx.recv_timeout(WAIT).map_err(|_| Error::Timeout("the C ping-pong's listener"))?;
-    let t = peer::c_pingpong(&a.addr, a.port, PingPongEnd::Active, size, iters);
-    let s = srv.join().expect("C ping-pong thread");
-    let t = t?;
-    s?;
+    let (size, iters) = (a.size as u32, a.iters as u32);
+    let run = move |ip: &str, port, end| peer::c_pingpong(ip, port, end, size, iters);
+    let (_, t) = peer::both_ends(&a.addr, a.port, WAIT, run)?;
     Ok(format!("c lat size={} iters={} {}", a.size, a.iters, lat_stats(t)))
 }

@@ -133,6 +133,24 @@ impl EndArgs {
     }
 }
 
+/// Run both ends of a control on `ip:port` in this process: `run` with the passive end on a
+/// second thread, then, once it listens (within `wait`), with the active end on this one.
+/// Returns (passive, active).
+pub fn both_ends<T, F>(ip: &str, port: u16, wait: std::time::Duration, run: F) -> Result<(T, T)>
+where
+    T: Send + 'static,
+    F: Fn(&str, u16, PingPongEnd) -> Result<T> + Clone + Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (passive_ip, passive_run) = (ip.to_string(), run.clone());
+    let passive =
+        std::thread::spawn(move || passive_run(&passive_ip, port, PingPongEnd::Passive(tx)));
+    rx.recv_timeout(wait).map_err(|_| Error::Timeout("the control's passive end to listen"))?;
+    let active = run(ip, port, PingPongEnd::Active);
+    let passive = passive.join().map_err(|_| Error::Device(Errno::EIO))?;
+    Ok((passive?, active?))
+}
+
 /// Run one end of the C write ping-pong on `ip:port` (`rdma_post_write` of `size` bytes per
 /// round, `iters` rounds, both ends polling the last byte of their buffer). The active end
 /// returns each round trip's time, converted from the tick counter at the rate seen over the

@@ -191,15 +191,15 @@ impl<'r> RxeQp<'r> {
             max_sge: attr.cap.max_send_sge.min(MAX_SGE),
             max_inline: attr.cap.max_inline_data,
         };
-        // SAFETY: a live QP and CQs of one opened context.
+        // SAFETY: a live QP and CQ. Both CQs were created on `conn`'s context, so the send
+        // CQ's poll entry serves the receive CQ too.
         let entries = unsafe {
             (
                 ffi::rxe_shim_post_send_entry(qp.as_ptr()),
                 ffi::rxe_shim_poll_cq_entry(send_cq.as_ptr()),
-                ffi::rxe_shim_poll_cq_entry(recv_cq.as_ptr()),
             )
         };
-        let (Some(post_send), Some(poll_cq), Some(poll_recv)) = entries else {
+        let (Some(post_send), Some(poll_cq)) = entries else {
             // SAFETY: created above, unused.
             unsafe {
                 ffi::rdma_destroy_qp(conn.id());
@@ -208,8 +208,6 @@ impl<'r> RxeQp<'r> {
             }
             return Err(Error::Device(Errno::EOPNOTSUPP));
         };
-        // Both CQs belong to one context, so one poll entry serves both.
-        debug_assert!(poll_cq as usize == poll_recv as usize);
         let n = caps.max_send_wr as usize;
         let slots = n.next_power_of_two();
         let sge = caps.max_sge as usize;

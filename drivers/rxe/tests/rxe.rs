@@ -408,19 +408,12 @@ fn interop_our_writer_fills_the_c_target() {
     same_bytes(&bytes, &data, "the C target's buffer, byte for byte");
 }
 
-/// Run both ends of one of the bench's C controls on `port`: `run` with the passive end on a
-/// second thread, then with the active end here. Returns (passive, active).
+/// Both ends of one of the bench's C controls on `port`: (passive, active).
 fn both_ends<T: Send + 'static>(
     port: u16,
-    run: fn(&str, u16, peer::PingPongEnd) -> rdma_pmd::Result<T>,
+    run: impl Fn(&str, u16, peer::PingPongEnd) -> rdma_pmd::Result<T> + Clone + Send + 'static,
 ) -> (T, T) {
-    let ip = addr();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let ip2 = ip.clone();
-    let passive = std::thread::spawn(move || run(&ip2, port, peer::PingPongEnd::Passive(tx)));
-    rx.recv_timeout(std::time::Duration::from_secs(30)).expect("passive end listening");
-    let active = run(&ip, port, peer::PingPongEnd::Active).expect("active end");
-    (passive.join().unwrap().expect("passive end"), active)
+    peer::both_ends(&addr(), port, std::time::Duration::from_secs(30), run).expect("both ends")
 }
 
 #[test]
