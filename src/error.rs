@@ -84,6 +84,9 @@ pub enum Error {
         /// Requests still in flight that reference the region.
         in_flight: u32,
     },
+    /// A region already counts the most requests it can (`region::MAX_IN_FLIGHT`); only
+    /// requests leaked with `mem::forget` get it there.
+    TooManyInFlight,
     /// An argument is invalid; the text says which.
     InvalidArgument(&'static str),
     /// The operation is not supported by this backend or device.
@@ -101,9 +104,10 @@ impl Error {
     /// The errno librdmacm's `rdma_post_writev` (through the mlx5 provider) reports for this error.
     pub fn errno(&self) -> Errno {
         match self {
-            Error::TooManySges { .. } | Error::InlineTooLarge { .. } | Error::QueueFull { .. } => {
-                Errno::ENOMEM
-            }
+            Error::TooManySges { .. }
+            | Error::InlineTooLarge { .. }
+            | Error::QueueFull { .. }
+            | Error::TooManyInFlight => Errno::ENOMEM,
             Error::NotConnected
             | Error::BadLkey
             | Error::OutOfBounds
@@ -134,6 +138,7 @@ impl fmt::Display for Error {
             Error::RegionBusy { in_flight } => {
                 write!(f, "region still used by {in_flight} posted requests")
             }
+            Error::TooManyInFlight => f.write_str("region counts the most requests it can"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Timeout(what) => write!(f, "timed out waiting for {what}"),
@@ -157,5 +162,6 @@ mod tests {
         assert_eq!(Error::NotConnected.errno().0, 22);
         assert_eq!(Error::RegionBusy { in_flight: 1 }.errno().0, 16);
         assert_eq!(Error::Timeout("x").errno().0, 110);
+        assert_eq!(Error::TooManyInFlight.errno().0, 12);
     }
 }

@@ -14,6 +14,25 @@
 //!    refused with [`Error::RegionBusy`] while the count is non-zero; once deregistered, a region
 //!    can no longer be posted from ([`Error::BadLkey`]).
 //!
+//! Only the backends move the count down or the region into deregistration: `release`,
+//! `begin_dereg` and `cancel_dereg` are `unsafe`, because safe code that could call them could
+//! deregister a region the device still reads. `acquire` is safe: counting a request that never
+//! happens only keeps the region busy (a leak), and the count saturates instead of overflowing
+//! into the "deregistered" bit ([`Error::TooManyInFlight`]).
+//!
+//! ```compile_fail,E0133
+//! # use rdma_pmd::RegionUse;
+//! let usage = RegionUse::new();
+//! usage.acquire().unwrap();
+//! usage.release(); // safe code cannot count a request finished
+//! ```
+//!
+//! ```compile_fail,E0133
+//! # use rdma_pmd::RegionUse;
+//! let usage = RegionUse::new();
+//! usage.begin_dereg().unwrap(); // nor mark a region deregistered behind its backend's back
+//! ```
+//!
 //! The counter is a `Cell`: a region is used from one thread, like the busy-poll loop that owns
 //! its queue. That keeps the data path free of atomics and locks.
 
@@ -37,6 +56,9 @@ pub struct RegionUse {
 /// Bit 31 of [`RegionUse::state`]: the region was deregistered.
 const DEREGISTERED: u32 = 1 << 31;
 
+/// The most requests a region counts at once: the count stays below the "deregistered" bit.
+pub const MAX_IN_FLIGHT: u32 = DEREGISTERED - 1;
+
 impl RegionUse {
     /// A registered region with nothing in flight.
     pub const fn new() -> Self {
@@ -55,22 +77,32 @@ impl RegionUse {
         self.state.get() & DEREGISTERED == 0
     }
 
-    /// Count one more posted request. Fails if the region was deregistered.
+    /// Count one more posted request. Fails if the region was deregistered
+    /// ([`Error::BadLkey`]) or already counts [`MAX_IN_FLIGHT`] requests
+    /// ([`Error::TooManyInFlight`]; only requests leaked by `mem::forget` get there).
     #[inline]
     pub fn acquire(&self) -> Result<()> {
         let s = self.state.get();
-        // A deregistered region has no requests in flight, so its word is exactly the flag;
-        // a live one never counts 2^31 requests (no queue is that deep).
-        if s >= DEREGISTERED {
-            return Err(Error::BadLkey);
+        // One compare covers both refusals: a deregistered word is at least the flag, and a
+        // saturated live one is the flag minus one.
+        if s >= MAX_IN_FLIGHT {
+            return Err(if s >= DEREGISTERED { Error::BadLkey } else { Error::TooManyInFlight });
         }
         self.state.set(s + 1);
         Ok(())
     }
 
     /// Count one request finished (completed or flushed).
+    ///
+    /// # Safety
+    /// Each call must answer exactly one successful [`acquire`](Self::acquire), made for a
+    /// request the device can no longer read: its completion or flush was reaped, it was
+    /// rolled back before its doorbell, or its queue pair was destroyed. A release without
+    /// that would let [`begin_dereg`](Self::begin_dereg) succeed while the device still reads
+    /// the region.
+    #[allow(unsafe_code)]
     #[inline]
-    pub fn release(&self) {
+    pub unsafe fn release(&self) {
         let s = self.state.get();
         debug_assert!(s & !DEREGISTERED > 0, "region released more often than acquired");
         if s & !DEREGISTERED > 0 {
@@ -79,13 +111,34 @@ impl RegionUse {
     }
 
     /// Mark the region deregistered, unless requests still use it.
-    pub fn begin_dereg(&self) -> Result<()> {
+    ///
+    /// # Safety
+    /// Only the owner of the region calls it, as the first step of deregistering the region
+    /// with the device: on `Ok` it either deregisters it or, if the device refuses, calls
+    /// [`cancel_dereg`](Self::cancel_dereg). A backend must not read "deregistered" as
+    /// "the device no longer knows the key": it keeps that fact itself.
+    #[allow(unsafe_code)]
+    pub unsafe fn begin_dereg(&self) -> Result<()> {
         match self.state.get() {
             0 => {
                 self.state.set(DEREGISTERED);
                 Ok(())
             }
+            DEREGISTERED => Ok(()),
             s => Err(Error::RegionBusy { in_flight: s & !DEREGISTERED }),
+        }
+    }
+
+    /// Undo [`begin_dereg`](Self::begin_dereg) after the device refused to deregister: the
+    /// region can be posted from again.
+    ///
+    /// # Safety
+    /// As for `begin_dereg`: only the region's owner calls it, and only when the device still
+    /// holds the key registered.
+    #[allow(unsafe_code)]
+    pub unsafe fn cancel_dereg(&self) {
+        if self.state.get() == DEREGISTERED {
+            self.state.set(0);
         }
     }
 }
@@ -179,7 +232,11 @@ pub fn acquire_all(sgl: &[LocalBuf<'_>]) -> Result<()> {
             continue;
         }
         if let Err(e) = b.region.acquire() {
-            release_all(&sgl[..i]);
+            // SAFETY: exactly the runs acquired above, for a request never handed to a device.
+            #[allow(unsafe_code)]
+            unsafe {
+                release_all(&sgl[..i])
+            };
             return Err(e);
         }
         prev = Some(r);
@@ -188,13 +245,19 @@ pub fn acquire_all(sgl: &[LocalBuf<'_>]) -> Result<()> {
 }
 
 /// Undo [`acquire_all`] for the same slice.
+///
+/// # Safety
+/// As [`RegionUse::release`]: `sgl` was acquired with [`acquire_all`] for a request the device
+/// can no longer read, and is released once.
+#[allow(unsafe_code)]
 #[inline]
-pub fn release_all(sgl: &[LocalBuf<'_>]) {
+pub unsafe fn release_all(sgl: &[LocalBuf<'_>]) {
     let mut prev: Option<*const RegionUse> = None;
     for b in sgl {
         let r = b.region as *const RegionUse;
         if prev != Some(r) {
-            b.region.release();
+            // SAFETY: forwarded to our caller.
+            unsafe { b.region.release() };
             prev = Some(r);
         }
     }
@@ -215,6 +278,7 @@ pub fn for_each_run<'r>(sgl: &[LocalBuf<'r>], mut f: impl FnMut(&'r RegionUse)) 
 }
 
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod tests {
     use super::*;
 
@@ -236,10 +300,39 @@ mod tests {
     fn dereg_refused_while_in_flight() {
         let r = RegionUse::new();
         r.acquire().unwrap();
-        assert_eq!(r.begin_dereg(), Err(Error::RegionBusy { in_flight: 1 }));
-        r.release();
-        assert_eq!(r.begin_dereg(), Ok(()));
+        // SAFETY (this test): the test owns the region and plays both the poster and the
+        // device; every release answers one acquire.
+        unsafe {
+            assert_eq!(r.begin_dereg(), Err(Error::RegionBusy { in_flight: 1 }));
+            r.release();
+            assert_eq!(r.begin_dereg(), Ok(()));
+        }
         assert_eq!(r.acquire(), Err(Error::BadLkey));
+    }
+
+    #[test]
+    fn the_count_saturates_below_the_deregistered_bit() {
+        let r = RegionUse { state: Cell::new(MAX_IN_FLIGHT - 1) };
+        assert_eq!(r.acquire(), Ok(()));
+        assert_eq!(r.in_flight(), MAX_IN_FLIGHT);
+        assert_eq!(r.acquire(), Err(Error::TooManyInFlight));
+        assert!(r.is_registered());
+        assert_eq!(r.in_flight(), MAX_IN_FLIGHT);
+        // SAFETY: the test owns the region; nothing reads it.
+        assert_eq!(unsafe { r.begin_dereg() }, Err(Error::RegionBusy { in_flight: MAX_IN_FLIGHT }));
+    }
+
+    #[test]
+    fn a_refused_deregistration_can_be_cancelled() {
+        let r = RegionUse::new();
+        // SAFETY: the test owns the region and plays its backend.
+        unsafe {
+            r.begin_dereg().unwrap();
+            assert_eq!(r.acquire(), Err(Error::BadLkey));
+            r.cancel_dereg();
+        }
+        assert!(r.is_registered());
+        assert_eq!(r.acquire(), Ok(()));
     }
 
     #[test]
@@ -252,14 +345,16 @@ mod tests {
         let mut n = 0;
         for_each_run(&sgl, |_| n += 1);
         assert_eq!(n, 3);
-        release_all(&sgl);
+        // SAFETY: released once, for the acquire above; no device.
+        unsafe { release_all(&sgl) };
         assert_eq!((a.in_flight(), b.in_flight()), (0, 0));
     }
 
     #[test]
     fn failed_acquire_rolls_back() {
         let (a, b) = (RegionUse::new(), RegionUse::new());
-        b.begin_dereg().unwrap();
+        // SAFETY: the test owns `b` and deregisters it from nothing.
+        unsafe { b.begin_dereg().unwrap() };
         let (ma, mb) = ([0u8; 8], [0u8; 8]);
         let sgl = [buf(&a, &ma), buf(&b, &mb)];
         assert_eq!(acquire_all(&sgl), Err(Error::BadLkey));

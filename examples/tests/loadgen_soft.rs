@@ -54,8 +54,12 @@ impl<'r> SendQueue<'r> for SoftQueue<'r> {
     fn qp_num(&self) -> QpNum {
         QpNum(1)
     }
-    fn begin(&mut self) {}
-    fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
+    unsafe fn begin(&mut self) {
+        // What a forgotten batch staged is never posted.
+        // SAFETY: nothing staged reached the "device".
+        unsafe { self.abort(()) };
+    }
+    unsafe fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
         req.check(&self.caps())?;
         let mut data = Vec::new();
         let mut held = Vec::new();
@@ -81,14 +85,15 @@ impl<'r> SendQueue<'r> for SoftQueue<'r> {
     fn pushed(&self, _: &()) -> u32 {
         self.staged.len() as u32
     }
-    fn commit(&mut self, _: ()) {
+    unsafe fn commit(&mut self, _: ()) {
         for (wr_id, signaled, data, off, held) in self.staged.drain(..) {
             let off = off as usize;
             self.dst.bytes.borrow_mut()[off..off + data.len()].copy_from_slice(&data);
             self.unsignaled.push(held);
             if signaled {
                 for h in self.unsignaled.drain(..).flatten() {
-                    h.release();
+                    // SAFETY: acquired by `push`; the "device" is done with these bytes.
+                    unsafe { h.release() };
                 }
                 self.done.push(Completion::new(
                     wr_id,
@@ -99,9 +104,10 @@ impl<'r> SendQueue<'r> for SoftQueue<'r> {
             }
         }
     }
-    fn abort(&mut self, _: ()) {
+    unsafe fn abort(&mut self, _: ()) {
         for (.., held) in self.staged.drain(..) {
-            held.into_iter().for_each(|h| h.release());
+            // SAFETY: acquired by `push` for requests never posted.
+            held.into_iter().for_each(|h| unsafe { h.release() });
         }
     }
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {

@@ -149,10 +149,12 @@ impl WriteRequest<'_, '_> {
     }
 
     /// Check the request against a queue's capabilities, as rdma-core's provider does before it
-    /// writes anything.
+    /// writes anything, and its size and remote range as an RDMA message allows
+    /// ([`check_message`]).
     #[inline]
     pub fn check(&self, caps: &Caps) -> Result<()> {
         let len = self.source.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
+        check_message(len as u64, self.remote)?;
         if self.is_inline() {
             if len > caps.max_inline {
                 return Err(Error::InlineTooLarge {
@@ -170,6 +172,26 @@ impl WriteRequest<'_, '_> {
     }
 }
 
+/// The largest RDMA message: 2^31 bytes (IBTA vol. 1 §9.4, "message size"; the kernel's
+/// rdma_rxe refuses longer sends with EINVAL).
+pub const MAX_MESSAGE: u64 = 1 << 31;
+
+/// Refuse a message of `len` bytes to `remote` that no RDMA transport can carry: longer than
+/// [`MAX_MESSAGE`], or a remote range that wraps past 2^64 (one ending at byte 2^64 - 1 is
+/// fine). The first check every backend's
+/// push makes; the fast paths call it with the length they sum anyway.
+#[inline(always)]
+pub fn check_message(len: u64, remote: RemoteBuf) -> Result<()> {
+    if len > MAX_MESSAGE {
+        return Err(Error::InvalidArgument("message above 2 GiB"));
+    }
+    // The last byte is at `addr + len - 1`; a range may end at 2^64 - 1 but not past it.
+    if len != 0 && remote.addr.checked_add(len - 1).is_none() {
+        return Err(Error::InvalidArgument("remote range wraps past 2^64"));
+    }
+    Ok(())
+}
+
 /// A backend's send queue (with its completion queue): the primitives every posting form is
 /// built from.
 ///
@@ -178,20 +200,28 @@ impl WriteRequest<'_, '_> {
 ///
 /// Contract for implementors:
 /// * [`begin`](SendQueue::begin) opens a batch and returns its cursor; the caller threads that
-///   cursor through the batch's pushes and hands it back to exactly one `commit` or `abort`;
-///   between `begin` and that call the caller touches the queue through nothing else. A cursor
-///   belongs to the queue that opened it: handed to another, it must leave memory safe, but
-///   what it does to that queue's requests is unspecified ([`Batch`] never does this);
-/// * [`push`](SendQueue::push) either writes the whole request into the ring (not yet visible
+///   cursor through the batch's pushes and hands it back to exactly one `commit` or `abort`,
+///   or forgets it (a leaked [`Batch`]); between `begin` and that call the caller touches the
+///   queue through nothing else;
+/// * [`push`](SendQueue::push) checks the request ([`WriteRequest::check`] or the same checks
+///   on its own path), then either writes the whole request into the ring (not yet visible
 ///   to the device) and advances the cursor, returning `Ok`, or changes neither and returns
 ///   the error;
 /// * [`commit`](SendQueue::commit) makes every request pushed at the cursor visible with one
 ///   doorbell (with nothing pushed it changes nothing);
 /// * [`abort`](SendQueue::abort) forgets every request pushed at the cursor, releasing what
 ///   they acquired, as if they had never been pushed;
+/// * a cursor that is forgotten instead leaves the queue as if its requests had never been
+///   pushed, except that the regions they acquired stay counted (a leak, never a shift of
+///   another request's accounting): the next `begin` starts where the forgotten one did;
 /// * [`poll`](SendQueue::poll) never blocks: it fills at most `out.len()` completions and
 ///   returns how many. Every committed request that asked for a completion (or failed, or was
 ///   flushed) is reported exactly once.
+///
+/// The four cursor primitives are `unsafe` to call: a cursor used twice, after a later
+/// `begin`, or on another queue would break the queue's accounting. [`PostWrite`] and
+/// [`Batch`] are the safe API over them; a backend still keeps memory safe when they are
+/// misused (its loops are bounded and its retirement reads only its own bookkeeping).
 pub trait SendQueue<'r> {
     /// Where an open batch stands: the backend's ring position and what was pushed at it.
     /// Backends with nothing to keep there use `()`.
@@ -201,18 +231,39 @@ pub trait SendQueue<'r> {
     /// The local QP number.
     fn qp_num(&self) -> QpNum;
     /// Open a batch.
-    fn begin(&mut self) -> Self::Cursor;
+    ///
+    /// # Safety
+    /// The cursor is used only on this queue, and only until it is committed, aborted, or a
+    /// later `begin` on this queue.
+    #[allow(unsafe_code)]
+    unsafe fn begin(&mut self) -> Self::Cursor;
     /// Write one request into the ring at `at` without ringing the doorbell.
-    fn push(&mut self, at: &mut Self::Cursor, req: &WriteRequest<'_, 'r>) -> Result<()>;
-    /// Requests pushed at `at`.
+    ///
+    /// # Safety
+    /// `at` came from this queue's latest `begin` and was not committed or aborted yet.
+    #[allow(unsafe_code)]
+    unsafe fn push(&mut self, at: &mut Self::Cursor, req: &WriteRequest<'_, 'r>) -> Result<()>;
+    /// Requests pushed at `at` (meaningless, but harmless, for a cursor that is not live).
     fn pushed(&self, at: &Self::Cursor) -> u32;
     /// Ring the doorbell for everything pushed at `at`.
-    fn commit(&mut self, at: Self::Cursor);
+    ///
+    /// # Safety
+    /// As for [`push`](Self::push); afterwards `at` is dead.
+    #[allow(unsafe_code)]
+    unsafe fn commit(&mut self, at: Self::Cursor);
     /// Forget everything pushed at `at`.
-    fn abort(&mut self, at: Self::Cursor);
+    ///
+    /// # Safety
+    /// As for [`push`](Self::push); afterwards `at` is dead.
+    #[allow(unsafe_code)]
+    unsafe fn abort(&mut self, at: Self::Cursor);
     /// Reap completions into `out`; returns how many were written. Never blocks.
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize>;
-    /// Requests committed whose completion (explicit or implied) has not been reaped yet.
+    /// Requests committed and not retired yet. A request retires when its completion is
+    /// reaped, or, unsignalled, when a later completion implies it executed: an unsignalled
+    /// request that executed with no later completion (no signalled request after it, no
+    /// flush) stays counted here, and its regions busy, until one arrives or the queue is
+    /// destroyed, as in rdma-core.
     fn outstanding(&self) -> u32;
 }
 
@@ -221,12 +272,16 @@ pub trait PostWrite<'r>: SendQueue<'r> {
     /// Post one request and ring the doorbell.
     #[inline]
     fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
-        let mut at = self.begin();
-        if let Err(e) = self.push(&mut at, req) {
-            self.abort(at);
-            return Err(e);
+        // SAFETY: the cursor lives in this call only and is handed back exactly once.
+        #[allow(unsafe_code)]
+        unsafe {
+            let mut at = self.begin();
+            if let Err(e) = self.push(&mut at, req) {
+                self.abort(at);
+                return Err(e);
+            }
+            self.commit(at);
         }
-        self.commit(at);
         Ok(())
     }
 
@@ -309,7 +364,10 @@ pub trait PostWrite<'r>: SendQueue<'r> {
     /// [`Batch::commit`], or forgotten if the batch is dropped.
     #[inline(always)]
     fn batch(&mut self) -> Batch<'_, 'r, Self> {
-        let at = self.begin();
+        // SAFETY: the cursor goes into the batch, which holds the queue's only borrow until it
+        // commits, aborts on drop, or is forgotten.
+        #[allow(unsafe_code)]
+        let at = unsafe { self.begin() };
         Batch { q: self, at, done: false, _r: PhantomData }
     }
 
@@ -332,8 +390,9 @@ impl<'r, Q: SendQueue<'r> + ?Sized> PostWrite<'r> for Q {}
 ///
 /// Dropping the batch without [`commit`](Batch::commit) rolls it back (`ibv_wr_abort`): the
 /// ring and the regions' in-flight counts return to where they were. Leaking it
-/// (`mem::forget`) is safe but leaks too: its requests are never posted, and a backend may
-/// keep the regions they read counted busy for good.
+/// (`mem::forget`) is safe but leaks too: its requests are never posted (the next batch or
+/// post starts where it did and overwrites them), and the regions they acquired stay counted
+/// busy for good, so those regions refuse deregistration and their memory is not freed.
 pub struct Batch<'q, 'r, Q: SendQueue<'r> + ?Sized> {
     q: &'q mut Q,
     at: Q::Cursor,
@@ -345,7 +404,12 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
     /// Append one request. A refused request changes nothing; the earlier ones stay appended.
     #[inline(always)]
     pub fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
-        self.q.push(&mut self.at, req)
+        // SAFETY: `at` is the live cursor of `q`'s latest `begin` (the batch holds `q`
+        // exclusively since then) and is handed back only by `commit` or `drop`.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.q.push(&mut self.at, req)
+        }
     }
 
     /// Append a gather write.
@@ -405,7 +469,11 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
     pub fn commit(mut self) -> u32 {
         self.done = true;
         let n = self.len();
-        self.q.commit(self.at);
+        // SAFETY: as in `push`; `done` keeps `drop` from handing the cursor back again.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.q.commit(self.at)
+        };
         n
     }
 }
@@ -414,7 +482,11 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Drop for Batch<'_, 'r, Q> {
     #[inline(always)]
     fn drop(&mut self) {
         if !self.done {
-            self.q.abort(self.at);
+            // SAFETY: as in `push`; the batch was not committed, so the cursor is live.
+            #[allow(unsafe_code)]
+            unsafe {
+                self.q.abort(self.at)
+            };
         }
     }
 }

@@ -16,6 +16,7 @@ struct Fake<'r> {
     held: [Option<&'r RegionUse>; 8],
 }
 
+#[allow(unsafe_code)]
 impl<'r> SendQueue<'r> for Fake<'r> {
     type Cursor = ();
     fn caps(&self) -> Caps {
@@ -24,8 +25,8 @@ impl<'r> SendQueue<'r> for Fake<'r> {
     fn qp_num(&self) -> QpNum {
         QpNum(0x123)
     }
-    fn begin(&mut self) {}
-    fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
+    unsafe fn begin(&mut self) {}
+    unsafe fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
         req.check(&self.caps())?;
         if self.staged == 8 {
             return Err(Error::QueueFull { needed: 1, free: 0 });
@@ -41,17 +42,18 @@ impl<'r> SendQueue<'r> for Fake<'r> {
     fn pushed(&self, _: &()) -> u32 {
         (self.staged - self.committed) as u32
     }
-    fn commit(&mut self, _: ()) {
+    unsafe fn commit(&mut self, _: ()) {
         if self.staged == self.committed {
             return;
         }
         self.committed = self.staged;
         self.doorbells += 1;
     }
-    fn abort(&mut self, _: ()) {
+    unsafe fn abort(&mut self, _: ()) {
         for h in self.held[self.committed..self.staged].iter_mut() {
             if let Some(r) = h.take() {
-                r.release();
+                // SAFETY: acquired by `push` for a request that never reached a device.
+                unsafe { r.release() };
             }
         }
         self.staged = self.committed;
@@ -162,4 +164,22 @@ fn poll_bounded_times_out() {
     let mut q = Fake::default();
     let mut wc = [Completion::default(); 1];
     assert_eq!(q.poll_bounded(&mut wc, 100), Err(Error::Timeout("a completion")));
+}
+
+#[test]
+fn messages_past_2_gib_or_wrapping_the_remote_range_are_refused() {
+    assert_eq!(check_message(MAX_MESSAGE, REMOTE), Ok(()));
+    assert_eq!(
+        check_message(MAX_MESSAGE + 1, REMOTE),
+        Err(Error::InvalidArgument("message above 2 GiB"))
+    );
+    let top = RemoteBuf::new(u64::MAX - 15, Rkey(1));
+    assert_eq!(check_message(17, top), Err(Error::InvalidArgument("remote range wraps past 2^64")));
+    assert_eq!(check_message(16, top), Ok(()), "the last byte at 2^64 - 1");
+    assert_eq!(check_message(0, RemoteBuf::new(u64::MAX, Rkey(1))), Ok(()));
+    let mut q = Fake::default();
+    let data = [0u8; 17];
+    let e = q.post_write_inline(1, &[&data], SendFlags::empty(), top).unwrap_err();
+    assert_eq!(e.errno(), crate::Errno::EINVAL);
+    assert_eq!(q.staged, 0);
 }

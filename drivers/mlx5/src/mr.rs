@@ -133,7 +133,8 @@ impl<'d, M: Mmio, D: Dma, C: Control> Region<'d, M, D, C> {
         self.start
     }
 
-    /// The in-flight accounting of posted requests that read the region.
+    /// The in-flight accounting of posted requests that read the region (read-only to safe
+    /// code: only the driver counts a request finished).
     pub fn usage(&self) -> &RegionUse {
         &self.usage
     }
@@ -224,10 +225,14 @@ impl<'d, M: Mmio, D: Dma, C: Control> Region<'d, M, D, C> {
         if !self.key_live.get() {
             return Ok(());
         }
-        if self.usage.is_registered() {
-            self.usage.begin_dereg()?;
+        // SAFETY: this region owns `usage`; the key is destroyed right after, or the mark is
+        // taken back.
+        unsafe { self.usage.begin_dereg()? };
+        if let Err(e) = self.dev.control().destroy_mkey(self.mkey) {
+            // SAFETY: as above; the device still holds the key, so the region stays usable.
+            unsafe { self.usage.cancel_dereg() };
+            return Err(e);
         }
-        self.dev.control().destroy_mkey(self.mkey)?;
         self.key_live.set(false);
         Ok(())
     }

@@ -419,9 +419,12 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
         self.connect(remote, Path::RoceV2 { dgid, dmac, sgid_index, udp_sport }, opts)
     }
 
-    /// Move the QP to ERR (`2ERR_QP`): the device flushes every outstanding request, and each
-    /// is reported once with `WrFlushErr` by [`poll`](SendQueue::poll) (receives by
-    /// [`poll_recv`](Self::poll_recv)).
+    /// Move the QP to ERR (`2ERR_QP`): the device flushes every request it has not executed,
+    /// and each is reported once with `WrFlushErr` by [`poll`](SendQueue::poll) (receives by
+    /// [`poll_recv`](Self::poll_recv)). Requests that executed before the move and were not
+    /// signalled get no CQE, as in rdma-core: they retire silently with the next CQE after
+    /// them, or, when none follows (every outstanding request had executed), stay in
+    /// [`outstanding`](SendQueue::outstanding), their regions busy, until the QP is dropped.
     pub fn to_error(&mut self) -> Result<()> {
         self.modify(Transition::ToErr, QpState::Error)
     }
@@ -436,6 +439,9 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
     }
 
     /// Reap receive completions into `out`; returns how many were written. Never blocks.
+    ///
+    /// A CQE the device should not have written (for another QP, a send opcode, or with no
+    /// receive posted) is consumed and reported as an error; the receive ring does not move.
     pub fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
         let mut n = 0;
         let mut res = Ok(());
@@ -488,12 +494,12 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
 
     /// Refuses every push unless the QP is in RTS.
     #[inline(always)]
-    fn begin(&mut self) -> SqCursor {
+    unsafe fn begin(&mut self) -> SqCursor {
         self.sq.begin(self.state == QpState::Rts)
     }
 
     #[inline(always)]
-    fn push(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
+    unsafe fn push(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
         self.sq.push(at, req)
     }
 
@@ -503,14 +509,14 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
     }
 
     #[inline]
-    fn commit(&mut self, at: SqCursor) {
+    unsafe fn commit(&mut self, at: SqCursor) {
         if let Some((last, nreq)) = self.sq.commit(at) {
             let ring = RingAt { buf: &self.mem.wq, off: self.sq_off, wqe_cnt: SQ as u32 };
             self.db.ring(self.dev.mmio(), &self.mem.dbrec, ring, last, nreq, self.sq.pi());
         }
     }
 
-    fn abort(&mut self, at: SqCursor) {
+    unsafe fn abort(&mut self, at: SqCursor) {
         self.sq.abort(at);
     }
 
@@ -595,5 +601,7 @@ impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Drop
 
 #[cfg(test)]
 mod prop;
+#[cfg(test)]
+mod safety;
 #[cfg(test)]
 mod tests;

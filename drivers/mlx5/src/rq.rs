@@ -76,15 +76,18 @@ impl<const N: usize> RecvRing<N> {
         Ok(())
     }
 
-    /// Turn a receive CQE into a completion for the oldest posted WQE.
+    /// Turn a receive CQE into a completion for the oldest posted WQE. The CQE is checked
+    /// whole (a receive posted, its QP, a responder opcode) before the ring moves, so a CQE
+    /// the device should not have written consumes no receive.
     pub fn complete(&mut self, raw: &[u8; 64], qpn: QpNum) -> Result<Completion> {
         if self.outstanding() == 0 {
             return Err(Error::Device(Errno::EIO));
         }
         let cqe = Cqe::new_unchecked(&raw[..]);
         let repr = CqeRepr::parse(&cqe)?;
-        let slot = self.tail as usize & Self::MASK;
-        self.tail = self.tail.wrapping_add(1);
+        if repr.qpn != qpn {
+            return Err(Error::Device(Errno::EIO));
+        }
         let (opcode, imm) = match repr.opcode {
             CqeOpcode::RespWrImm => (WcOpcode::RecvRdmaWithImm, Some(cqe.imm_inval_pkey())),
             CqeOpcode::RespSend => (WcOpcode::Send, None),
@@ -92,6 +95,8 @@ impl<const N: usize> RecvRing<N> {
             CqeOpcode::RespErr => (WcOpcode::RecvRdmaWithImm, None),
             _ => return Err(Error::Device(Errno::EIO)),
         };
+        let slot = self.tail as usize & Self::MASK;
+        self.tail = self.tail.wrapping_add(1);
         let status = repr.status();
         let mut c = Completion::new(self.wr_id[slot], status, opcode, qpn);
         if status == WcStatus::Success {

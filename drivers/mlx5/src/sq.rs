@@ -10,10 +10,13 @@
 //!   not retired   the last commit    the open batch
 //! ```
 //!
-//! Per WQE, its first block's slot records the `wr_id` and the first region it reads (its size
-//! and whether it asked for a completion are read back from its control segment, which stays
-//! in the ring until the WQE retires); further region references go to a queue
-//! of `4 * N` entries, in posting order, so WQEs retire them from its head. A WQE with `n`
+//! Per WQE, its first block's slot records the `wr_id`, the first region it reads, and a
+//! [`Meta`] word (its size, whether it asked for a completion, how many further region
+//! references it queued); further region references go to a queue of `4 * N` entries, in
+//! posting order, so WQEs retire them from its head. All of it lives in driver memory, and
+//! every push writes the slot's `Meta` whole: the ring itself is device-writable DMA memory, so
+//! nothing that decides how to retire a WQE is ever read back from it, and a batch leaked with
+//! `mem::forget` leaves nothing behind that a later WQE in the same slot would inherit. A WQE with `n`
 //! non-empty SGEs has `ds = 2 + n` and so `ceil((2 + n) / 4)` blocks, and references at most
 //! `n` regions (one per run of SGEs from the same region): four entries per block always
 //! suffice, and a WQE reading one region touches only its slot. Inline requests copy their
@@ -49,26 +52,54 @@ use rdma_pmd::{
 };
 
 use crate::cqe::CqeRepr;
-use crate::opcode::{CqeOpcode, FmCeSe};
+use crate::opcode::CqeOpcode;
+use crate::wqe::builder::HEADER_DS;
 use crate::wqe::{FixedRing, RawRing, WqeBuilder, WqeShape};
 
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
 const REFS_PER_BB: usize = 4;
 
-/// What a WQE's control segment says about it, read back from the ring.
-#[derive(Clone, Copy, Debug)]
-struct Posted {
-    /// Size in 16-byte units (`qpn_ds & 0x3f`).
-    ds: u8,
-    /// `fm_ce_se` has `CQ_UPDATE`.
-    signaled: bool,
-}
+/// What the driver keeps about the WQE starting at a slot, in one word written at every push:
+/// `ds` in bits 0..6, "asked for a completion" in bit 6, the further region references it
+/// queued in bits 7..13.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Meta(u16);
 
-impl Posted {
-    /// Size in blocks.
+impl Meta {
+    const SIGNALED: u16 = 1 << 6;
+    const MORE_SHIFT: u32 = 7;
+
+    #[inline(always)]
+    fn new(ds: u8, signaled: bool, more: u8) -> Meta {
+        // `ds <= MAX_DS` (63) and `more <= 4 * 16 - 2`: both fit their fields.
+        Meta(
+            (ds & 0x3f) as u16
+                | (signaled as u16) << 6
+                | ((more & 0x3f) as u16) << Self::MORE_SHIFT,
+        )
+    }
+
+    /// Size in 16-byte units.
+    #[inline(always)]
+    fn ds(self) -> u8 {
+        (self.0 & 0x3f) as u8
+    }
+
+    /// Size in blocks; at least one, so that no walk over the ring can stand still.
     #[inline(always)]
     fn wqebbs(self) -> u16 {
-        WqeShape::from_ds(self.ds).wqebbs as u16
+        (WqeShape::from_ds(self.ds()).wqebbs as u16).max(1)
+    }
+
+    #[inline(always)]
+    fn signaled(self) -> bool {
+        self.0 & Self::SIGNALED != 0
+    }
+
+    /// Region references queued beyond the slot's first.
+    #[inline(always)]
+    fn more(self) -> u8 {
+        (self.0 >> Self::MORE_SHIFT) as u8
     }
 }
 
@@ -146,12 +177,10 @@ pub struct SendRing<'r, const N: usize> {
     /// The `wr_id` of the WQE starting at each slot.
     wr_ids: [u64; N],
     /// The first region the WQE starting at each slot reads (the only one in the common
-    /// case). Its size and whether it asked for a completion are not kept here: the WQE's own
-    /// control segment, in the ring until the WQE retires, says both ([`Posted`]).
+    /// case).
     firsts: [Option<&'r RegionUse>; N],
-    /// Further region references each WQE queued (by its first block's slot); written only
-    /// for WQEs with more than one region, and cleared when they retire or are aborted.
-    more: [u8; N],
+    /// Size, signalling and further references of the WQE starting at each slot.
+    meta: [Meta; N],
     /// The region references of outstanding WQEs, in posting order: a queue of `4 * N`
     /// entries (`refs[i / 4][i % 4]`) indexed by free-running counters.
     refs: [[Option<&'r RegionUse>; REFS_PER_BB]; N],
@@ -182,7 +211,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             pending: None,
             wr_ids: [0; N],
             firsts: [None; N],
-            more: [0; N],
+            meta: [Meta(0); N],
             refs: [[None; REFS_PER_BB]; N],
             ref_head: 0,
             ref_tail: 0,
@@ -298,6 +327,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let slot = at.pi as usize & Self::MASK;
         self.wr_ids[slot] = wr_id;
         self.set_first(slot, first);
+        let ds = HEADER_DS as u8 + (e.length != 0) as u8;
+        self.meta[slot] = Meta::new(ds, builder.signals(flags), 0);
         at.advance(1);
         Ok(())
     }
@@ -349,7 +380,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
             Ok(s) => s,
             Err(e) => {
                 if let Some(f) = first {
-                    f.release();
+                    // SAFETY: acquired above for this WQE, which is never committed.
+                    unsafe { f.release() };
                 }
                 self.release_refs(start, head);
                 return Err(if at.open { e } else { Error::NotConnected });
@@ -359,9 +391,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.wr_ids[slot] = req.wr_id;
         self.set_first(slot, first);
         let more = head.wrapping_sub(start) as u8;
-        if more != 0 {
-            self.more[slot] = more;
-        }
+        self.meta[slot] = Meta::new(shape.ds, builder.signals(req.flags), more);
         at.ref_head = head;
         at.advance(shape.wqebbs as u16);
         Ok(())
@@ -385,6 +415,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let slot = at.pi as usize & Self::MASK;
         self.wr_ids[slot] = req.wr_id;
         self.set_first(slot, None);
+        self.meta[slot] = Meta::new(shape.ds, builder.signals(req.flags), 0);
         at.advance(shape.wqebbs as u16);
         Ok(())
     }
@@ -410,15 +441,18 @@ impl<'r, const N: usize> SendRing<'r, N> {
         ref_entry(&mut self.refs, i)
     }
 
-    /// Release the references queued in `[from, to)`.
+    /// Release the references queued in `[from, to)`: entries this ring acquired for WQEs
+    /// the device can no longer read (retired, rolled back, or the QP destroyed). At most the
+    /// queue's `4 * N` entries, whatever the bounds say.
     #[inline]
     fn release_refs(&mut self, from: u32, to: u32) {
-        let mut i = from;
-        while i != to {
-            if let Some(r) = *self.ref_at(i) {
-                r.release();
+        let n = to.wrapping_sub(from).min((REFS_PER_BB * N) as u32);
+        for k in 0..n {
+            if let Some(r) = self.ref_at(from.wrapping_add(k)).take() {
+                // SAFETY: each queued entry answers one `acquire` of `push_gather`, and is
+                // taken out here, so it is released once.
+                unsafe { r.release() };
             }
-            i = i.wrapping_add(1);
         }
     }
 
@@ -428,65 +462,63 @@ impl<'r, const N: usize> SendRing<'r, N> {
     #[inline]
     pub fn commit(&mut self, at: SqCursor) -> Option<((u16, u8), u32)> {
         let pushed = self.pushed(&at);
-        if pushed == 0 {
+        // A cursor that is not this ring's live one (committed twice, or from another ring:
+        // a broken `unsafe` contract) can claim blocks past the free space; rung, it would
+        // make the device read slots still in use. It is dropped instead.
+        if pushed == 0 || at.pi.wrapping_sub(self.pi) as u32 > self.room() || pushed > N as u32 {
             return None;
         }
         let last = at.pi.wrapping_sub(at.last_bbs);
         self.pi = at.pi;
         self.ref_head = at.ref_head;
         self.outstanding += pushed;
-        let ds = self.posted(last).ds;
+        let ds = self.meta[last as usize & Self::MASK].ds();
         Some(((last, ds), pushed))
     }
 
-    /// The size and signalling of the WQE at `pi`, from its control segment in the ring.
+    /// Release the first region of the WQE at `slot`: the WQE is retired, rolled back or its
+    /// QP destroyed, so the device no longer reads it. The reference stays in the slot, so
+    /// that the next push reading the same region need not store it again ([`set_first`]).
+    ///
+    /// [`set_first`]: Self::set_first
     #[inline(always)]
-    fn posted(&self, pi: u16) -> Posted {
-        let c = self.sink.read_ctrl(pi);
-        Posted {
-            ds: c[7] & 0x3f,
-            signaled: FmCeSe::from_bits_retain(c[11]).contains(FmCeSe::CQ_UPDATE),
-        }
-    }
-
-    /// Release the first references of the committed WQEs in `[from, to)`, and forget how many
-    /// further references they had (the caller releases those).
-    fn release_firsts(&mut self, from: u16, to: u16) {
-        let mut p = from;
-        while p != to {
-            let slot = p as usize & Self::MASK;
-            if let Some(r) = self.firsts[slot] {
-                r.release();
-            }
-            self.more[slot] = 0;
-            p = p.wrapping_add(self.posted(p).wqebbs());
-        }
-    }
-
-    /// Forget the uncommitted WQE at `p` (past `pi`): release its regions (its further
-    /// references are the next `more` entries from `*ref_at`). Returns its size in blocks.
-    fn unpush(&mut self, p: u16, ref_at: &mut u32) -> u16 {
-        let slot = p as usize & Self::MASK;
+    fn release_first(&mut self, slot: usize) {
         if let Some(r) = self.firsts[slot] {
-            r.release();
+            // SAFETY: every push writes its slot's first region (acquired when it is
+            // `Some`), and each WQE passes through here once: retirement moves `tail` past
+            // it, a rollback forgets it, teardown walks only `[tail, pi)`. So this answers the
+            // push's one `acquire`.
+            unsafe { r.release() };
         }
-        let more = core::mem::take(&mut self.more[slot]) as u32;
-        self.release_refs(*ref_at, ref_at.wrapping_add(more));
-        *ref_at = ref_at.wrapping_add(more);
-        self.posted(p).wqebbs()
+    }
+
+    /// Release the regions of the WQEs in `[from, to)` (their further references are the
+    /// next entries from `*refs`), walking at most the ring's `N` blocks.
+    fn release_wqes(&mut self, from: u16, to: u16, refs: &mut u32) {
+        let mut p = from;
+        let mut left = to.wrapping_sub(from).min(N as u16);
+        while left != 0 {
+            let slot = p as usize & Self::MASK;
+            let m = self.meta[slot];
+            self.release_first(slot);
+            let more = m.more() as u32;
+            self.release_refs(*refs, refs.wrapping_add(more));
+            *refs = refs.wrapping_add(more);
+            let bbs = m.wqebbs().min(left);
+            p = p.wrapping_add(bbs);
+            left -= bbs;
+        }
     }
 
     /// Forget every WQE pushed at the cursor, releasing its regions.
     ///
     /// A cursor that is never given back (its batch leaked with `mem::forget`) leaves its
     /// requests' regions counted busy for good: safe, as a leak is, and those regions' memory
-    /// is leaked with them when they are dropped. Finding such requests later would cost a
-    /// store per post.
+    /// is leaked with them when they are dropped. The next push at the same slots overwrites
+    /// every word of the bookkeeping they wrote, so the accounting of later WQEs is unchanged.
     pub fn abort(&mut self, at: SqCursor) {
-        let (mut p, mut refs) = (self.pi, self.ref_head);
-        while p != at.pi {
-            p = p.wrapping_add(self.unpush(p, &mut refs));
-        }
+        let mut refs = self.ref_head;
+        self.release_wqes(self.pi, at.pi, &mut refs);
     }
 
     /// Whether a CQE is still being turned into completions.
@@ -533,12 +565,12 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 break;
             }
             let head = self.tail;
-            let (wr_id, first) =
-                (self.wr_ids[head as usize & Self::MASK], self.firsts[head as usize & Self::MASK]);
-            let w = self.posted(head);
+            let slot = head as usize & Self::MASK;
+            let wr_id = self.wr_ids[slot];
+            let w = self.meta[slot];
             let report = if head == p.target {
                 self.pending = None;
-                if w.signaled || p.status != WcStatus::Success {
+                if w.signaled() || p.status != WcStatus::Success {
                     Some((p.status, p.vendor_err, p.opcode))
                 } else {
                     None
@@ -549,7 +581,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 return Err(Error::Device(Errno::EIO));
             } else if p.flush_skipped {
                 Some((WcStatus::WrFlushErr, 0, WcOpcode::RdmaWrite))
-            } else if w.signaled {
+            } else if w.signaled() {
                 Some((WcStatus::Success, 0, WcOpcode::RdmaWrite))
             } else {
                 None
@@ -560,13 +592,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 out[n] = c;
                 n += 1;
             }
-            if let Some(r) = first {
-                r.release();
-            }
-            let more = self.more[head as usize & Self::MASK];
-            if more != 0 {
-                self.more[head as usize & Self::MASK] = 0;
-                self.retire_refs(more);
+            self.release_first(slot);
+            if w.more() != 0 {
+                self.retire_refs(w.more());
             }
             self.tail = head.wrapping_add(w.wqebbs());
             self.outstanding -= 1;
@@ -582,13 +610,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let mut retired = 0;
         while head != target {
             let slot = head as usize & Self::MASK;
-            let w = self.posted(head);
-            if w.signaled || self.more[slot] != 0 || target.wrapping_sub(head) < w.wqebbs() {
+            let w = self.meta[slot];
+            if w.signaled() || w.more() != 0 || target.wrapping_sub(head) < w.wqebbs() {
                 break;
             }
-            if let Some(r) = self.firsts[slot] {
-                r.release();
-            }
+            self.release_first(slot);
             head = head.wrapping_add(w.wqebbs());
             retired += 1;
         }
@@ -607,7 +633,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// Release every region still referenced by a pushed or committed WQE and forget them all:
     /// for teardown, once the device can no longer read the ring (the QP is destroyed).
     pub fn release_everything(&mut self) {
-        self.release_firsts(self.tail, self.pi);
+        let mut refs = self.ref_tail;
+        self.release_wqes(self.tail, self.pi, &mut refs);
         self.release_refs(self.ref_tail, self.ref_head);
         self.ref_tail = self.ref_head;
         self.tail = self.pi;

@@ -401,9 +401,13 @@ int main(void)
 		base_wr(&w, name, MLX5_OPCODE_RDMA_WRITE_IMM, F_SIGNALED | F_SOLICITED);
 		w.qpn = qpns[i];
 		w.imm = i == 4 ? 0xffffffffu : (uint32_t)rnd();
-		w.raddr = i == 4 ? ~0ull : rnd();
+		w.raddr = i == 4 ? 0 : rnd();
 		w.rkey = (uint32_t)rnd();
 		fill_sges(&w, 2, 0);
+		/* The highest remote range there is: its last byte at 2^64 - 1 (a message may not
+		 * wrap the address space). */
+		if (i == 4)
+			w.raddr = 0 - (uint64_t)w.sg[0].length - w.sg[1].length;
 		emit_case(&w, (uint16_t)(i * 1000), 64);
 	}
 

@@ -1,6 +1,7 @@
 //! Registered memory: page-aligned buffers registered with `ibv_reg_mr`, handing out
 //! [`LocalBuf`]s and refusing deregistration while posted requests use them.
 
+use core::cell::Cell;
 use core::ptr::NonNull;
 use std::alloc::{self, Layout};
 
@@ -44,6 +45,9 @@ pub struct Region<'c> {
     lkey: Lkey,
     rkey: Rkey,
     use_: RegionUse,
+    /// `ibv_dereg_mr` has not succeeded yet: the device may still reach the bytes. Kept here
+    /// rather than read from `use_`, whose "deregistered" mark only stops new posts.
+    mr_live: Cell<bool>,
     _conn: &'c Conn,
 }
 
@@ -68,7 +72,16 @@ impl<'c> Region<'c> {
         };
         // SAFETY: a registration just returned by rdma-core.
         let (lkey, rkey) = unsafe { (Lkey((*mr.as_ptr()).lkey), Rkey((*mr.as_ptr()).rkey)) };
-        Ok(Region { mem, len, mr, lkey, rkey, use_: RegionUse::new(), _conn: conn })
+        Ok(Region {
+            mem,
+            len,
+            mr,
+            lkey,
+            rkey,
+            use_: RegionUse::new(),
+            mr_live: Cell::new(true),
+            _conn: conn,
+        })
     }
 
     /// A source region (`rdma_reg_msgs`).
@@ -101,7 +114,8 @@ impl<'c> Region<'c> {
         RemoteBuf::new(self.mem.as_ptr() as u64, self.rkey)
     }
 
-    /// The in-flight accounting.
+    /// The in-flight accounting (read-only to safe code: only the queue pair counts a request
+    /// finished).
     pub fn usage(&self) -> &RegionUse {
         &self.use_
     }
@@ -172,15 +186,21 @@ impl<'c> Region<'c> {
     /// Deregister (`ibv_dereg_mr`), refused with [`Error::RegionBusy`] (`EBUSY`) while posted
     /// requests use the region. Afterwards the region can no longer be posted from
     /// ([`Error::BadLkey`]); its memory is freed when it is dropped.
+    /// A failed `ibv_dereg_mr` leaves the region registered and usable, and is returned.
     pub fn dereg(&self) -> Result<()> {
-        if !self.use_.is_registered() {
+        if !self.mr_live.get() {
             return Ok(());
         }
-        self.use_.begin_dereg()?;
-        // SAFETY: registered and unused by any posted request.
+        // SAFETY: this region owns `use_`; `ibv_dereg_mr` follows, or the mark is taken back.
+        unsafe { self.use_.begin_dereg()? };
+        // SAFETY: registered (`mr_live`) and unused by any posted request (`begin_dereg`).
         if unsafe { ffi::ibv_dereg_mr(self.mr.as_ptr()) } != 0 {
-            return Err(last_errno());
+            let e = last_errno();
+            // SAFETY: as above; the registration is still there.
+            unsafe { self.use_.cancel_dereg() };
+            return Err(e);
         }
+        self.mr_live.set(false);
         Ok(())
     }
 }

@@ -311,12 +311,15 @@ impl<'r> RxeQp<'r> {
         let runs = slot.runs as usize;
         slot.runs = 0;
         if let Some(r) = slot.first.take() {
-            r.release();
+            // SAFETY: acquired by the push that filled the slot, taken out once; the caller
+            // releases a slot only once the provider no longer reads its request.
+            unsafe { r.release() };
         }
         let base = s * self.caps.max_sge as usize;
         for i in 1..runs {
             if let Some(r) = self.runs[base + i].take() {
-                r.release();
+                // SAFETY: as above.
+                unsafe { r.release() };
             }
         }
     }
@@ -357,7 +360,8 @@ impl<'r> RxeQp<'r> {
         let rc = unsafe { ffi::rxe_shim_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
         if rc != 0 {
             if let Some(r) = region {
-                r.release();
+                // SAFETY: acquired above for a receive the provider refused.
+                unsafe { r.release() };
             }
             return Err(device_error(rc));
         }
@@ -383,7 +387,9 @@ impl<'r> RxeQp<'r> {
             let slot = (wc.wr_id & self.recv_mask) as usize;
             let (wr_id, region) = self.recv_slots[slot];
             if let Some(r) = region {
-                r.release();
+                // SAFETY: acquired by `post_recv` for this receive, whose completion this is;
+                // the slot is cleared below, so it is released once.
+                unsafe { r.release() };
             }
             self.recv_slots[slot] = (0, None);
             self.recv_head = self.recv_head.max(wc.wr_id + 1);
@@ -435,11 +441,17 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         self.qpn
     }
 
+    /// Requests a forgotten batch pushed (`mem::forget`) are rolled back here, so they are
+    /// never posted and their regions are released.
     #[inline]
-    fn begin(&mut self) {}
+    unsafe fn begin(&mut self) {
+        if self.tail != self.committed {
+            self.rollback();
+        }
+    }
 
     #[inline]
-    fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
+    unsafe fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
         if !self.connected {
             return Err(Error::NotConnected);
         }
@@ -515,7 +527,7 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
     }
 
     #[inline]
-    fn commit(&mut self, _: ()) {
+    unsafe fn commit(&mut self, _: ()) {
         let n = (self.tail - self.committed) as usize;
         if n == 0 {
             return;
@@ -546,7 +558,7 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         self.deferred = Some(device_error(rc));
     }
 
-    fn abort(&mut self, _: ()) {
+    unsafe fn abort(&mut self, _: ()) {
         self.rollback();
     }
 
@@ -606,7 +618,8 @@ impl Drop for RxeQp<'_> {
         }
         for (_, r) in self.recv_slots.iter_mut() {
             if let Some(r) = r.take() {
-                r.release();
+                // SAFETY: the QP is destroyed; each receive's region is taken out once.
+                unsafe { r.release() };
             }
         }
         // SAFETY: the QP using them is gone.

@@ -23,7 +23,7 @@ type Dev = Mlx5<MemBar, SharedDma<Arc<HeapDma>>, FakeControl>;
 
 pub(super) struct Rig {
     pub(super) dev: Dev,
-    dma: Arc<HeapDma>,
+    pub(super) dma: Arc<HeapDma>,
     log: Rc<RefCell<Log>>,
     bar: Arc<Recorder>,
 }
@@ -112,16 +112,36 @@ impl Hw {
         self.sci += 1;
     }
 
-    fn recv_cqe(&mut self, imm: u32, byte_cnt: u32) {
+    /// Overwrite `bytes` at byte `off` of the send-ring block at `counter`: a device that
+    /// writes the ring it should only read.
+    pub(super) fn scribble_sq(&self, counter: u16, off: usize, bytes: &[u8]) {
+        let slot = counter as u64 & ((1 << self.qp.log_sq_size) - 1);
+        let at = self.qp.buf.add(self.rq_bytes as u64 + slot * 64 + off as u64);
+        assert!(self.dma.write(at, bytes));
+    }
+
+    /// Write the next receive CQE as `fill` shapes it from a valid one.
+    pub(super) fn recv_cqe_with(
+        &mut self,
+        imm: u32,
+        byte_cnt: u32,
+        op: CqeOpcode,
+        fill: impl FnOnce(&mut Cqe<&mut [u8]>),
+    ) {
         let mut b = [0u8; 64];
         b[36..40].copy_from_slice(&imm.to_be_bytes());
         let mut c = Cqe::new_unchecked(&mut b[..]);
         c.set_byte_cnt(byte_cnt);
         c.set_s_wqe_opcode_qpn(SendOpcode::Nop, self.qpn);
         c.set_wqe_counter(self.rci as u16);
+        fill(&mut c);
         let rcq = self.rcq;
-        self.put(&rcq, self.rci, &mut b, CqeOpcode::RespWrImm);
+        self.put(&rcq, self.rci, &mut b, op);
         self.rci += 1;
+    }
+
+    pub(super) fn recv_cqe(&mut self, imm: u32, byte_cnt: u32) {
+        self.recv_cqe_with(imm, byte_cnt, CqeOpcode::RespWrImm, |_| {});
     }
 
     fn scq_ci(&self) -> u32 {
@@ -138,7 +158,7 @@ pub(super) fn connected<const SQ: usize>(
     (qp, hw)
 }
 
-fn poll_all<'r, Q: SendQueue<'r>>(q: &mut Q) -> Vec<Completion> {
+pub(super) fn poll_all<'r, Q: SendQueue<'r>>(q: &mut Q) -> Vec<Completion> {
     let mut v = Vec::new();
     let mut out = [Completion::default(); 3];
     loop {

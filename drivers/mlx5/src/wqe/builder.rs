@@ -18,8 +18,11 @@
 //!   (solicited ? SOLICITED : 0)`.
 //! * immediate data is stored big-endian, so the peer reads `be32toh(wc.imm_data) == imm`.
 //!
-//! Every check runs before the first store: a refused request leaves the ring untouched. The
-//! control segment is stored last. Bytes between the end of the payload and `ds * 16` are
+//! Every check runs before the first store, so a refused request leaves the ring untouched, but
+//! for a gather's message checks ([`rdma_pmd::post::check_message`], made on the length its
+//! data segments sum to) and its `each` callback: those refuse after the data segments were
+//! written into the free blocks the WQE would have taken, which nothing reads until a commit.
+//! The control segment is stored last. Bytes between the end of the payload and `ds * 16` are
 //! written as zeros; the tail of the last block (past `ds * 16`) is left as it was, as the
 //! provider does (the device never reads it).
 //!
@@ -27,7 +30,7 @@
 //! `dbrec[SND_DBR]`, then either a BlueFlame copy of [`crate::doorbell::bf_len`] bytes or one
 //! 64-bit store of [`WqeInfo::doorbell`] to the UAR.
 
-use rdma_pmd::post::SourceKind;
+use rdma_pmd::post::{check_message, SourceKind};
 use rdma_pmd::{Error, QpNum, RemoteBuf, Result, SendFlags, Sge, WriteRequest};
 
 use super::data;
@@ -36,7 +39,7 @@ use super::sink::WqeSink;
 use crate::opcode::{FmCeSe, SendOpcode, INLINE_SEG, MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
 
 /// `ds` of the control and remote-address segments.
-const HEADER_DS: u32 = 2;
+pub(crate) const HEADER_DS: u32 = 2;
 /// Most data segments one WQE can hold: `ds` is 6 bits.
 pub const MAX_SGE: u32 = MAX_DS - HEADER_DS;
 /// Most inline bytes one WQE can hold: `2 + ceil((4 + n) / 16) <= 63`.
@@ -207,6 +210,12 @@ impl WqeBuilder {
             // is_inline() is true for this kind.
             SourceKind::Inline(_) => Err(Error::InvalidArgument("inline source")),
         }
+        .and_then(|shape| {
+            let len =
+                req.source.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
+            check_message(len as u64, req.remote)?;
+            Ok(shape)
+        })
     }
 
     /// Write `req` as the WQE at counter `pi` into `sink`, using at most `room` free slots.
@@ -288,6 +297,7 @@ impl WqeBuilder {
         if self.max_sge == 0 {
             return Err(Error::TooManySges { given: 1, max: 0 });
         }
+        check_message(e.length as u64, remote)?;
         Self::check_room(1, room, sink.wqe_cnt())?;
         let base = pi as usize * SEND_WQE_BB;
         let ds = if e.length != 0 {
@@ -377,9 +387,10 @@ impl WqeBuilder {
 
     /// Write a gather WRITE of `items`, calling `each` on every element that gets a data
     /// segment (the non-empty ones), in order, right after writing it: the send queue counts
-    /// the regions it reads in the same pass. An error from `each` is returned at once, with
-    /// the ring written only in the free blocks the WQE would have taken (nothing reads them
-    /// until they are committed).
+    /// the regions it reads in the same pass. An error from `each` is returned at once, and
+    /// a message that [`check_message`] refuses after the last element, with the ring written
+    /// only in the free blocks the WQE would have taken (nothing reads them until they are
+    /// committed); either way the caller releases what `each` counted.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn emit_gather<S: WqeSink + ?Sized, T>(
@@ -405,15 +416,18 @@ impl WqeBuilder {
             Self::check_room(shape.wqebbs as u32, room, wqe_cnt)?;
         }
         let mut off = base + 2 * SEND_WQE_DS;
+        let mut total = 0u64;
         for item in items {
             let e = sge(item);
             if e.length != 0 {
                 let (w0, w1) = data::words(&e);
                 sink.put16(off, w0, w1);
                 off += SEND_WQE_DS;
+                total += e.length as u64;
                 each(item)?;
             }
         }
+        check_message(total, remote)?;
         let ds = ((off - base) / SEND_WQE_DS) as u8;
         self.finish(sink, pi, base, ds, flags, remote, imm);
         Ok(WqeShape::from_ds(ds))
@@ -429,6 +443,7 @@ impl WqeBuilder {
         self.check_count(req.source.count())?;
         let len = inline_len(req)?;
         self.check_inline(len)?;
+        check_message(len as u64, req.remote)?;
         let shape = WqeShape::from_ds((HEADER_DS as usize + inline::ds_units(len)) as u8);
         let wqe_cnt = sink.wqe_cnt();
         Self::check_room(shape.wqebbs as u32, room, wqe_cnt)?;
