@@ -600,6 +600,8 @@ impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Drop
 }
 
 #[cfg(test)]
+mod hostile;
+#[cfg(test)]
 mod prop;
 #[cfg(test)]
 mod safety;

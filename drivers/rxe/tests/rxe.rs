@@ -249,11 +249,13 @@ fn batch_posts_with_one_doorbell_and_drop_posts_nothing() {
     let mut none = [Completion::default(); 4];
     assert_eq!(qp.poll(&mut none).unwrap(), 0, "no completion for the dropped batch");
 
-    // A leaked batch leaves its request staged; the next post sends it too, even after the
-    // queue pair moved (the staged requests are chained where they are when posted).
+    // A leaked batch's request is never posted: the next batch rolls it back (releasing its
+    // region) before it stages its own, even after the queue pair moved.
+    let before = t.read(20000, 64);
     let mut b = qp.batch();
     b.writev(200, &[src.buf(0, 64).unwrap()], SendFlags::empty(), remote.offset(20000)).unwrap();
     std::mem::forget(b);
+    assert_eq!(src.usage().in_flight(), 1);
     let mut moved = Box::new(qp);
     moved
         .post_write(201, src.buf(64, 64).unwrap(), SendFlags::SIGNALED, remote.offset(20064))
@@ -261,7 +263,8 @@ fn batch_posts_with_one_doorbell_and_drop_posts_nothing() {
     let c = wait_send(&mut *moved, 1);
     ok_write(&c[0], 201);
     assert_eq!((moved.outstanding(), src.usage().in_flight()), (0, 0));
-    same_bytes(&t.read(20000, 128), &pattern(6, 1 << 15)[..128], "leaked and later request");
+    same_bytes(&t.read(20000, 64), &before, "the leaked request was not sent");
+    same_bytes(&t.read(20064, 64), &pattern(6, 1 << 15)[64..128], "the later request");
 }
 
 #[test]

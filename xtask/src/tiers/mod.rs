@@ -3,6 +3,7 @@
 
 mod demo;
 mod lint;
+mod miri;
 mod nostd;
 mod prereq;
 mod rxe;
@@ -56,6 +57,7 @@ type Tier = fn() -> Outcome;
 const TIERS: &[(&str, Tier)] = &[
     ("unit", unit::run),
     ("lint", lint::run),
+    ("miri", miri::run),
     ("vectors", vectors::run),
     ("nostd", nostd::run),
     ("model", demo::run),

@@ -239,3 +239,21 @@ fn executed_unsignalled_writes_stay_outstanding_until_retired() {
     assert_eq!(a.usage().in_flight(), 0);
     a.dereg().unwrap();
 }
+
+/// `mem::forget` of the QP itself: the device may still read what it posted, so those regions
+/// stay busy and their memory is never freed.
+#[test]
+fn a_forgotten_qp_keeps_its_regions_busy_and_their_memory() {
+    let r = rig(9);
+    let blocks_before;
+    {
+        let a = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+        let (mut qp, _hw) = connected::<16>(&r);
+        qp.post_write(1, a.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+        core::mem::forget(qp);
+        assert_eq!(a.dereg(), Err(Error::RegionBusy { in_flight: 1 }));
+        blocks_before = r.dma.live_blocks();
+    }
+    // The region's block (and the QP's rings) stay allocated after the region's drop.
+    assert_eq!(r.dma.live_blocks(), blocks_before);
+}

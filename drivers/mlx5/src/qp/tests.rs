@@ -95,6 +95,18 @@ impl Hw {
         assert!(self.dma.write(at, &b[..]));
     }
 
+    /// Write the next send CQE as `fill` makes it, with opcode `op` and the right owner bit.
+    pub(super) fn send_cqe_raw(&mut self, b: &mut [u8; 64], op: CqeOpcode) {
+        let scq = self.scq;
+        self.put(&scq, self.sci, b, op);
+        self.sci += 1;
+    }
+
+    /// The QP number the device answers for.
+    pub(super) fn qpn(&self) -> QpNum {
+        self.qpn
+    }
+
     pub(super) fn send_cqe(&mut self, counter: u16, error: Option<(Syndrome, u8)>) {
         let mut b = [0u8; 64];
         let mut c = Cqe::new_unchecked(&mut b[..]);
