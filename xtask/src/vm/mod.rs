@@ -223,7 +223,7 @@ pub fn host_tools_missing() -> Vec<&'static str> {
 
 /// The apt command that installs `pkgs`.
 pub fn apt_install_command(pkgs: &[&str]) -> String {
-    format!("apt-get install -y --no-install-recommends {}", pkgs.join(" "))
+    format!("apt-get install -y --no-install-recommends --no-remove {}", pkgs.join(" "))
 }
 
 /// The cache root, `target/vm/` of the workspace.
