@@ -19,6 +19,8 @@
 
 use core::fmt;
 
+use crate::addr::QpNum;
+
 /// A POSIX error number, as librdmacm reports it in `errno`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(transparent)]
@@ -95,6 +97,40 @@ pub enum Error {
     Timeout(&'static str),
     /// A backend or firmware failure, carried as the errno rdma-core would report.
     Device(Errno),
+    /// The device broke its contract; the fault says what it did. `EIO` at the librdmacm
+    /// surface. The entry that carried it was consumed and nothing else moved.
+    Fault(DeviceFault),
+}
+
+/// What a device that broke its contract did: the value of [`Error::Fault`].
+///
+/// Every one of these is something a conforming HCA never does; the driver refuses the entry
+/// instead of trusting it, so its queues keep counting right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeviceFault {
+    /// A send completion names a WQE counter that is not outstanding.
+    NotOutstanding {
+        /// The counter it named.
+        counter: u16,
+    },
+    /// A send completion names a block inside a multi-block WQE, not the WQE's first.
+    InsideWqe {
+        /// The counter it named.
+        counter: u16,
+    },
+    /// A completion for another queue pair.
+    WrongQp {
+        /// The QP number it carried.
+        qpn: QpNum,
+    },
+    /// A completion whose opcode does not belong on the queue it arrived on.
+    UnexpectedOpcode {
+        /// The CQE opcode (`op_own >> 4`).
+        opcode: u8,
+    },
+    /// A receive completion while no receive was posted.
+    NoReceivePosted,
 }
 
 /// Result with this crate's [`Error`].
@@ -116,6 +152,7 @@ impl Error {
             Error::Unsupported(_) => Errno::EOPNOTSUPP,
             Error::Timeout(_) => Errno::ETIMEDOUT,
             Error::Device(e) => *e,
+            Error::Fault(_) => Errno::EIO,
         }
     }
 }
@@ -143,7 +180,32 @@ impl fmt::Display for Error {
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Timeout(what) => write!(f, "timed out waiting for {what}"),
             Error::Device(e) => write!(f, "device error ({e})"),
+            Error::Fault(d) => write!(f, "device fault: {d}"),
         }
+    }
+}
+
+impl fmt::Display for DeviceFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceFault::NotOutstanding { counter } => {
+                write!(f, "completion for WQE {counter:#06x}, which is not outstanding")
+            }
+            DeviceFault::InsideWqe { counter } => {
+                write!(f, "completion for block {counter:#06x}, inside a WQE")
+            }
+            DeviceFault::WrongQp { qpn } => write!(f, "completion for QP {:#x}", qpn.0),
+            DeviceFault::UnexpectedOpcode { opcode } => {
+                write!(f, "completion opcode {opcode:#x} does not belong on this queue")
+            }
+            DeviceFault::NoReceivePosted => f.write_str("receive completion with none posted"),
+        }
+    }
+}
+
+impl From<DeviceFault> for Error {
+    fn from(d: DeviceFault) -> Error {
+        Error::Fault(d)
     }
 }
 
@@ -163,5 +225,6 @@ mod tests {
         assert_eq!(Error::RegionBusy { in_flight: 1 }.errno().0, 16);
         assert_eq!(Error::Timeout("x").errno().0, 110);
         assert_eq!(Error::TooManyInFlight.errno().0, 12);
+        assert_eq!(Error::Fault(DeviceFault::NoReceivePosted).errno(), Errno::EIO);
     }
 }

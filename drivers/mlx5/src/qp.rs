@@ -65,7 +65,7 @@
 
 use core::mem::ManuallyDrop;
 
-use rdma_pmd::{Caps, Completion, Errno, Error, QpNum, Result, SendQueue, WriteRequest};
+use rdma_pmd::{Caps, Completion, DeviceFault, Error, QpNum, Result, SendQueue, WriteRequest};
 use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
 
 use crate::control::{Access, Control, Cqn, Path, QpParams, Transition, Uar};
@@ -537,7 +537,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
                 Err(e) => break Err(e),
             };
             if cqe.qpn != self.qpn {
-                break Err(Error::Device(Errno::EIO));
+                break Err(DeviceFault::WrongQp { qpn: cqe.qpn }.into());
             }
             if let Err(e) = self.sq.on_cqe(&cqe) {
                 break Err(e);

@@ -11,7 +11,7 @@
 //! Completions are matched to WQEs in order (`cq.c` `handle_responder`: `wq->tail`), and report
 //! `IBV_WC_RECV_RDMA_WITH_IMM` with the immediate as the number the writer posted.
 
-use rdma_pmd::{Completion, Errno, Error, QpNum, Result, Sge, WcOpcode, WcStatus};
+use rdma_pmd::{Completion, DeviceFault, Error, QpNum, Result, Sge, WcOpcode, WcStatus};
 use rdma_pmd_hal::{barrier, DmaBuf};
 
 use crate::cqe::{Cqe, CqeRepr};
@@ -81,19 +81,19 @@ impl<const N: usize> RecvRing<N> {
     /// the device should not have written consumes no receive.
     pub fn complete(&mut self, raw: &[u8; 64], qpn: QpNum) -> Result<Completion> {
         if self.outstanding() == 0 {
-            return Err(Error::Device(Errno::EIO));
+            return Err(DeviceFault::NoReceivePosted.into());
         }
         let cqe = Cqe::new_unchecked(&raw[..]);
         let repr = CqeRepr::parse(&cqe)?;
         if repr.qpn != qpn {
-            return Err(Error::Device(Errno::EIO));
+            return Err(DeviceFault::WrongQp { qpn: repr.qpn }.into());
         }
         let (opcode, imm) = match repr.opcode {
             CqeOpcode::RespWrImm => (WcOpcode::RecvRdmaWithImm, Some(cqe.imm_inval_pkey())),
             CqeOpcode::RespSend => (WcOpcode::Send, None),
             CqeOpcode::RespSendImm => (WcOpcode::Send, Some(cqe.imm_inval_pkey())),
             CqeOpcode::RespErr => (WcOpcode::RecvRdmaWithImm, None),
-            _ => return Err(Error::Device(Errno::EIO)),
+            other => return Err(DeviceFault::UnexpectedOpcode { opcode: other.into() }.into()),
         };
         let slot = self.tail as usize & Self::MASK;
         self.tail = self.tail.wrapping_add(1);

@@ -47,7 +47,7 @@ use core::ptr;
 
 use rdma_pmd::post::SourceKind;
 use rdma_pmd::{
-    Completion, Errno, Error, LocalBuf, QpNum, RegionUse, RemoteBuf, Result, SendFlags, Sge,
+    Completion, DeviceFault, Error, LocalBuf, QpNum, RegionUse, RemoteBuf, Result, SendFlags, Sge,
     WcOpcode, WcStatus, WriteRequest,
 };
 
@@ -530,12 +530,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
     pub fn on_cqe(&mut self, cqe: &CqeRepr) -> Result<()> {
         debug_assert!(self.pending.is_none());
         if !matches!(cqe.opcode, CqeOpcode::Req | CqeOpcode::ReqErr) {
-            return Err(Error::Device(Errno::EIO));
+            return Err(DeviceFault::UnexpectedOpcode { opcode: cqe.opcode.into() }.into());
         }
         let inflight = self.pi.wrapping_sub(self.tail);
         if cqe.wqe_counter.wrapping_sub(self.tail) >= inflight {
-            // A completion for a WQE that is not outstanding.
-            return Err(Error::Device(Errno::EIO));
+            return Err(DeviceFault::NotOutstanding { counter: cqe.wqe_counter }.into());
         }
         let status = cqe.status();
         self.pending = Some(Pending {
@@ -576,9 +575,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
                     None
                 }
             } else if p.target.wrapping_sub(head) < w.wqebbs() {
-                // The CQE names a block inside this WQE, not its start.
                 self.pending = None;
-                return Err(Error::Device(Errno::EIO));
+                return Err(DeviceFault::InsideWqe { counter: p.target }.into());
             } else if p.flush_skipped {
                 Some((WcStatus::WrFlushErr, 0, WcOpcode::RdmaWrite))
             } else if w.signaled() {

@@ -9,9 +9,9 @@
 //!   polls into small arrays, a move to ERR. A reference predicts every outcome: each
 //!   completion, the ring's occupancy, every region's in-flight count, which deregistrations
 //!   succeed, and what is still counted once the QP is gone (only what was leaked).
-//! * **Hostile device**: a benign caller, and a device that writes random CQEs (any opcode,
-//!   counter, QP number, syndrome, or plain garbage), rewrites posted WQEs and completes what
-//!   was never posted. Invariants: no panic, no unbounded loop, no completion for a request
+//! * **Hostile device**: a benign caller, and a device that writes random CQEs on both CQs (any
+//!   opcode, counter, QP number, syndrome, or plain garbage), rewrites posted WQEs and completes
+//!   what was never posted. Invariants: no panic, no unbounded loop, no completion for a request
 //!   that was not committed, none reported twice, and every region's count back at zero once
 //!   the QP is dropped.
 
@@ -393,8 +393,10 @@ fn device_case(seed: u64, t: &mut Tally) -> u64 {
         let mut reported: HashSet<u64> = HashSet::new();
         let mut counters: Vec<u16> = Vec::new();
         let mut next_id = 0u64;
+        let (mut recv_posted, mut recv_done) = (HashSet::new(), HashSet::new());
+        let mut next_recv = 1u64 << 40;
         for _ in 0..40 + rng.below(80) {
-            match rng.below(10) {
+            match rng.below(11) {
                 0..=3 => {
                     let req = gen_req(&mut rng);
                     if req.fault != Fault::None {
@@ -457,8 +459,43 @@ fn device_case(seed: u64, t: &mut Tally) -> u64 {
                         hw.scribble_sq(c, off, &bytes);
                     }
                 }
-                _ => {}
+                _ => {
+                    // The receive side: a receive posted, or a receive CQE that may be wrong.
+                    if rng.chance(50) {
+                        if qp.post_recv(next_recv).is_ok() {
+                            recv_posted.insert(next_recv);
+                        }
+                        next_recv += 1;
+                    } else {
+                        let op = match rng.below(4) {
+                            0 => CqeOpcode::from(rng.below(16) as u8),
+                            _ => CqeOpcode::RespWrImm,
+                        };
+                        let other =
+                            rng.chance(20).then(|| rdma_pmd::QpNum(rng.next() as u32 & 0xff_ffff));
+                        hw.recv_cqe_with(rng.next() as u32, 8, op, |c| {
+                            if let Some(q) = other {
+                                c.set_s_wqe_opcode_qpn(SendOpcode::Nop, q);
+                            }
+                        });
+                    }
+                }
             }
+            let mut rout = [Completion::default(); 4];
+            for _ in 0..1000 {
+                match qp.poll_recv(&mut rout) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        for c in &rout[..n] {
+                            assert!(recv_posted.contains(&c.wr_id), "seed {seed}: {c:?}");
+                            assert!(recv_done.insert(c.wr_id), "seed {seed}: twice {c:?}");
+                        }
+                    }
+                    Err(Error::Fault(_)) => faults += 1,
+                    Err(e) => panic!("seed {seed}: {e:?}"),
+                }
+            }
+            assert_eq!(qp.rq_outstanding() as usize, recv_posted.len() - recv_done.len());
             let mut out = [Completion::default(); 4];
             let mut bounded = false;
             for _ in 0..1000 {
@@ -477,7 +514,7 @@ fn device_case(seed: u64, t: &mut Tally) -> u64 {
                             t.completions += 1;
                         }
                     }
-                    Err(Error::Device(_)) => faults += 1,
+                    Err(Error::Fault(_)) => faults += 1,
                     Err(e) => panic!("seed {seed}: {e:?}"),
                 }
             }

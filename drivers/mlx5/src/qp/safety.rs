@@ -2,7 +2,9 @@
 //! caller that leaks batches or misuses cursors, and a device that writes what it should only
 //! read or completes what was never posted. Each failed, hung or was accepted before its fix.
 
-use rdma_pmd::{Error, PostWrite, QpNum, RemoteBuf, Rkey, SendFlags, SendQueue, Sge, WcStatus};
+use rdma_pmd::{
+    DeviceFault, Error, PostWrite, QpNum, RemoteBuf, Rkey, SendFlags, SendQueue, Sge, WcStatus,
+};
 
 use super::tests::{connected, poll_all, rig, REMOTE};
 use crate::control::Access;
@@ -209,9 +211,10 @@ fn bogus_receive_cqes_consume_no_receive() {
     hw.recv_cqe_with(1, 8, CqeOpcode::RespWrImm, |c| {
         c.set_s_wqe_opcode_qpn(crate::opcode::SendOpcode::Nop, QpNum(0x4242))
     });
-    assert!(matches!(qp.poll_recv(&mut out), Err(Error::Device(_))));
+    assert_eq!(qp.poll_recv(&mut out), Err(DeviceFault::WrongQp { qpn: QpNum(0x4242) }.into()));
     hw.recv_cqe_with(1, 8, CqeOpcode::Req, |_| {});
-    assert!(matches!(qp.poll_recv(&mut out), Err(Error::Device(_))));
+    let e = qp.poll_recv(&mut out);
+    assert_eq!(e, Err(DeviceFault::UnexpectedOpcode { opcode: CqeOpcode::Req.into() }.into()));
     assert_eq!(qp.rq_outstanding(), 2);
     hw.recv_cqe(0xabcd, 16);
     assert_eq!(qp.poll_recv(&mut out).unwrap(), 1);

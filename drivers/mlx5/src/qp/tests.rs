@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::vec::Vec;
 
 use rdma_pmd::{
-    BusAddr, Completion, Errno, Error, PostWrite, QpNum, RemoteBuf, Rkey, SendFlags, SendQueue,
-    WcOpcode, WcStatus,
+    BusAddr, Completion, DeviceFault, Errno, Error, PostWrite, QpNum, RemoteBuf, Rkey, SendFlags,
+    SendQueue, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 
@@ -376,9 +376,25 @@ fn completions_for_requests_not_outstanding_are_refused() {
         [region.slice(0, 8).unwrap(), region.slice(8, 8).unwrap(), region.slice(16, 8).unwrap()];
     qp.post_writev(0, &sgl, SendFlags::SIGNALED, REMOTE).unwrap(); // 2 blocks
     hw.send_cqe(5, None);
-    assert_eq!(poll_all_err(&mut qp), Error::Device(Errno::EIO));
+    let e = poll_all_err(&mut qp);
+    assert_eq!((e, e.errno()), (DeviceFault::NotOutstanding { counter: 5 }.into(), Errno::EIO));
     hw.send_cqe(1, None); // inside WR 0, not its first block
-    assert_eq!(poll_all_err(&mut qp), Error::Device(Errno::EIO));
+    assert_eq!(poll_all_err(&mut qp), DeviceFault::InsideWqe { counter: 1 }.into());
+    // A completion for another QP.
+    let mut b = [0u8; 64];
+    Cqe::new_unchecked(&mut b[..]).set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, QpNum(0x4242));
+    hw.send_cqe_raw(&mut b, CqeOpcode::Req);
+    assert_eq!(poll_all_err(&mut qp), DeviceFault::WrongQp { qpn: QpNum(0x4242) }.into());
+    // A responder opcode on the send CQ.
+    let mut b = [0u8; 64];
+    Cqe::new_unchecked(&mut b[..]).set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, hw.qpn());
+    hw.send_cqe_raw(&mut b, CqeOpcode::RespSend);
+    let e = poll_all_err(&mut qp);
+    assert_eq!(e, DeviceFault::UnexpectedOpcode { opcode: CqeOpcode::RespSend.into() }.into());
+    // The queue still counts right: the real completion retires the write.
+    hw.send_cqe(0, None);
+    assert_eq!(poll_all(&mut qp).len(), 1);
+    assert_eq!((qp.outstanding(), region.usage().in_flight()), (0, 0));
 }
 
 fn poll_all_err<'r, Q: SendQueue<'r>>(q: &mut Q) -> Error {
