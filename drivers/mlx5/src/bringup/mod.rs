@@ -26,6 +26,13 @@
 //! the same way. Memory that firmware might still write (after a command that never completed,
 //! or pages it never returned) is deliberately not given back.
 //!
+//! Firmware is not trusted with the driver's memory safety: every value it returns that is
+//! used as an index, offset, shift, count or number (UAR index, `log_uar_page_sz`, the
+//! `log_max_*` sizes, page counts and function ids, EQ numbers, tokens) is range-checked first,
+//! and a bad one is [`HcaError::BadFirmwareValue`] (or [`CmdError::TokenMismatch`]); event
+//! queues are serviced at most one ring's worth per call, so firmware that keeps posting
+//! cannot hold the driver in a loop.
+//!
 //! Firmware pages come from a [`PagePool`] whose size the caller chooses (no allocator):
 //!
 //! ```ignore
@@ -51,6 +58,8 @@ mod tests;
 use rdma_pmd_hal::{Clock, Deadline, Dma, Mmio};
 
 use crate::cmd::{CmdConfig, CmdError, CmdQueue, Pas, SLOT_CMD};
+use crate::control::Uar;
+use crate::device::uar_in_bar;
 use crate::ifc::{self, consts, generated::*};
 use crate::init_seg::{InitSeg, InitWaitError, CMDIF_REV};
 pub use caps::{HcaCaps, PortType};
@@ -97,7 +106,8 @@ struct Stage {
     enabled: bool,
     initialized: bool,
     roce: bool,
-    /// A command never completed: the queue's memory must not be given back.
+    /// A command never completed (or came back with another token): firmware may still write
+    /// the queue, its mailboxes, and whatever that command handed over.
     cmd_stuck: bool,
 }
 
@@ -222,6 +232,11 @@ impl<'a> Hca<'a> {
         self.handle_caps()?;
 
         let (func_id, init) = self.query_pages(consts::QUERY_PAGES_IN_OP_MOD_INIT_PAGES)?;
+        if func_id != self.report.func_id {
+            // Pages go back at teardown from the function that got them: one function.
+            let value = func_id.into();
+            return Err(HcaError::BadFirmwareValue { field: "query_pages_out.function_id", value });
+        }
         self.report.init_pages = init;
         self.give_pages(SLOT_CMD, func_id, init)?;
 
@@ -279,10 +294,20 @@ impl<'a> Hca<'a> {
         self.bar
     }
 
-    /// Byte offset in BAR0 of UAR page `index`: UAR pages are `4 KiB << log_uar_page_sz`
-    /// (bring-up sets `log_uar_page_sz` to the system page size).
-    pub fn uar_offset(&self, index: u32) -> usize {
-        (index as usize) << (12 + self.report.caps.log_uar_page_sz as usize)
+    /// UAR page `index`, as `ALLOC_UAR` returned it, with its byte offset in BAR0: UAR pages
+    /// are `4 KiB << log_uar_page_sz` (bring-up sets `log_uar_page_sz` to the system page size
+    /// and checks that firmware took it). An index whose page does not lie inside the BAR
+    /// (doorbells and BlueFlame register) is firmware's error.
+    pub fn uar(&self, index: u32) -> Result<Uar, HcaError> {
+        let bad = HcaError::BadFirmwareValue { field: "alloc_uar_out.uar", value: index.into() };
+        let page = 1usize.checked_shl(12 + u32::from(self.report.caps.log_uar_page_sz));
+        let bar_offset = page.and_then(|p| (index as usize).checked_mul(p)).ok_or(bad)?;
+        let uar = Uar { index, bar_offset };
+        if uar_in_bar(self.bar.size(), uar, &self.report.caps.device_caps()) {
+            Ok(uar)
+        } else {
+            Err(bad)
+        }
     }
 
     /// Largest input a command may carry (bytes).
@@ -304,7 +329,10 @@ impl<'a> Hca<'a> {
     }
 
     fn fail(&mut self, step: &'static str, error: CmdError) -> HcaError {
-        if matches!(error, CmdError::Timeout { .. } | CmdError::Health { .. }) {
+        if matches!(
+            error,
+            CmdError::Timeout { .. } | CmdError::Health { .. } | CmdError::TokenMismatch { .. }
+        ) {
             self.stage.cmd_stuck = true;
         }
         HcaError::Cmd { step, error }
