@@ -23,8 +23,11 @@
 //!
 //! [`Hca::teardown`] undoes it in reverse: RoCE off, EQs and UAR, `TEARDOWN_HCA`, every page
 //! reclaimed with `MANAGE_PAGES`, `DISABLE_HCA`, memory given back. A failed bring-up unwinds
-//! the same way. Memory that firmware might still write (after a command that never completed,
-//! or pages it never returned) is deliberately not given back.
+//! the same way. Memory that firmware might still write is deliberately not given back: the
+//! command queue and its mailboxes after a command that never completed (or was answered with
+//! another token) or while `DISABLE_HCA` has not succeeded; an EQ ring whose `DESTROY_EQ`
+//! failed; pages it never returned. When `TEARDOWN_HCA` fails, nothing after it is attempted
+//! (the kernel's `mlx5_function_close`: "tear_down_hca failed, skip cleanup").
 //!
 //! Firmware is not trusted with the driver's memory safety: every value it returns that is
 //! used as an index, offset, shift, count or number (UAR index, `log_uar_page_sz`, the
@@ -103,7 +106,9 @@ impl Default for HcaConfig {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Stage {
+    /// `ENABLE_HCA` succeeded and no `DISABLE_HCA` has since: firmware may use the queue.
     enabled: bool,
+    /// `INIT_HCA` succeeded and no `TEARDOWN_HCA` has since.
     initialized: bool,
     roce: bool,
     /// A command never completed (or came back with another token): firmware may still write
@@ -460,15 +465,21 @@ impl<'a> Hca<'a> {
                 teardown_hca_in::PROFILE,
                 consts::TEARDOWN_HCA_IN_PROFILE_GRACEFUL_CLOSE.into(),
             );
-            note(self.exec("TEARDOWN_HCA", &t, Pas::None, &mut [0u8; 16]));
-            self.stage.initialized = false;
+            let r = self.exec("TEARDOWN_HCA", &t, Pas::None, &mut [0u8; 16]);
+            // Only a torn-down HCA is left alone by firmware; otherwise (kernel
+            // `mlx5_function_close`) skip the cleanup: no reclaim, no DISABLE_HCA, and the
+            // queue and pages stay firmware's.
+            self.stage.initialized = r.is_err();
+            note(r);
         }
-        if self.stage.enabled {
+        if self.stage.enabled && !self.stage.initialized {
             note(self.reclaim_all());
             let mut d: [u8; disable_hca_in::SIZE] = input(consts::CMD_OP_DISABLE_HCA, 0);
             ifc::set(&mut d, disable_hca_in::FUNCTION_ID, 0);
-            note(self.exec("DISABLE_HCA", &d, Pas::None, &mut [0u8; 16]));
-            self.stage.enabled = false;
+            let r = self.exec("DISABLE_HCA", &d, Pas::None, &mut [0u8; 16]);
+            // Firmware that refused to disable the function may still use the queue.
+            self.stage.enabled = r.is_err();
+            note(r);
         }
         let outstanding = self.pages.release(self.dma);
         match first {
@@ -491,11 +502,12 @@ impl<'a> Hca<'a> {
         r.map(|_| report)
     }
 
-    /// Give the command queue's memory back, unless a command never completed (firmware may
-    /// still write its entry and mailboxes).
+    /// Give the command queue's memory back, unless firmware may still write its entries and
+    /// mailboxes: a command never completed, or the function is still enabled (`DISABLE_HCA`
+    /// failed or was never reached). Then it is kept for good.
     fn release_queue(self) {
         let Hca { cmd, stage, dma, .. } = self;
-        if !stage.cmd_stuck {
+        if !stage.cmd_stuck && !stage.enabled {
             cmd.release(dma);
         }
     }

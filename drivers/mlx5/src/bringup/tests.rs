@@ -480,3 +480,47 @@ fn an_event_queue_that_never_runs_dry_is_serviced_in_bounded_batches() {
     t.unwrap();
     assert_eq!(live, 0);
 }
+
+#[test]
+fn a_failed_disable_hca_keeps_the_command_queue_firmware_may_still_write() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    r.st.lock().unwrap().fail = Some((0x105, 0x04)); // DISABLE_HCA: bad system state
+    let e = hca.teardown().unwrap_err();
+    assert!(matches!(e, HcaError::Cmd { step: "DISABLE_HCA", .. }), "{e:?}");
+    let cmdq = (u64::from(r.bar.read_be32(0x10)) << 32) | u64::from(r.bar.read_be32(0x14) & !0xfff);
+    assert!(r.dma.translate(rdma_pmd::BusAddr(cmdq), 4096).is_some(), "queue still mapped");
+    // The queue page and both slots' input and output mailboxes; the pages all came back.
+    assert_eq!(r.dma.live_blocks(), 5);
+    assert!(r.st.lock().unwrap().held.is_empty());
+}
+
+#[test]
+fn a_failed_teardown_hca_skips_cleanup_and_keeps_what_firmware_holds() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    r.st.lock().unwrap().fail = Some((0x103, 0x04)); // TEARDOWN_HCA
+    r.fw.log.lock().unwrap().clear();
+    let e = hca.teardown().unwrap_err();
+    assert!(matches!(e, HcaError::Cmd { step: "TEARDOWN_HCA", .. }), "{e:?}");
+    // The kernel's `mlx5_function_close`: "tear_down_hca failed, skip cleanup".
+    assert_eq!(r.fw.opcodes().last(), Some(&0x103), "no reclaim, no DISABLE_HCA after it");
+    assert_eq!(r.st.lock().unwrap().held.len(), 340);
+    assert_eq!(r.dma.live_blocks(), 6, "queue (5 blocks) and page pool kept");
+}
+
+#[test]
+fn a_failed_destroy_eq_keeps_the_ring() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    r.st.lock().unwrap().fail = Some((0x302, 0x04));
+    let e = hca.teardown().unwrap_err();
+    assert!(matches!(e, HcaError::Cmd { step: "DESTROY_EQ", .. }), "{e:?}");
+    for (_, ring, _) in r.st.lock().unwrap().eqs.clone() {
+        assert!(r.dma.translate(rdma_pmd::BusAddr(ring), 4096).is_some());
+    }
+    assert_eq!(r.dma.live_blocks(), 2, "both rings, nothing else");
+}

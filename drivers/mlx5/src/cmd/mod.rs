@@ -172,8 +172,10 @@ impl<'a> CmdQueue<'a> {
 
     /// Give the queue's memory back.
     ///
-    /// Only once firmware no longer uses the queue: after `DISABLE_HCA`, or before the address
-    /// was handed over.
+    /// Only once firmware no longer uses the queue: after `DISABLE_HCA` succeeded with no
+    /// command left pending, or when the function was never enabled (no command posted, or
+    /// `ENABLE_HCA` refused, as the kernel's `mlx5_function_setup` unwinds). Bring-up's
+    /// `release_queue` keeps the queue otherwise.
     pub(crate) fn release(self, dma: &dyn Dma) {
         let CmdQueue { entries, slots, .. } = self;
         for s in slots.into_iter().flatten() {
