@@ -405,7 +405,7 @@ fn case(seed: u64) -> (String, Vec<String>) {
         reclaim_timeout_ns: 100_000,
         ..HcaConfig::default()
     };
-    let pool_pages = rng.pick(&[0usize, 8, 512, 512, 512, 512]);
+    let pool_pages = rng.pick(&[0usize, 8, 512, 512, 512, 512, 512, 512]);
     let mut bits = vec![0u64; bitmap_words(pool_pages)];
     let clock = Ticks(Cell::new(0));
     let outcome =
@@ -418,23 +418,25 @@ fn case(seed: u64) -> (String, Vec<String>) {
                         fw.lock().unwrap().post_events();
                     }
                     let r = match rng.below(3) {
-                        0 => hca.poll_events().map(|_| ()),
+                        0 => hca.poll_events().map(|_| ()).map_err(|e| kind(&e)),
                         1 => {
                             let mut ctl = FwControl::new(&mut hca);
-                            match ctl.alloc_uar() {
-                                Ok(u) => ctl.dealloc_uar(u).map_err(|_| {
-                                    HcaError::PagesNotReturned { outstanding: usize::MAX }
-                                }),
-                                Err(_) => Ok(()),
-                            }
+                            ctl.alloc_uar().and_then(|u| ctl.dealloc_uar(u)).map_err(|e| {
+                                let d = std::format!("{e:?}");
+                                std::format!(
+                                    "FwControl {}",
+                                    d.split([' ', '(', '{']).next().unwrap_or("")
+                                )
+                            })
                         }
                         _ => {
                             let q: [u8; alloc_pd_in::SIZE] = input(consts::CMD_OP_ALLOC_PD, 0);
                             hca.exec("ALLOC_PD", &q, Pas::None, &mut [0u8; alloc_pd_out::SIZE])
+                                .map_err(|e| kind(&e))
                         }
                     };
                     if let Err(e) = r {
-                        run = std::format!(", run: {}", kind(&e));
+                        run = std::format!(", run: {e}");
                     }
                 }
                 match hca.teardown() {
