@@ -118,15 +118,24 @@ pub(crate) fn bf_half(caps: &DeviceCaps) -> usize {
 }
 
 /// The UAR's doorbell/BlueFlame register (both halves) lies inside the BAR.
-pub(crate) fn check_uar<M: Mmio>(mmio: &M, uar: Uar, caps: &DeviceCaps) -> Result<()> {
+pub(crate) fn check_uar<M: Mmio + ?Sized>(mmio: &M, uar: Uar, caps: &DeviceCaps) -> Result<()> {
+    if uar_in_bar(mmio.size(), uar, caps) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument("UAR page outside the BAR"))
+    }
+}
+
+/// Whether every register of UAR page `uar` that the driver touches lies inside a BAR of
+/// `bar_size` bytes: the EQ doorbells at `0x40`/`0x48` and the CQ doorbell below the
+/// BlueFlame registers, and the BlueFlame register (both halves) at [`BF_OFFSET`]. The one
+/// check for every UAR, the data path's and bring-up's EQ doorbell page.
+pub(crate) fn uar_in_bar(bar_size: usize, uar: Uar, caps: &DeviceCaps) -> bool {
     let end = uar
         .bar_offset
         .checked_add(BF_OFFSET)
         .and_then(|o| o.checked_add((2 * bf_half(caps)).max(8)));
-    match end {
-        Some(end) if end <= mmio.size() => Ok(()),
-        _ => Err(Error::InvalidArgument("UAR page outside the BAR")),
-    }
+    matches!(end, Some(end) if end <= bar_size)
 }
 
 impl<M: Mmio, D: Dma, C: Control> Drop for Mlx5<M, D, C> {

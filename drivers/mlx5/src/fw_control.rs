@@ -291,7 +291,14 @@ impl Control for FwControl<'_, '_> {
         let mut out = [0u8; alloc_uar_out::SIZE];
         self.run("ALLOC_UAR", &c, Pas::None, &mut out)?;
         let index = ifc::get(&out, alloc_uar_out::UAR) as u32;
-        Ok(Uar { index, bar_offset: self.hca.uar_offset(index) })
+        match self.hca.uar(index) {
+            Ok(uar) => Ok(uar),
+            Err(e) => {
+                // A page outside the BAR is of no use; firmware allocated it all the same.
+                let _ = self.dealloc_uar(Uar { index, bar_offset: 0 });
+                Err(e.into())
+            }
+        }
     }
 
     fn dealloc_uar(&mut self, uar: Uar) -> Result<(), Error> {

@@ -4,6 +4,7 @@
 use crate::cmd::Pas;
 use crate::control::DeviceCaps;
 use crate::ifc::{self, consts, generated::*};
+use crate::uar::BF_OFFSET;
 
 use super::{input, Hca, HcaError};
 
@@ -100,6 +101,31 @@ impl HcaCaps {
         }
     }
 
+    /// Refuse values the driver would use as shifts or bounds beyond what they can mean:
+    /// `log_uar_page_sz` other than the one bring-up set (UAR offsets are shifted by it), QP
+    /// and CQ size maxima wider than the context fields the sizes travel in (`qpc.log_sq_size`,
+    /// `cqc.log_cq_size`: a larger maximum would let through a size no command can carry),
+    /// and a BlueFlame register that does not fit its UAR page after [`BF_OFFSET`].
+    pub(super) fn check(&self, log_uar_page_sz: u16) -> Result<(), HcaError> {
+        let bad = |field, value: u64| Err(HcaError::BadFirmwareValue { field, value });
+        if self.log_uar_page_sz != log_uar_page_sz {
+            return bad("cmd_hca_cap.log_uar_page_sz", self.log_uar_page_sz.into());
+        }
+        if u64::from(self.log_max_qp_sz) > qpc::LOG_SQ_SIZE.max() {
+            return bad("cmd_hca_cap.log_max_qp_sz", self.log_max_qp_sz.into());
+        }
+        if u64::from(self.log_max_cq_sz) > cqc::LOG_CQ_SIZE.max() {
+            return bad("cmd_hca_cap.log_max_cq_sz", self.log_max_cq_sz.into());
+        }
+        // `log_bf_reg_size` is 5 bits wide and `log_uar_page_sz` (checked equal to the page
+        // shift bring-up set, from a `usize` page size) at most 51: no overflow in u64.
+        let uar_page = 4096u64 << log_uar_page_sz;
+        if BF_OFFSET as u64 + (1u64 << self.log_bf_reg_size) > uar_page {
+            return bad("cmd_hca_cap.log_bf_reg_size", self.log_bf_reg_size.into());
+        }
+        Ok(())
+    }
+
     /// The limits the data path needs.
     pub fn device_caps(&self) -> DeviceCaps {
         DeviceCaps {
@@ -145,6 +171,7 @@ impl Hca<'_> {
 
         self.query_cap(CAP_GENERAL, CAP_CUR, &mut cur)?;
         let mut caps = HcaCaps::from_general(&cur[cap_at..]);
+        caps.check(page_shift as u16)?;
 
         if caps.roce {
             let mut rmax = [0u8; query_hca_cap_out::SIZE];

@@ -187,6 +187,11 @@ impl EventQueue {
         bar.write_be32(off, (self.ci & 0xff_ffff) | (self.eqn as u32) << 24);
     }
 
+    /// Leave the ring to firmware for good: it may still write it (`DESTROY_EQ` failed, or
+    /// which EQ it names is unknown), so the memory is never given back. `DmaBuf` has no
+    /// destructor; this names the intent where a ring is dropped on purpose.
+    pub(crate) fn keep(self) {}
+
     /// Give the ring back. Only after `DESTROY_EQ` succeeded (or before `CREATE_EQ`).
     pub(crate) fn release(self, dma: &dyn Dma) {
         // SAFETY: the caller destroyed the EQ (or never created it): firmware no longer writes

@@ -52,6 +52,15 @@ pub enum HcaError {
         /// How many.
         outstanding: usize,
     },
+    /// Firmware returned a value that cannot be right (out of range for what it is used as:
+    /// an index into the BAR, a shift amount, a count, a number already in use). Nothing was
+    /// done with it.
+    BadFirmwareValue {
+        /// Where it came from: `command_out.field`, `cmd_hca_cap.field` or `event.field`.
+        field: &'static str,
+        /// What firmware said (the raw field).
+        value: u64,
+    },
     /// Memory for queues could not be had.
     Hal(HalError),
 }
@@ -92,6 +101,9 @@ impl fmt::Display for HcaError {
             HcaError::PagesNotReturned { outstanding } => {
                 write!(f, "{outstanding} pages still held by firmware")
             }
+            HcaError::BadFirmwareValue { field, value } => {
+                write!(f, "firmware returned {field} = {value:#x}, which cannot be used")
+            }
             HcaError::Hal(e) => write!(f, "{e}"),
         }
     }
@@ -107,7 +119,9 @@ impl From<HcaError> for Error {
             }
             HcaError::Cmd { error, .. } => error.into(),
             HcaError::PagePoolExhausted { .. } => Error::Device(Errno::ENOMEM),
-            HcaError::BadPageReturn { .. } => Error::Device(Errno::EIO),
+            HcaError::BadPageReturn { .. } | HcaError::BadFirmwareValue { .. } => {
+                Error::Device(Errno::EIO)
+            }
             HcaError::PagesNotReturned { .. } => Error::Device(Errno::EBUSY),
             HcaError::Hal(h) => h.into(),
         }

@@ -4,6 +4,8 @@
 use crate::cmd::{Pas, SLOT_PAGES};
 use crate::ifc::{self, consts, generated::*};
 
+use crate::control::Uar;
+
 use super::eq::{decode, Event, EventQueue, EventType};
 use super::{input, EventSummary, Hca, HcaError, FW_PAGE};
 
@@ -15,9 +17,11 @@ impl Hca<'_> {
         let a: [u8; alloc_uar_in::SIZE] = input(consts::CMD_OP_ALLOC_UAR, 0);
         let mut out = [0u8; alloc_uar_out::SIZE];
         self.exec("ALLOC_UAR", &a, Pas::None, &mut out)?;
-        let uar = ifc::get(&out, alloc_uar_out::UAR) as u32;
-        self.eq_uar = Some(uar);
-        self.report.eq_uar = uar;
+        let index = ifc::get(&out, alloc_uar_out::UAR) as u32;
+        // Firmware allocated it, whatever it is: the unwind deallocates it.
+        self.eq_uar = Some(index);
+        self.report.eq_uar = index;
+        let uar = self.uar(index)?;
 
         let mask = (1u64 << EventType::PageRequest.raw())
             | (1u64 << EventType::Command.raw())
@@ -34,14 +38,14 @@ impl Hca<'_> {
     pub(super) fn create_eq(
         &mut self,
         log_size: u8,
-        uar: u32,
+        uar: Uar,
         mask: u64,
     ) -> Result<EventQueue, HcaError> {
         let mut eq = EventQueue::alloc(self.dma, log_size)?;
         let mut c: [u8; create_eq_in::SIZE] = input(consts::CMD_OP_CREATE_EQ, 0);
         let ctx = create_eq_in::EQ_CONTEXT_ENTRY;
         ifc::set(&mut c, eqc::LOG_EQ_SIZE.within(ctx), log_size as u64);
-        ifc::set(&mut c, eqc::UAR_PAGE.within(ctx), uar as u64);
+        ifc::set(&mut c, eqc::UAR_PAGE.within(ctx), uar.index as u64);
         ifc::set(&mut c, eqc::INTR.within(ctx), 0);
         ifc::set(&mut c, eqc::LOG_PAGE_SIZE.within(ctx), 0); // 4 KiB pages, relative to 4 KiB
         ifc::set(&mut c, create_eq_in::EVENT_BITMASK, mask);
@@ -54,7 +58,14 @@ impl Hca<'_> {
             return Err(e);
         }
         let eqn = ifc::get(&out, create_eq_out::EQ_NUMBER) as u8;
-        eq.created(self.bar, eqn, self.uar_offset(uar));
+        if self.async_eq.as_ref().is_some_and(|a| a.eqn() == eqn) {
+            // Two live EQs cannot share a number; which one a DESTROY_EQ would destroy is
+            // unknown, so firmware may write this ring for good: keep it.
+            eq.keep();
+            let value = eqn.into();
+            return Err(HcaError::BadFirmwareValue { field: "create_eq_out.eq_number", value });
+        }
+        eq.created(self.bar, eqn, uar.bar_offset);
         Ok(eq)
     }
 
@@ -62,8 +73,9 @@ impl Hca<'_> {
         let mut d: [u8; destroy_eq_in::SIZE] = input(consts::CMD_OP_DESTROY_EQ, 0);
         ifc::set(&mut d, destroy_eq_in::EQ_NUMBER, eq.eqn() as u64);
         let r = self.exec("DESTROY_EQ", &d, Pas::None, &mut [0u8; 16]);
-        if r.is_ok() {
-            eq.release(self.dma);
+        match r {
+            Ok(()) => eq.release(self.dma),
+            Err(_) => eq.keep(),
         }
         r
     }
@@ -78,8 +90,10 @@ impl Hca<'_> {
         }
         self.service_async(&mut s)?;
         if let Some(eq) = self.comp_eq.as_mut() {
+            // At most one ring's worth: firmware that keeps posting cannot hold the caller.
+            let budget = 1u32 << eq.log_size();
             let mut n = 0;
-            while eq.next_eqe().is_some() {
+            while n < budget && eq.next_eqe().is_some() {
                 s.cq_events += 1;
                 n += 1;
             }
@@ -103,12 +117,26 @@ impl Hca<'_> {
     pub(super) fn service_async(&mut self, s: &mut EventSummary) -> Result<(), HcaError> {
         let mut consumed = 0u32;
         let mut result = Ok(());
-        while let Some(raw) = self.async_eq.as_mut().and_then(|eq| eq.next_eqe()) {
+        // At most one ring's worth per call: each page request runs a command, and firmware
+        // that answers every command with another request would otherwise never let go.
+        let budget = self.async_eq.as_ref().map_or(0, |eq| 1u32 << eq.log_size());
+        while consumed < budget {
+            let Some(raw) = self.async_eq.as_mut().and_then(|eq| eq.next_eqe()) else { break };
             consumed += 1;
             match decode(&raw) {
                 Event::PageRequest { func_id, num_pages } => {
                     s.page_requests += 1;
-                    let r = if num_pages > 0 {
+                    let r = if func_id != self.report.func_id {
+                        // Pages are lent to, and reclaimed from, this function only.
+                        let value = func_id.into();
+                        Err(HcaError::BadFirmwareValue { field: "page_request.func_id", value })
+                    } else if num_pages < 0
+                        && num_pages.unsigned_abs() as usize > self.pages.in_use()
+                    {
+                        // Firmware offers back more pages than it holds.
+                        let value = num_pages as u32 as u64;
+                        Err(HcaError::BadFirmwareValue { field: "page_request.num_pages", value })
+                    } else if num_pages > 0 {
                         match self.give_pages(SLOT_PAGES, func_id, num_pages as u32) {
                             Err(e @ HcaError::PagePoolExhausted { .. }) => {
                                 let _ = self.refuse_pages(func_id);

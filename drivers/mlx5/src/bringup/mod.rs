@@ -23,8 +23,18 @@
 //!
 //! [`Hca::teardown`] undoes it in reverse: RoCE off, EQs and UAR, `TEARDOWN_HCA`, every page
 //! reclaimed with `MANAGE_PAGES`, `DISABLE_HCA`, memory given back. A failed bring-up unwinds
-//! the same way. Memory that firmware might still write (after a command that never completed,
-//! or pages it never returned) is deliberately not given back.
+//! the same way. Memory that firmware might still write is deliberately not given back: the
+//! command queue and its mailboxes after a command that never completed (or was answered with
+//! another token) or while `DISABLE_HCA` has not succeeded; an EQ ring whose `DESTROY_EQ`
+//! failed; pages it never returned. When `TEARDOWN_HCA` fails, nothing after it is attempted
+//! (the kernel's `mlx5_function_close`: "tear_down_hca failed, skip cleanup").
+//!
+//! Firmware is not trusted with the driver's memory safety: every value it returns that is
+//! used as an index, offset, shift, count or number (UAR index, `log_uar_page_sz`, the
+//! `log_max_*` sizes, page counts and function ids, EQ numbers, tokens) is range-checked first,
+//! and a bad one is [`HcaError::BadFirmwareValue`] (or [`CmdError::TokenMismatch`]); event
+//! queues are serviced at most one ring's worth per call, so firmware that keeps posting
+//! cannot hold the driver in a loop.
 //!
 //! Firmware pages come from a [`PagePool`] whose size the caller chooses (no allocator):
 //!
@@ -40,6 +50,8 @@ mod caps;
 pub mod eq;
 mod error;
 mod events;
+#[cfg(test)]
+mod hostile;
 mod page_cmds;
 pub mod pages;
 mod report;
@@ -51,6 +63,8 @@ mod tests;
 use rdma_pmd_hal::{Clock, Deadline, Dma, Mmio};
 
 use crate::cmd::{CmdConfig, CmdError, CmdQueue, Pas, SLOT_CMD};
+use crate::control::Uar;
+use crate::device::uar_in_bar;
 use crate::ifc::{self, consts, generated::*};
 use crate::init_seg::{InitSeg, InitWaitError, CMDIF_REV};
 pub use caps::{HcaCaps, PortType};
@@ -94,10 +108,13 @@ impl Default for HcaConfig {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Stage {
+    /// `ENABLE_HCA` succeeded and no `DISABLE_HCA` has since: firmware may use the queue.
     enabled: bool,
+    /// `INIT_HCA` succeeded and no `TEARDOWN_HCA` has since.
     initialized: bool,
     roce: bool,
-    /// A command never completed: the queue's memory must not be given back.
+    /// A command never completed (or came back with another token): firmware may still write
+    /// the queue, its mailboxes, and whatever that command handed over.
     cmd_stuck: bool,
 }
 
@@ -222,6 +239,11 @@ impl<'a> Hca<'a> {
         self.handle_caps()?;
 
         let (func_id, init) = self.query_pages(consts::QUERY_PAGES_IN_OP_MOD_INIT_PAGES)?;
+        if func_id != self.report.func_id {
+            // Pages go back at teardown from the function that got them: one function.
+            let value = func_id.into();
+            return Err(HcaError::BadFirmwareValue { field: "query_pages_out.function_id", value });
+        }
         self.report.init_pages = init;
         self.give_pages(SLOT_CMD, func_id, init)?;
 
@@ -279,10 +301,20 @@ impl<'a> Hca<'a> {
         self.bar
     }
 
-    /// Byte offset in BAR0 of UAR page `index`: UAR pages are `4 KiB << log_uar_page_sz`
-    /// (bring-up sets `log_uar_page_sz` to the system page size).
-    pub fn uar_offset(&self, index: u32) -> usize {
-        (index as usize) << (12 + self.report.caps.log_uar_page_sz as usize)
+    /// UAR page `index`, as `ALLOC_UAR` returned it, with its byte offset in BAR0: UAR pages
+    /// are `4 KiB << log_uar_page_sz` (bring-up sets `log_uar_page_sz` to the system page size
+    /// and checks that firmware took it). An index whose page does not lie inside the BAR
+    /// (doorbells and BlueFlame register) is firmware's error.
+    pub fn uar(&self, index: u32) -> Result<Uar, HcaError> {
+        let bad = HcaError::BadFirmwareValue { field: "alloc_uar_out.uar", value: index.into() };
+        let page = 1usize.checked_shl(12 + u32::from(self.report.caps.log_uar_page_sz));
+        let bar_offset = page.and_then(|p| (index as usize).checked_mul(p)).ok_or(bad)?;
+        let uar = Uar { index, bar_offset };
+        if uar_in_bar(self.bar.size(), uar, &self.report.caps.device_caps()) {
+            Ok(uar)
+        } else {
+            Err(bad)
+        }
     }
 
     /// Largest input a command may carry (bytes).
@@ -304,7 +336,10 @@ impl<'a> Hca<'a> {
     }
 
     fn fail(&mut self, step: &'static str, error: CmdError) -> HcaError {
-        if matches!(error, CmdError::Timeout { .. } | CmdError::Health { .. }) {
+        if matches!(
+            error,
+            CmdError::Timeout { .. } | CmdError::Health { .. } | CmdError::TokenMismatch { .. }
+        ) {
             self.stage.cmd_stuck = true;
         }
         HcaError::Cmd { step, error }
@@ -432,15 +467,21 @@ impl<'a> Hca<'a> {
                 teardown_hca_in::PROFILE,
                 consts::TEARDOWN_HCA_IN_PROFILE_GRACEFUL_CLOSE.into(),
             );
-            note(self.exec("TEARDOWN_HCA", &t, Pas::None, &mut [0u8; 16]));
-            self.stage.initialized = false;
+            let r = self.exec("TEARDOWN_HCA", &t, Pas::None, &mut [0u8; 16]);
+            // Only a torn-down HCA is left alone by firmware; otherwise (kernel
+            // `mlx5_function_close`) skip the cleanup: no reclaim, no DISABLE_HCA, and the
+            // queue and pages stay firmware's.
+            self.stage.initialized = r.is_err();
+            note(r);
         }
-        if self.stage.enabled {
+        if self.stage.enabled && !self.stage.initialized {
             note(self.reclaim_all());
             let mut d: [u8; disable_hca_in::SIZE] = input(consts::CMD_OP_DISABLE_HCA, 0);
             ifc::set(&mut d, disable_hca_in::FUNCTION_ID, 0);
-            note(self.exec("DISABLE_HCA", &d, Pas::None, &mut [0u8; 16]));
-            self.stage.enabled = false;
+            let r = self.exec("DISABLE_HCA", &d, Pas::None, &mut [0u8; 16]);
+            // Firmware that refused to disable the function may still use the queue.
+            self.stage.enabled = r.is_err();
+            note(r);
         }
         let outstanding = self.pages.release(self.dma);
         match first {
@@ -463,11 +504,12 @@ impl<'a> Hca<'a> {
         r.map(|_| report)
     }
 
-    /// Give the command queue's memory back, unless a command never completed (firmware may
-    /// still write its entry and mailboxes).
+    /// Give the command queue's memory back, unless firmware may still write its entries and
+    /// mailboxes: a command never completed, or the function is still enabled (`DISABLE_HCA`
+    /// failed or was never reached). Then it is kept for good.
     fn release_queue(self) {
         let Hca { cmd, stage, dma, .. } = self;
-        if !stage.cmd_stuck {
+        if !stage.cmd_stuck && !stage.enabled {
             cmd.release(dma);
         }
     }

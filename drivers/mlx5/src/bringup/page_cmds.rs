@@ -18,8 +18,16 @@ impl Hca<'_> {
         let mut out = [0u8; query_pages_out::SIZE];
         self.exec("QUERY_PAGES", &q, Pas::None, &mut out)?;
         let func_id = ifc::get(&out, query_pages_out::FUNCTION_ID) as u16;
-        let n = ifc::get(&out, query_pages_out::NUM_PAGES) as u32 as i32;
-        Ok((func_id, n.max(0) as u32))
+        let raw = ifc::get(&out, query_pages_out::NUM_PAGES);
+        // A signed count (kernel `mlx5_cmd_query_pages`); asking for fewer than none at boot or
+        // init is nonsense. Too many is the pool's to refuse (`give_pages`).
+        if (raw as u32 as i32) < 0 {
+            return Err(HcaError::BadFirmwareValue {
+                field: "query_pages_out.num_pages",
+                value: raw,
+            });
+        }
+        Ok((func_id, raw as u32))
     }
 
     pub(super) fn pages_per_cmd(&self, by_mailbox: usize) -> usize {

@@ -8,7 +8,48 @@ use std::vec::Vec;
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 
 use crate::cmd::fake_fw::{FakeFw, Reply, Seen};
-use crate::ifc::{self, consts, generated::*};
+use crate::ifc::{self, consts, generated::*, Field};
+
+/// An event queue ring firmware writes: where it is, its size, the next entry to write.
+#[derive(Debug, Clone, Copy)]
+pub struct Ring {
+    /// Bus address of entry 0.
+    pub bus: u64,
+    /// log2 of the number of entries.
+    pub log_size: u8,
+    /// Producer index: entries written so far.
+    pub pi: u32,
+}
+
+impl Ring {
+    /// Write the next entry (type `ty`, event data `data` at bytes 32..) with the owner bit of
+    /// its pass (`MLX5_EQE_OWNER_INIT_VAL` is 1, so pass 0 writes 0), owner byte last.
+    pub fn post(&mut self, dma: &HeapDma, ty: u8, sub_type: u8, data: &[u8]) {
+        let owner = ((self.pi >> self.log_size) & 1) as u8;
+        self.post_with_owner(dma, ty, sub_type, data, owner);
+    }
+
+    /// As [`post`](Self::post) with an explicit owner byte (a bad one is firmware's mistake).
+    pub fn post_with_owner(&mut self, dma: &HeapDma, ty: u8, sub_type: u8, data: &[u8], owner: u8) {
+        let at = self.bus + ((self.pi & ((1 << self.log_size) - 1)) as u64) * 64;
+        let mut e = [0u8; 64];
+        e[1] = ty;
+        e[3] = sub_type;
+        let n = data.len().min(28);
+        e[32..32 + n].copy_from_slice(&data[..n]);
+        dma.write(rdma_pmd::BusAddr(at), &e[..63]);
+        dma.write(rdma_pmd::BusAddr(at + 63), &[owner]);
+        self.pi = self.pi.wrapping_add(1);
+    }
+}
+
+/// Event data of a page request (`struct mlx5_eqe_page_req`).
+pub fn page_request(func_id: u16, num_pages: i32) -> [u8; 8] {
+    let mut d = [0u8; 8];
+    d[2..4].copy_from_slice(&func_id.to_be_bytes());
+    d[4..8].copy_from_slice(&num_pages.to_be_bytes());
+    d
+}
 
 /// What the script does and has seen.
 #[derive(Debug, Default)]
@@ -30,11 +71,26 @@ pub struct State {
     /// EQ rings created: (eqn, bus address of the first page, event bitmask).
     pub eqs: Vec<(u8, u64, u64)>,
     next_eqn: u8,
+    /// The same rings, for firmware to write events into.
+    pub rings: Vec<Ring>,
+    /// UAR index `ALLOC_UAR` answers.
+    pub uar_index: u32,
+    /// Give every EQ this number instead of counting.
+    pub eqn_fixed: Option<u8>,
+    /// General capability fields to report differently (maximum and current).
+    pub caps: Vec<(Field, u64)>,
+    /// After each `MANAGE_PAGES`, ask for one page, then offer one back, forever.
+    pub ping_pong: bool,
+    /// The DMA space (set by [`script`]), for writing events.
+    pub dma: Option<Arc<HeapDma>>,
 }
 
 /// A fake firmware running the script; returns it with its BAR and DMA space.
 pub fn script(st: Arc<Mutex<State>>) -> (Arc<FakeFw>, MemBar, Arc<HeapDma>) {
-    FakeFw::new(move |s| answer(&mut st.lock().unwrap(), s))
+    let st2 = st.clone();
+    let (fw, bar, dma) = FakeFw::new(move |s| answer(&mut st2.lock().unwrap(), s));
+    st.lock().unwrap().dma = Some(dma.clone());
+    (fw, bar, dma)
 }
 
 /// The default script: Ethernet port with RoCE, 40 boot pages, 300 init pages.
@@ -44,6 +100,7 @@ pub fn default_state() -> Arc<Mutex<State>> {
         init_pages: 300,
         port_type: 1,
         next_eqn: 4,
+        uar_index: 1,
         ..Default::default()
     }))
 }
@@ -54,7 +111,8 @@ fn reply(outlen: usize, fill: impl FnOnce(&mut [u8])) -> Reply {
     Reply::ok(out[8..].to_vec())
 }
 
-fn general_caps(cap: &mut [u8], port_type: u64) {
+/// The script's general capabilities, with `overrides` applied.
+pub fn general_caps(cap: &mut [u8], port_type: u64, overrides: &[(Field, u64)]) {
     ifc::set(cap, cmd_hca_cap::LOG_MAX_QP_SZ, 15);
     ifc::set(cap, cmd_hca_cap::LOG_MAX_QP, 18);
     ifc::set(cap, cmd_hca_cap::LOG_MAX_CQ_SZ, 22);
@@ -71,6 +129,9 @@ fn general_caps(cap: &mut [u8], port_type: u64) {
     ifc::set(cap, cmd_hca_cap::LOG_BF_REG_SIZE, 9);
     ifc::set(cap, cmd_hca_cap::MAX_WQE_SZ_SQ, 1024);
     ifc::set(cap, cmd_hca_cap::CMDIF_CHECKSUM, 3);
+    for (f, v) in overrides {
+        ifc::set(cap, *f, *v);
+    }
 }
 
 fn answer(st: &mut State, s: &Seen) -> Reply {
@@ -98,6 +159,11 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
             reply(s.outlen, |o| ifc::set(o, query_pages_out::NUM_PAGES, n as u64))
         }
         op if op == consts::CMD_OP_MANAGE_PAGES => {
+            if st.ping_pong {
+                let n = if st.rings[0].pi.is_multiple_of(2) { 1 } else { -1 };
+                let dma = st.dma.clone().expect("dma");
+                st.rings[0].post(&dma, 0x0b, 0, &page_request(0, n));
+            }
             let n = ifc::get(i, manage_pages_in::INPUT_NUM_ENTRIES) as u32;
             if s.op_mod == consts::MANAGE_PAGES_IN_OP_MOD_ALLOCATION_SUCCESS {
                 for k in 0..n {
@@ -120,10 +186,11 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
         op if op == consts::CMD_OP_QUERY_HCA_CAP => {
             let (ty, cur) = (s.op_mod >> 1, s.op_mod & 1);
             let pt = st.port_type;
+            let overrides = st.caps.clone();
             reply(s.outlen, |o| {
                 let cap = &mut o[query_hca_cap_out::CAPABILITY.byte()..];
                 if ty == 0 {
-                    general_caps(cap, pt);
+                    general_caps(cap, pt, &overrides);
                 } else if ty == 4 {
                     // RoCE: software UDP source port supported (max) but off (cur).
                     ifc::set(cap, roce_cap::SW_R_ROCE_SRC_UDP_PORT, (cur == 0) as u64);
@@ -132,13 +199,16 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
             })
         }
         op if op == consts::CMD_OP_ALLOC_UAR => {
-            reply(s.outlen, |o| ifc::set(o, alloc_uar_out::UAR, 1))
+            let uar = st.uar_index;
+            reply(s.outlen, |o| ifc::set(o, alloc_uar_out::UAR, uar as u64))
         }
         op if op == consts::CMD_OP_CREATE_EQ => {
             st.next_eqn += 1;
-            let eqn = st.next_eqn;
+            let eqn = st.eqn_fixed.unwrap_or(st.next_eqn);
             let pas = ifc::get(i, create_eq_in::PAS);
             st.eqs.push((eqn, pas, ifc::get(i, create_eq_in::EVENT_BITMASK)));
+            let log_size = ifc::get(i, eqc::LOG_EQ_SIZE.within(create_eq_in::EQ_CONTEXT_ENTRY));
+            st.rings.push(Ring { bus: pas, log_size: log_size as u8, pi: 0 });
             reply(s.outlen, |o| ifc::set(o, create_eq_out::EQ_NUMBER, eqn as u64))
         }
         op if op == consts::CMD_OP_ALLOC_PD => {

@@ -345,3 +345,182 @@ fn runtime_page_requests_are_answered_from_the_pool() {
     hca.teardown().unwrap();
     assert_eq!(r.dma.live_blocks(), 0);
 }
+
+/// Bring-up against `st`, expecting a refusal.
+fn refused(st: Arc<Mutex<State>>) -> (Rig, HcaError) {
+    let mut r = rig(st);
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let e = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).err().expect("refused");
+    // The pool's storage is borrowed by the error path only; give the rig back whole.
+    (r, e)
+}
+
+#[test]
+fn an_alloc_uar_index_outside_the_bar_is_a_typed_error_not_an_mmio_fault() {
+    let st = default_state();
+    st.lock().unwrap().uar_index = 0xff_ffff; // page 0xffffff: 0xffffff040 in a 0x44000 BAR
+    let (r, e) = refused(st);
+    assert_eq!(e, HcaError::BadFirmwareValue { field: "alloc_uar_out.uar", value: 0xff_ffff });
+    assert_eq!(Error::from(e), Error::Device(Errno::EIO));
+    let ops = r.fw.opcodes();
+    assert!(!ops.contains(&0x301), "no EQ made on a UAR outside the BAR");
+    assert!(ops.contains(&0x803), "the UAR firmware allocated is given back");
+    assert!(r.st.lock().unwrap().held.is_empty());
+    assert_eq!(r.dma.live_blocks(), 0);
+}
+
+#[test]
+fn a_log_uar_page_sz_other_than_the_one_set_is_refused_before_it_is_a_shift() {
+    for v in [40u64, 60, 0xffff, 1] {
+        let st = default_state();
+        st.lock().unwrap().caps = vec![(cmd_hca_cap::LOG_UAR_PAGE_SZ, v)];
+        let (r, e) = refused(st);
+        assert_eq!(
+            e,
+            HcaError::BadFirmwareValue { field: "cmd_hca_cap.log_uar_page_sz", value: v },
+            "log_uar_page_sz {v}"
+        );
+        assert!(!r.fw.opcodes().contains(&0x802), "refused before ALLOC_UAR");
+        assert_eq!(r.dma.live_blocks(), 0);
+    }
+}
+
+#[test]
+fn capabilities_too_large_for_the_fields_they_bound_are_refused() {
+    let cases = [
+        (cmd_hca_cap::LOG_MAX_QP_SZ, 200u64, "cmd_hca_cap.log_max_qp_sz"),
+        (cmd_hca_cap::LOG_MAX_QP_SZ, 16, "cmd_hca_cap.log_max_qp_sz"),
+        (cmd_hca_cap::LOG_MAX_CQ_SZ, 0xff, "cmd_hca_cap.log_max_cq_sz"),
+        (cmd_hca_cap::LOG_BF_REG_SIZE, 20, "cmd_hca_cap.log_bf_reg_size"),
+    ];
+    for (f, v, field) in cases {
+        let st = default_state();
+        st.lock().unwrap().caps = vec![(f, v)];
+        let (r, e) = refused(st);
+        assert_eq!(e, HcaError::BadFirmwareValue { field, value: v });
+        assert_eq!(r.dma.live_blocks(), 0);
+    }
+}
+
+#[test]
+fn query_pages_with_a_negative_count_is_refused() {
+    let st = default_state();
+    st.lock().unwrap().boot_pages = 0xffff_fff0; // -16 as firmware's signed num_pages
+    let (r, e) = refused(st);
+    assert_eq!(
+        e,
+        HcaError::BadFirmwareValue { field: "query_pages_out.num_pages", value: 0xffff_fff0 }
+    );
+    assert!(!r.fw.opcodes().contains(&0x108));
+    assert_eq!(r.dma.live_blocks(), 0);
+}
+
+#[test]
+fn page_requests_for_another_function_or_more_pages_than_lent_are_refused() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    let dma = r.dma.clone();
+    let post = |func: u16, n: i32| {
+        let mut st = r.st.lock().unwrap();
+        st.rings[0].post(&dma, 0x0b, 0, &super::script_fw::page_request(func, n));
+    };
+    r.fw.log.lock().unwrap().clear();
+    post(7, 5);
+    assert_eq!(
+        hca.poll_events(),
+        Err(HcaError::BadFirmwareValue { field: "page_request.func_id", value: 7 })
+    );
+    post(0, i32::MIN);
+    assert_eq!(
+        hca.poll_events(),
+        Err(HcaError::BadFirmwareValue { field: "page_request.num_pages", value: 0x8000_0000 })
+    );
+    assert!(r.fw.log.lock().unwrap().is_empty(), "no MANAGE_PAGES for an absurd request");
+    assert_eq!(hca.pages_lent(), 340);
+    hca.teardown().unwrap();
+    assert_eq!(r.dma.live_blocks(), 0);
+}
+
+#[test]
+fn two_eqs_with_one_number_are_refused_and_the_ring_firmware_holds_is_kept() {
+    let st = default_state();
+    st.lock().unwrap().eqn_fixed = Some(5);
+    let (r, e) = refused(st);
+    assert_eq!(e, HcaError::BadFirmwareValue { field: "create_eq_out.eq_number", value: 5 });
+    let second = r.st.lock().unwrap().eqs[1].1;
+    assert!(r.dma.translate(rdma_pmd::BusAddr(second), 4096).is_some(), "second ring kept");
+    assert_eq!(r.dma.live_blocks(), 1, "only the ring firmware may still write");
+}
+
+#[test]
+fn an_event_queue_that_never_runs_dry_is_serviced_in_bounded_batches() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = rig(default_state());
+        let pool = PagePool::new(&mut r.bitmap, 1024);
+        let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+        {
+            let mut st = r.st.lock().unwrap();
+            st.ping_pong = true;
+            st.rings[0].post(&r.dma, 0x0b, 0, &super::script_fw::page_request(0, 1));
+        }
+        let first = hca.poll_events();
+        r.st.lock().unwrap().ping_pong = false;
+        let rest = hca.poll_events();
+        let t = hca.teardown();
+        tx.send((first, rest, t, r.dma.live_blocks())).unwrap();
+    });
+    let (first, rest, t, live) =
+        rx.recv_timeout(std::time::Duration::from_secs(5)).expect("poll_events never returned");
+    let s = first.unwrap();
+    assert_eq!(s.page_requests, 128, "one ring's worth per call");
+    assert_eq!((s.pages_given, s.pages_reclaimed), (64, 64));
+    assert_eq!(rest.unwrap().page_requests, 1, "the rest is left for the next call");
+    t.unwrap();
+    assert_eq!(live, 0);
+}
+
+#[test]
+fn a_failed_disable_hca_keeps_the_command_queue_firmware_may_still_write() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    r.st.lock().unwrap().fail = Some((0x105, 0x04)); // DISABLE_HCA: bad system state
+    let e = hca.teardown().unwrap_err();
+    assert!(matches!(e, HcaError::Cmd { step: "DISABLE_HCA", .. }), "{e:?}");
+    let cmdq = (u64::from(r.bar.read_be32(0x10)) << 32) | u64::from(r.bar.read_be32(0x14) & !0xfff);
+    assert!(r.dma.translate(rdma_pmd::BusAddr(cmdq), 4096).is_some(), "queue still mapped");
+    // The queue page and both slots' input and output mailboxes; the pages all came back.
+    assert_eq!(r.dma.live_blocks(), 5);
+    assert!(r.st.lock().unwrap().held.is_empty());
+}
+
+#[test]
+fn a_failed_teardown_hca_skips_cleanup_and_keeps_what_firmware_holds() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    r.st.lock().unwrap().fail = Some((0x103, 0x04)); // TEARDOWN_HCA
+    r.fw.log.lock().unwrap().clear();
+    let e = hca.teardown().unwrap_err();
+    assert!(matches!(e, HcaError::Cmd { step: "TEARDOWN_HCA", .. }), "{e:?}");
+    // The kernel's `mlx5_function_close`: "tear_down_hca failed, skip cleanup".
+    assert_eq!(r.fw.opcodes().last(), Some(&0x103), "no reclaim, no DISABLE_HCA after it");
+    assert_eq!(r.st.lock().unwrap().held.len(), 340);
+    assert_eq!(r.dma.live_blocks(), 6, "queue (5 blocks) and page pool kept");
+}
+
+#[test]
+fn a_failed_destroy_eq_keeps_the_ring() {
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    r.st.lock().unwrap().fail = Some((0x302, 0x04));
+    let e = hca.teardown().unwrap_err();
+    assert!(matches!(e, HcaError::Cmd { step: "DESTROY_EQ", .. }), "{e:?}");
+    for (_, ring, _) in r.st.lock().unwrap().eqs.clone() {
+        assert!(r.dma.translate(rdma_pmd::BusAddr(ring), 4096).is_some());
+    }
+    assert_eq!(r.dma.live_blocks(), 2, "both rings, nothing else");
+}

@@ -44,6 +44,9 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// Leave the entry owned by hardware (a command that never completes).
     pub hang: bool,
+    /// Answer with this token in the entry and in every output mailbox (firmware answering
+    /// some other command, or scribbling over the control fields).
+    pub token: Option<u8>,
 }
 
 impl Reply {
@@ -192,6 +195,12 @@ impl FakeFw {
             let to = (from + BLOCK_DATA).min(outlen);
             if from < to {
                 self.dma.write(BusAddr(*b), &out[from..to]);
+            }
+        }
+        if let Some(t) = reply.token {
+            self.dma.write(BusAddr(ent_bus + 60), &[t]);
+            for b in &outb {
+                self.dma.write(BusAddr(*b + 573), &[t]);
             }
         }
         // Ownership returns last.

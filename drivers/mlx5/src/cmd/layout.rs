@@ -229,6 +229,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Block<T> {
     }
 }
 
+/// Byte offset of `token` in a block (the driver checks it on outputs).
+pub const BLOCK_TOKEN: usize = block::TOKEN;
+
 /// Byte range of the control part of a block (`next` .. `sig`), written separately from data.
 pub const BLOCK_CTRL: Range<usize> = block::NEXT.start..BLOCK_SIZE;
 

@@ -25,8 +25,8 @@ use rdma_pmd_hal::{barrier, Clock, Deadline, Dma, DmaBuf, Mmio};
 
 use crate::init_seg::InitSeg;
 use layout::{
-    Block, Entry, BLOCK_CTRL, BLOCK_DATA, BLOCK_SIZE, BLOCK_STRIDE, CMD_TYPE_PCI, ENTRY_SIZE,
-    INLINE, OWNER_HW, STATUS_OWN_OFFSET,
+    Block, Entry, BLOCK_CTRL, BLOCK_DATA, BLOCK_SIZE, BLOCK_STRIDE, BLOCK_TOKEN, CMD_TYPE_PCI,
+    ENTRY_SIZE, INLINE, OWNER_HW, STATUS_OWN_OFFSET,
 };
 pub use status::{CmdError, CmdStatus, DeliveryStatus};
 
@@ -100,6 +100,10 @@ impl Pas<'_> {
 struct Pending {
     opcode: u16,
     op_mod: u16,
+    /// The token stamped on the entry and on every mailbox.
+    token: u8,
+    /// Output mailboxes linked.
+    out_blocks: usize,
 }
 
 #[derive(Debug)]
@@ -168,8 +172,10 @@ impl<'a> CmdQueue<'a> {
 
     /// Give the queue's memory back.
     ///
-    /// Only once firmware no longer uses the queue: after `DISABLE_HCA`, or before the address
-    /// was handed over.
+    /// Only once firmware no longer uses the queue: after `DISABLE_HCA` succeeded with no
+    /// command left pending, or when the function was never enabled (no command posted, or
+    /// `ENABLE_HCA` refused, as the kernel's `mlx5_function_setup` unwinds). Bring-up's
+    /// `release_queue` keeps the queue otherwise.
     pub(crate) fn release(self, dma: &dyn Dma) {
         let CmdQueue { entries, slots, .. } = self;
         for s in slots.into_iter().flatten() {
@@ -302,7 +308,8 @@ impl<'a> CmdQueue<'a> {
         // The ownership store is visible before the doorbell makes firmware read the entry.
         barrier::to_device();
         InitSeg::new(self.bar).ring_cmd_doorbell(1 << slot);
-        self.slots[slot].as_mut().expect("slot").pending = Some(Pending { opcode, op_mod });
+        self.slots[slot].as_mut().expect("slot").pending =
+            Some(Pending { opcode, op_mod, token, out_blocks: n_out });
         Ok(())
     }
 
@@ -317,6 +324,26 @@ impl<'a> CmdQueue<'a> {
         let mut raw = [0u8; ENTRY_SIZE];
         self.entries.read_bytes(self.entry_off(slot), &mut raw);
         let e = Entry::new_checked(&raw[..]).expect("full entry");
+        // Firmware writes the output and the status, never the tokens: another token means the
+        // answer is not to this command, or the control fields were overwritten.
+        let mismatch = |found: u8| {
+            Some(Err(CmdError::TokenMismatch {
+                opcode: pending.opcode,
+                expected: pending.token,
+                found,
+            }))
+        };
+        if e.token() != pending.token {
+            return mismatch(e.token());
+        }
+        let outbox = &self.slot(slot).outbox;
+        for i in 0..pending.out_blocks {
+            let mut t = [0u8; 1];
+            outbox.read_bytes(i * BLOCK_STRIDE + BLOCK_TOKEN, &mut t);
+            if t[0] != pending.token {
+                return mismatch(t[0]);
+            }
+        }
         let delivery = DeliveryStatus::from(e.delivery_status());
         if delivery != DeliveryStatus::Ok {
             return Some(Err(CmdError::Delivery { opcode: pending.opcode, status: delivery }));

@@ -225,6 +225,17 @@ pub enum CmdError {
         /// The slot.
         slot: usize,
     },
+    /// Firmware handed the entry back with another token than the one posted, in the entry or
+    /// in an output mailbox: the answer is not to this command (or the control fields were
+    /// overwritten), and what firmware does with the queue is unknown.
+    TokenMismatch {
+        /// The command.
+        opcode: u16,
+        /// The token posted.
+        expected: u8,
+        /// The token found.
+        found: u8,
+    },
     /// The command queue geometry firmware reports cannot be used.
     BadGeometry {
         /// log2 of the number of entries.
@@ -246,6 +257,8 @@ impl CmdError {
             CmdError::Failed { status, .. } => status.errno(),
             CmdError::TooLarge { .. } => Errno::EINVAL,
             CmdError::SlotBusy { .. } => Errno::EBUSY,
+            // The kernel's answer to a token error (`deliv_status_to_err`).
+            CmdError::TokenMismatch { .. } => EBADR,
             CmdError::BadGeometry { .. } => Errno::EOPNOTSUPP,
             CmdError::Hal(e) => Error::from(*e).errno(),
         }
@@ -276,6 +289,10 @@ impl fmt::Display for CmdError {
                 write!(f, "command {opcode:#x} needs {len} bytes, mailboxes hold {max}")
             }
             CmdError::SlotBusy { slot } => write!(f, "command slot {slot} still owned by firmware"),
+            CmdError::TokenMismatch { opcode, expected, found } => write!(
+                f,
+                "command {opcode:#x} answered with token {found:#x}, posted with {expected:#x}"
+            ),
             CmdError::BadGeometry { log_size, log_stride } => {
                 write!(f, "unusable command queue: 2^{log_size} entries of 2^{log_stride} bytes")
             }

@@ -238,3 +238,14 @@ mod prop {
         }
     }
 }
+
+#[test]
+fn a_completion_carrying_another_token_is_a_typed_error() {
+    let (_fw, bar, dma) = FakeFw::new(|_| Reply { token: Some(0x77), ..Default::default() });
+    let mut q = CmdQueue::new(&bar, &*dma, cfg()).unwrap();
+    let mut out = vec![0u8; 600]; // one output mailbox
+    let e =
+        q.exec_on(SLOT_CMD, &Ticks(Cell::new(0)), &enable_hca(), Pas::None, &mut out).unwrap_err();
+    assert_eq!(e, CmdError::TokenMismatch { opcode: 0x104, expected: 1, found: 0x77 });
+    assert_eq!(e.errno(), status::EBADR);
+}
