@@ -14,7 +14,8 @@
 use std::time::{Duration, Instant};
 
 use rdma_pmd::{
-    Completion, Error, LocalBuf, PostWrite, RemoteBuf, Result, SendFlags, WcStatus, WriteRequest,
+    Completion, Error, LocalBuf, PostWrite, RemoteBuf, Result, SendFlags, SendQueue, WcStatus,
+    WriteRequest,
 };
 
 /// What to run.
@@ -169,7 +170,7 @@ struct Pending {
 /// Every write is accounted for: a signalled completion retires itself and every earlier
 /// unsignalled write; any completion with an error status stops the run with
 /// [`Error::Device`] carrying EIO after the failure is printed.
-pub fn run<'r, Q: PostWrite<'r> + ?Sized>(
+pub fn run<'r, Q: SendQueue<'r> + ?Sized>(
     q: &mut Q,
     bufs: &Buffers<'r>,
     host: &mut dyn Host,
@@ -224,7 +225,7 @@ pub fn run<'r, Q: PostWrite<'r> + ?Sized>(
                         let at = 8 + p * plan.piece_len;
                         fill_pattern(p, &mut inline_buf[at..at + plan.piece_len]);
                     }
-                    b.write_inline(i, &[&inline_buf[..len]], flags, remote)?;
+                    b.post_write_inline(i, &[&inline_buf[..len]], flags, remote)?;
                     rep.inline += 1;
                 } else {
                     let cell = (i % cells) as usize;
@@ -232,7 +233,7 @@ pub fn run<'r, Q: PostWrite<'r> + ?Sized>(
                     sgl.clear();
                     sgl.push(bufs.stamps[cell]);
                     sgl.extend_from_slice(&bufs.pieces[..pieces]);
-                    b.push(&WriteRequest {
+                    b.post(&WriteRequest {
                         wr_id: i,
                         source: rdma_pmd::Source::sgl(&sgl),
                         flags,

@@ -267,26 +267,14 @@ pub trait SendQueue<'r> {
     fn outstanding(&self) -> u32;
 }
 
-/// The librdmacm-style posting calls, for every [`SendQueue`].
-pub trait PostWrite<'r>: SendQueue<'r> {
-    /// Post one request and ring the doorbell.
-    #[inline]
-    fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
-        // SAFETY: the cursor lives in this call only and is handed back exactly once.
-        #[allow(unsafe_code)]
-        unsafe {
-            let mut at = self.begin();
-            if let Err(e) = self.push(&mut at, req) {
-                self.abort(at);
-                return Err(e);
-            }
-            self.commit(at);
-        }
-        Ok(())
-    }
+/// The librdmacm-style posting calls, written once: a queue posts each request with its own
+/// doorbell, a [`Batch`] appends it under the batch's one doorbell.
+pub trait PostWrite<'r> {
+    /// Post one request: on a queue, push it and ring the doorbell; in a batch, append it.
+    fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()>;
 
     /// `rdma_post_writev`: gather `sgl` into `remote`.
-    #[inline]
+    #[inline(always)]
     fn post_writev(
         &mut self,
         wr_id: u64,
@@ -298,7 +286,7 @@ pub trait PostWrite<'r>: SendQueue<'r> {
     }
 
     /// `rdma_post_write`: one registered buffer.
-    #[inline]
+    #[inline(always)]
     fn post_write(
         &mut self,
         wr_id: u64,
@@ -360,10 +348,13 @@ pub trait PostWrite<'r>: SendQueue<'r> {
         self.post(&WriteRequest { wr_id, source, flags, remote, imm })
     }
 
-    /// Start a batch: requests appended to it are rung with one doorbell on
+    /// Start a batch: requests posted to it are rung with one doorbell on
     /// [`Batch::commit`], or forgotten if the batch is dropped.
     #[inline(always)]
-    fn batch(&mut self) -> Batch<'_, 'r, Self> {
+    fn batch(&mut self) -> Batch<'_, 'r, Self>
+    where
+        Self: SendQueue<'r>,
+    {
         // SAFETY: the cursor goes into the batch, which holds the queue's only borrow until it
         // commits, aborts on drop, or is forgotten.
         #[allow(unsafe_code)]
@@ -372,7 +363,10 @@ pub trait PostWrite<'r>: SendQueue<'r> {
     }
 
     /// Busy-poll until at least one completion arrives or `max_polls` polls found nothing.
-    fn poll_bounded(&mut self, out: &mut [Completion], max_polls: u64) -> Result<usize> {
+    fn poll_bounded(&mut self, out: &mut [Completion], max_polls: u64) -> Result<usize>
+    where
+        Self: SendQueue<'r>,
+    {
         for _ in 0..max_polls.max(1) {
             let n = self.poll(out)?;
             if n > 0 {
@@ -384,9 +378,26 @@ pub trait PostWrite<'r>: SendQueue<'r> {
     }
 }
 
-impl<'r, Q: SendQueue<'r> + ?Sized> PostWrite<'r> for Q {}
+impl<'r, Q: SendQueue<'r> + ?Sized> PostWrite<'r> for Q {
+    /// Push the request and ring the doorbell for it alone.
+    #[inline]
+    fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        // SAFETY: the cursor lives in this call only and is handed back exactly once.
+        #[allow(unsafe_code)]
+        unsafe {
+            let mut at = self.begin();
+            if let Err(e) = self.push(&mut at, req) {
+                self.abort(at);
+                return Err(e);
+            }
+            self.commit(at);
+        }
+        Ok(())
+    }
+}
 
-/// Requests posted with a single doorbell (`ibv_wr_start` ... `ibv_wr_complete`).
+/// Requests posted with a single doorbell (`ibv_wr_start` ... `ibv_wr_complete`): every
+/// [`PostWrite`] form appends to it.
 ///
 /// Dropping the batch without [`commit`](Batch::commit) rolls it back (`ibv_wr_abort`): the
 /// ring and the regions' in-flight counts return to where they were. Leaking it
@@ -400,10 +411,10 @@ pub struct Batch<'q, 'r, Q: SendQueue<'r> + ?Sized> {
     _r: PhantomData<&'r ()>,
 }
 
-impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
+impl<'r, Q: SendQueue<'r> + ?Sized> PostWrite<'r> for Batch<'_, 'r, Q> {
     /// Append one request. A refused request changes nothing; the earlier ones stay appended.
     #[inline(always)]
-    pub fn push(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+    fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
         // SAFETY: `at` is the live cursor of `q`'s latest `begin` (the batch holds `q`
         // exclusively since then) and is handed back only by `commit` or `drop`.
         #[allow(unsafe_code)]
@@ -411,48 +422,9 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
             self.q.push(&mut self.at, req)
         }
     }
+}
 
-    /// Append a gather write.
-    #[inline(always)]
-    pub fn writev(
-        &mut self,
-        wr_id: u64,
-        sgl: &[LocalBuf<'r>],
-        flags: SendFlags,
-        remote: RemoteBuf,
-    ) -> Result<()> {
-        self.push(&WriteRequest { wr_id, source: Source::sgl(sgl), flags, remote, imm: None })
-    }
-
-    /// Append a write with immediate data.
-    pub fn write_imm(
-        &mut self,
-        wr_id: u64,
-        sgl: &[LocalBuf<'r>],
-        flags: SendFlags,
-        remote: RemoteBuf,
-        imm: u32,
-    ) -> Result<()> {
-        self.push(&WriteRequest { wr_id, source: Source::sgl(sgl), flags, remote, imm: Some(imm) })
-    }
-
-    /// Append an inline write.
-    pub fn write_inline(
-        &mut self,
-        wr_id: u64,
-        data: &[&[u8]],
-        flags: SendFlags,
-        remote: RemoteBuf,
-    ) -> Result<()> {
-        self.push(&WriteRequest {
-            wr_id,
-            source: Source::inline(data),
-            flags: flags | SendFlags::INLINE,
-            remote,
-            imm: None,
-        })
-    }
-
+impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
     /// Requests appended so far.
     #[inline(always)]
     pub fn len(&self) -> u32 {
@@ -469,7 +441,7 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Batch<'_, 'r, Q> {
     pub fn commit(mut self) -> u32 {
         self.done = true;
         let n = self.len();
-        // SAFETY: as in `push`; `done` keeps `drop` from handing the cursor back again.
+        // SAFETY: as in `post`; `done` keeps `drop` from handing the cursor back again.
         #[allow(unsafe_code)]
         unsafe {
             self.q.commit(self.at)
@@ -482,7 +454,7 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Drop for Batch<'_, 'r, Q> {
     #[inline(always)]
     fn drop(&mut self) {
         if !self.done {
-            // SAFETY: as in `push`; the batch was not committed, so the cursor is live.
+            // SAFETY: as in `post`; the batch was not committed, so the cursor is live.
             #[allow(unsafe_code)]
             unsafe {
                 self.q.abort(self.at)

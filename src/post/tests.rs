@@ -127,7 +127,7 @@ fn batch_commits_with_one_doorbell() {
     let mut q = Fake::default();
     let mut b = q.batch();
     for i in 0..5 {
-        b.writev(i, &[buf(&r, &m)], SendFlags::empty(), REMOTE).unwrap();
+        b.post_writev(i, &[buf(&r, &m)], SendFlags::empty(), REMOTE).unwrap();
     }
     assert_eq!(b.commit(), 5);
     assert_eq!((q.committed, q.doorbells), (5, 1));
@@ -140,8 +140,8 @@ fn dropped_batch_rolls_back() {
     let mut q = Fake::default();
     {
         let mut b = q.batch();
-        b.writev(1, &[buf(&r, &m)], SendFlags::empty(), REMOTE).unwrap();
-        b.write_imm(2, &[buf(&r, &m)], SendFlags::empty(), REMOTE, 5).unwrap();
+        b.post_writev(1, &[buf(&r, &m)], SendFlags::empty(), REMOTE).unwrap();
+        b.post_write_imm(2, &[buf(&r, &m)], SendFlags::empty(), REMOTE, 5).unwrap();
         assert_eq!(r.in_flight(), 2);
     }
     assert_eq!((q.staged, q.doorbells, r.in_flight()), (0, 0, 0));

@@ -178,7 +178,7 @@ fn batches_wrap_the_ring_over_many_laps() {
             let at = (slot % 1024) * 1024;
             slot += 1;
             let flags = if k + 1 == n { SIG } else { NONE };
-            b.writev(id, &sgl, flags, dst.remote(at)).unwrap();
+            b.post_writev(id, &sgl, flags, dst.remote(at)).unwrap();
             checks.push((at, expect));
             id += 1;
         }
@@ -257,7 +257,7 @@ fn full_send_queue_refuses_with_enomem_and_stays_intact() {
         let e = a.post_write(99, src.slice(0, 64).unwrap(), SIG, dst.remote(0)).unwrap_err();
         assert_eq!((e, e.errno()), (Error::QueueFull { needed: 1, free: 0 }, Errno::ENOMEM));
         let mut b = a.batch();
-        assert!(b.writev(98, &[src.slice(0, 8).unwrap()], SIG, dst.remote(0)).is_err());
+        assert!(b.post_writev(98, &[src.slice(0, 8).unwrap()], SIG, dst.remote(0)).is_err());
         drop(b);
         assert_eq!((a.outstanding(), src.usage().in_flight()), (16, 16));
         let c = wait(&mut a, 1);
@@ -283,11 +283,11 @@ fn wrong_rkey_fails_with_remote_access_error_then_everything_after_is_flushed() 
     let (mut a, _b) = pair::<_, _, 64>(&dev, &QpConfig::default());
     let bad = RemoteBuf::new(dst.addr(), Rkey(dst.rkey().0 ^ 0x0000_ff00));
     let mut bt = a.batch();
-    bt.writev(0, &[src.slice(0, 32).unwrap()], NONE, dst.remote(0)).unwrap();
-    bt.writev(1, &[src.slice(32, 32).unwrap()], NONE, dst.remote(32)).unwrap();
-    bt.writev(2, &[src.slice(64, 32).unwrap()], NONE, bad).unwrap();
-    bt.writev(3, &[src.slice(96, 32).unwrap()], NONE, dst.remote(96)).unwrap();
-    bt.writev(4, &[src.slice(128, 32).unwrap()], SIG, dst.remote(128)).unwrap();
+    bt.post_writev(0, &[src.slice(0, 32).unwrap()], NONE, dst.remote(0)).unwrap();
+    bt.post_writev(1, &[src.slice(32, 32).unwrap()], NONE, dst.remote(32)).unwrap();
+    bt.post_writev(2, &[src.slice(64, 32).unwrap()], NONE, bad).unwrap();
+    bt.post_writev(3, &[src.slice(96, 32).unwrap()], NONE, dst.remote(96)).unwrap();
+    bt.post_writev(4, &[src.slice(128, 32).unwrap()], SIG, dst.remote(128)).unwrap();
     bt.commit();
     // Posted after the failure, before the driver has seen it: flushed as well.
     a.post_write(5, src.slice(160, 32).unwrap(), NONE, dst.remote(160)).unwrap();

@@ -139,7 +139,7 @@ fn posting_and_polling_allocate_nothing() {
                 let sgl =
                     [src.slice(round * 7 + k, 16).unwrap(), src.slice(4096 + k * 64, 48).unwrap()];
                 let f = if k == 7 { SendFlags::SIGNALED } else { SendFlags::empty() };
-                bt.writev(k as u64, &sgl, f, dst.remote(k * 64)).unwrap();
+                bt.post_writev(k as u64, &sgl, f, dst.remote(k * 64)).unwrap();
             }
             bt.commit();
             // A single post (BlueFlame), an inline write, a write with immediate.
@@ -153,7 +153,7 @@ fn posting_and_polling_allocate_nothing() {
             // A batch dropped uncommitted.
             let mut dropped = a.batch();
             dropped
-                .writev(9, &[src.slice(0, 8).unwrap()], SendFlags::empty(), dst.remote(0))
+                .post_writev(9, &[src.slice(0, 8).unwrap()], SendFlags::empty(), dst.remote(0))
                 .unwrap();
             drop(dropped);
             reap(&mut a, &mut out, 4);

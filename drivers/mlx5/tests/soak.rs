@@ -64,10 +64,10 @@ fn ten_million_writes_verified() {
                     if k % BATCH == BATCH - 1 { SendFlags::SIGNALED } else { SendFlags::empty() };
                 let remote = dst.remote((k as usize % SLOTS) * SLOT);
                 if l2 == 0 {
-                    b.writev(k, &[src.slice(o1, l1).unwrap()], flags, remote).unwrap();
+                    b.post_writev(k, &[src.slice(o1, l1).unwrap()], flags, remote).unwrap();
                 } else {
                     let sgl = [src.slice(o1, l1).unwrap(), src.slice(o2, l2).unwrap()];
-                    b.writev(k, &sgl, flags, remote).unwrap();
+                    b.post_writev(k, &sgl, flags, remote).unwrap();
                 }
             }
             assert_eq!(b.commit(), BATCH as u32);

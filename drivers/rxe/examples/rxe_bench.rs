@@ -31,7 +31,7 @@ use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
 use rdma_pmd::{
-    Completion, Error, LocalBuf, PostWrite, RemoteBuf, Result, Rkey, SendFlags, WcStatus,
+    Completion, Error, LocalBuf, PostWrite, RemoteBuf, Result, Rkey, SendFlags, SendQueue, WcStatus,
 };
 use rdma_pmd_rxe::peer::{self, TargetInfo};
 use rdma_pmd_rxe::{Conn, Listener, QpConfig, Region, RxeQp};
@@ -42,7 +42,7 @@ const WAIT: Duration = Duration::from_secs(120);
 /// Post `iters` gather writes of `sgl` to `remote`, keeping at most `depth` outstanding and
 /// signalling every `signal`-th (and the last); returns the time from the first post to the
 /// last completion.
-pub fn writev_loop<'r, Q: PostWrite<'r>>(
+pub fn writev_loop<'r, Q: SendQueue<'r>>(
     q: &mut Q,
     sgl: &[LocalBuf<'r>],
     remote: RemoteBuf,
@@ -113,7 +113,7 @@ fn await_byte(region: &Region<'_>, at: usize, want: u8) -> Result<()> {
 /// One side of the ping-pong: for each round, (if `first`) write then wait, else wait then
 /// write. `mine` holds two `size`-byte halves: the peer writes into the first, ours are sent
 /// from the second; the payload's last byte carries the round number. Returns per-round times.
-fn ping_pong<'r, Q: PostWrite<'r>>(
+fn ping_pong<'r, Q: SendQueue<'r>>(
     q: &mut Q,
     mine: &'r Region<'_>,
     remote: RemoteBuf,

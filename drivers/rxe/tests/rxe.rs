@@ -120,7 +120,7 @@ fn posting_and_polling_allocate_nothing() {
     let mut b = qp.batch();
     for i in 64..72u64 {
         let flags = if i == 71 { SendFlags::SIGNALED } else { SendFlags::empty() };
-        b.write_inline(i, &[b"inline"], flags, remote.offset(70000)).unwrap();
+        b.post_write_inline(i, &[b"inline"], flags, remote.offset(70000)).unwrap();
     }
     b.commit();
     let deadline = std::time::Instant::now() + WAIT;
@@ -217,7 +217,7 @@ fn batch_posts_with_one_doorbell_and_drop_posts_nothing() {
     {
         let mut b = qp.batch();
         for i in 0..3u64 {
-            b.writev(
+            b.post_writev(
                 100 + i,
                 &[src.buf(0, 512).unwrap()],
                 SendFlags::SIGNALED,
@@ -237,7 +237,7 @@ fn batch_posts_with_one_doorbell_and_drop_posts_nothing() {
             src.buf(i as usize * 512, 256).unwrap(),
             src.buf(i as usize * 512 + 256, 256).unwrap(),
         ];
-        b.writev(i, &sgl, flags, remote.offset(i * 512)).unwrap();
+        b.post_writev(i, &sgl, flags, remote.offset(i * 512)).unwrap();
     }
     assert_eq!(b.commit(), 16);
     assert_eq!(qp.outstanding(), 16);
@@ -253,7 +253,8 @@ fn batch_posts_with_one_doorbell_and_drop_posts_nothing() {
     // region) before it stages its own, even after the queue pair moved.
     let before = t.read(20000, 64);
     let mut b = qp.batch();
-    b.writev(200, &[src.buf(0, 64).unwrap()], SendFlags::empty(), remote.offset(20000)).unwrap();
+    b.post_writev(200, &[src.buf(0, 64).unwrap()], SendFlags::empty(), remote.offset(20000))
+        .unwrap();
     std::mem::forget(b);
     assert_eq!(src.usage().in_flight(), 1);
     let mut moved = Box::new(qp);
@@ -318,9 +319,9 @@ fn wrong_rkey_fails_then_flushes() {
     let mut bad = remote;
     bad.rkey = rdma_pmd::Rkey(remote.rkey.get() ^ 0x5a5a_0000);
     let mut b = qp.batch();
-    b.writev(1, &[src.buf(0, 64).unwrap()], SendFlags::SIGNALED, bad).unwrap();
+    b.post_writev(1, &[src.buf(0, 64).unwrap()], SendFlags::SIGNALED, bad).unwrap();
     for i in 2..5 {
-        b.writev(i, &[src.buf(0, 64).unwrap()], SendFlags::empty(), remote).unwrap();
+        b.post_writev(i, &[src.buf(0, 64).unwrap()], SendFlags::empty(), remote).unwrap();
     }
     b.commit();
     let c = wait_send(&mut qp, 4);
@@ -352,7 +353,10 @@ fn posting_before_connect_is_refused() {
         qp.post_write_inline(2, &[b"x"], SendFlags::SIGNALED, remote),
         Err(Error::NotConnected)
     );
-    assert_eq!(qp.batch().writev(3, &[], SendFlags::empty(), remote), Err(Error::NotConnected));
+    assert_eq!(
+        qp.batch().post_writev(3, &[], SendFlags::empty(), remote),
+        Err(Error::NotConnected)
+    );
     assert_eq!((qp.outstanding(), src.usage().in_flight()), (0, 0));
 }
 

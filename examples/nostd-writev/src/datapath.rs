@@ -120,7 +120,7 @@ pub fn check() -> i32 {
     for i in 0..3u64 {
         let Ok(s) = src.slice(i as usize * 64, 64) else { return 48 };
         let flags = if i == 2 { SendFlags::SIGNALED } else { SendFlags::empty() };
-        if batch.writev(8 + i, &[s], flags, dst.remote(i as usize * 64)).is_err() {
+        if batch.post_writev(8 + i, &[s], flags, dst.remote(i as usize * 64)).is_err() {
             return 49;
         }
     }

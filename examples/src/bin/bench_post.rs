@@ -268,7 +268,7 @@ fn main() {
 /// per form, as the C loops are, so that its registers are its own rather than shared with
 /// everything `main` keeps alive, and its loop carries no test of the form.
 #[inline(never)]
-fn post_round<'r, Q: PostWrite<'r>, const RAW: bool>(
+fn post_round<'r, Q: SendQueue<'r>, const RAW: bool>(
     qp: &mut Q,
     bufs: &[LocalBuf<'r>],
     sges: &[Sge],
@@ -287,9 +287,9 @@ fn post_round<'r, Q: PostWrite<'r>, const RAW: bool>(
                 let source = unsafe { rdma_pmd::Source::raw(sges) };
                 let req =
                     rdma_pmd::WriteRequest { wr_id: k as u64, source, flags, remote, imm: None };
-                b.push(&req).expect("post");
+                b.post(&req).expect("post");
             } else {
-                b.writev(k as u64, bufs, flags, remote).expect("post");
+                b.post_writev(k as u64, bufs, flags, remote).expect("post");
             }
         }
         b.commit();

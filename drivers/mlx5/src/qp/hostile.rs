@@ -200,7 +200,7 @@ fn caller_case(seed: u64, t: &mut Tally) {
                         // SAFETY: refused before it is written (the test checks), so the
                         // device never sees the element.
                         unsafe {
-                            b.push(&rdma_pmd::WriteRequest {
+                            b.post(&rdma_pmd::WriteRequest {
                                 wr_id: id,
                                 source: rdma_pmd::Source::raw(&e),
                                 flags: flags - SendFlags::INLINE,
@@ -209,7 +209,7 @@ fn caller_case(seed: u64, t: &mut Tally) {
                             })
                         }
                     } else {
-                        b.writev(id, &sgl, flags, remote)
+                        b.post_writev(id, &sgl, flags, remote)
                     };
                     let (blocks, holds) = shape(req);
                     let used: u16 = live.iter().chain(pushed.iter()).map(|w| w.blocks).sum();

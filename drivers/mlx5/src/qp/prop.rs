@@ -107,7 +107,7 @@ proptest! {
                         }
                         let (blocks, holds) = shape(&bufs, inline);
                         let used: u16 = live.iter().chain(pushed.iter()).map(|w: &Wr| w.blocks).sum();
-                        let res = b.writev(id, &sgl, flags, REMOTE);
+                        let res = b.post_writev(id, &sgl, flags, REMOTE);
                         if in_error {
                             prop_assert_eq!(res, Err(Error::NotConnected));
                             continue;

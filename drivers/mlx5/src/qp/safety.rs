@@ -23,7 +23,7 @@ fn a_forgotten_gather_batch_does_not_shift_later_accounting() {
     let (mut qp, mut hw) = connected::<16>(&r);
 
     let mut batch = qp.batch();
-    batch.writev(1, &[sa, sb], SendFlags::SIGNALED, REMOTE).unwrap();
+    batch.post_writev(1, &[sa, sb], SendFlags::SIGNALED, REMOTE).unwrap();
     core::mem::forget(batch);
 
     qp.post_write(2, sc, SendFlags::SIGNALED, REMOTE).unwrap();
@@ -67,7 +67,7 @@ fn leaked_gathers_interleaved_with_posts_leave_a_consistent_teardown() {
         let (mut qp, mut hw) = connected::<16>(&r);
         for i in 0..40u64 {
             let mut b = qp.batch();
-            b.writev(i, &[sx, sy, sz], SendFlags::empty(), REMOTE).unwrap();
+            b.post_writev(i, &[sx, sy, sz], SendFlags::empty(), REMOTE).unwrap();
             core::mem::forget(b);
             // Single-region writes take the straight-line path, which once left a stale
             // count of further references in the slot.

@@ -203,8 +203,8 @@ fn single_posts_use_blueflame_and_alternate_halves_batches_ring_the_doorbell() {
     assert_eq!((s.len(), s[0].off, s[0].bytes.len()), (1, bf + 256, 64));
 
     let mut b = qp.batch();
-    b.writev(3, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
-    b.writev(4, &[region.slice(8, 8).unwrap()], SendFlags::SIGNALED, REMOTE).unwrap();
+    b.post_writev(3, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
+    b.post_writev(4, &[region.slice(8, 8).unwrap()], SendFlags::SIGNALED, REMOTE).unwrap();
     assert_eq!(b.commit(), 2);
     let s = r.bar.take();
     assert_eq!(s.len(), 1, "one doorbell per batch");
@@ -420,7 +420,7 @@ fn dropped_batch_and_failed_push_roll_back() {
     {
         let mut b = qp.batch();
         for i in 0..3 {
-            b.writev(i, &[a.slice(0, 8).unwrap()], SendFlags::SIGNALED, REMOTE).unwrap();
+            b.post_writev(i, &[a.slice(0, 8).unwrap()], SendFlags::SIGNALED, REMOTE).unwrap();
         }
         assert_eq!(a.usage().in_flight(), 3);
     }
@@ -429,8 +429,8 @@ fn dropped_batch_and_failed_push_roll_back() {
     assert_eq!(hw.qp_dbrec().1, 0);
 
     let mut b = qp.batch();
-    b.writev(0, &[a.slice(0, 8).unwrap()], SendFlags::SIGNALED, REMOTE).unwrap();
-    let e = b.writev(1, &[a.slice(0, 8).unwrap(), stale], SendFlags::SIGNALED, REMOTE);
+    b.post_writev(0, &[a.slice(0, 8).unwrap()], SendFlags::SIGNALED, REMOTE).unwrap();
+    let e = b.post_writev(1, &[a.slice(0, 8).unwrap(), stale], SendFlags::SIGNALED, REMOTE);
     assert_eq!(e, Err(Error::BadLkey));
     assert_eq!(a.usage().in_flight(), 1, "the refused request released what it took");
     assert_eq!(b.commit(), 1);
@@ -542,7 +542,7 @@ fn drop_tears_down_and_leaves_regions_and_memory_consistent() {
                 qp.post_write(i, region.slice(0, 8).unwrap(), SendFlags::empty(), REMOTE).unwrap();
             }
             let mut b = qp.batch();
-            b.writev(9, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
+            b.post_writev(9, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
             drop(b);
             assert_eq!(region.usage().in_flight(), 3);
         }
@@ -600,7 +600,7 @@ fn a_leaked_batch_leaks_its_region_counts_and_leaves_the_queue_usable() {
     {
         let (mut qp, _hw) = connected::<64>(&r);
         let mut b = qp.batch();
-        b.writev(1, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
+        b.post_writev(1, &[region.slice(0, 8).unwrap()], SendFlags::empty(), REMOTE).unwrap();
         core::mem::forget(b);
         // Never posted: the ring did not move, and the next post takes its place.
         assert_eq!((qp.sq_pi(), qp.outstanding()), (0, 0));

@@ -7,7 +7,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdma_pmd::{Completion, PostWrite, RemoteBuf, Rkey};
+use rdma_pmd::{Completion, RemoteBuf, Rkey, SendQueue};
 use rdma_pmd_rxe::peer::TargetInfo;
 use rdma_pmd_rxe::{Conn, Listener, QpConfig, Region, RxeQp};
 
@@ -52,7 +52,7 @@ pub fn wait(
 }
 
 /// Reap `n` send completions.
-pub fn wait_send<'r, Q: PostWrite<'r>>(q: &mut Q, n: usize) -> Vec<Completion> {
+pub fn wait_send<'r, Q: SendQueue<'r>>(q: &mut Q, n: usize) -> Vec<Completion> {
     wait(|out| q.poll(out), n)
 }
 
