@@ -106,6 +106,28 @@ impl<'a, 'r> Source<'a, 'r> {
         }
     }
 
+    /// Hand the payload's bytes, in order, to `f` for an inline copy. Plain inline pieces go
+    /// as they are; the bytes of registered buffers (and, under [`Source::raw`]'s contract,
+    /// raw elements) are first copied into a bounce buffer of [`INLINE_CHUNK`] bytes on the
+    /// stack, so that no reference into memory the device shares is ever formed. This is the
+    /// one place that reads a source's bytes through its raw parts: backends stay safe.
+    #[inline]
+    pub fn for_each_inline_chunk(&self, mut f: impl FnMut(&[u8])) {
+        match self.0 {
+            SourceKind::Inline(pieces) => pieces.iter().for_each(|p| f(p)),
+            SourceKind::Sgl(bufs) => {
+                for b in bufs {
+                    bounce(b.as_ptr(), b.len(), &mut f);
+                }
+            }
+            SourceKind::Raw(sges) => {
+                for e in sges {
+                    bounce(e.addr as usize as *const u8, e.length as usize, &mut f);
+                }
+            }
+        }
+    }
+
     /// Total payload bytes, or `None` if it overflows 32 bits (an RDMA message is at most
     /// 2^31 bytes).
     #[inline]
@@ -121,6 +143,29 @@ impl<'a, 'r> Source<'a, 'r> {
         } else {
             Some(total as u32)
         }
+    }
+}
+
+/// Bytes of a registered or raw source copied out per step of [`Source::for_each_inline_chunk`].
+pub const INLINE_CHUNK: usize = 64;
+
+/// Copy `len` bytes at `p` through a stack buffer into `f`, a chunk at a time.
+#[inline]
+fn bounce(p: *const u8, len: usize, f: &mut impl FnMut(&[u8])) {
+    let mut buf = [0u8; INLINE_CHUNK];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(INLINE_CHUNK);
+        // SAFETY: `p` is readable for `len` bytes: a `LocalBuf`'s pointer is, by
+        // `LocalBuf::from_raw_parts`' contract, for as long as the buffer is borrowed (it is,
+        // by the source), and a raw element's address is, by `Source::raw`'s contract, for the
+        // duration of the post. The copy forms no reference into that memory.
+        #[allow(unsafe_code)]
+        unsafe {
+            core::ptr::copy_nonoverlapping(p.add(done), buf.as_mut_ptr(), n)
+        };
+        f(&buf[..n]);
+        done += n;
     }
 }
 

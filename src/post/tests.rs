@@ -183,3 +183,25 @@ fn messages_past_2_gib_or_wrapping_the_remote_range_are_refused() {
     assert_eq!(e.errno(), crate::Errno::EINVAL);
     assert_eq!(q.staged, 0);
 }
+
+#[test]
+fn inline_chunks_carry_every_byte_in_order() {
+    let r = RegionUse::new();
+    let mut mem = [0u8; 200];
+    mem.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+    let b = buf(&r, &mem);
+    let pieces = [b.slice(0, 10).unwrap(), b.slice(10, 190).unwrap()];
+    let (mut got, mut n) = ([0u8; 200], 0);
+    Source::sgl(&pieces).for_each_inline_chunk(|c| {
+        assert!(c.len() <= INLINE_CHUNK);
+        got[n..n + c.len()].copy_from_slice(c);
+        n += c.len();
+    });
+    assert_eq!((n, got), (200, mem));
+    let (mut got, mut n) = ([0u8; 5], 0);
+    Source::inline(&[b"ab", b"", b"cde"]).for_each_inline_chunk(|c| {
+        got[n..n + c.len()].copy_from_slice(c);
+        n += c.len();
+    });
+    assert_eq!(&got, b"abcde");
+}

@@ -411,20 +411,11 @@ impl<'r> RxeQp<'r> {
         let max = self.caps.max_inline as usize;
         let dst = &mut self.inline[idx * max..(idx + 1) * max];
         let mut at = 0;
-        let mut put = |p: *const u8, len: usize| {
-            // SAFETY: `check` bounded the total by `max_inline`; `p` is readable for `len`
-            // bytes: a slice, a registered buffer borrowed for 'r, or (raw) the caller's
-            // promise in `Source::raw`.
-            unsafe { ptr::copy_nonoverlapping(p, dst[at..at + len].as_mut_ptr(), len) };
-            at += len;
-        };
-        match *req.source.kind() {
-            SourceKind::Inline(parts) => parts.iter().for_each(|b| put(b.as_ptr(), b.len())),
-            SourceKind::Sgl(bufs) => bufs.iter().for_each(|b| put(b.as_ptr(), b.len())),
-            SourceKind::Raw { 0: sges, .. } => {
-                sges.iter().for_each(|e| put(e.addr as usize as *const u8, e.length as usize))
-            }
-        }
+        // `check` bounded the total by `max_inline`, the size of `dst`.
+        req.source.for_each_inline_chunk(|bytes| {
+            dst[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        });
         at
     }
 }

@@ -456,28 +456,7 @@ impl WqeBuilder {
                 acc: [header[0], header[1], header[2], header[3], 0, 0, 0, 0],
                 n: 4,
             };
-            match *req.source.kind() {
-                SourceKind::Inline(pieces) => {
-                    for p in pieces {
-                        // SAFETY: `p` is a live slice, readable for its length.
-                        unsafe { w.push(p.as_ptr(), p.len()) }
-                    }
-                }
-                SourceKind::Sgl(bufs) => {
-                    for b in bufs {
-                        // SAFETY: `LocalBuf::from_raw_parts`' contract: `as_ptr` points to
-                        // `len` bytes that stay allocated for the buffer's lifetime.
-                        unsafe { w.push(b.as_ptr(), b.len()) }
-                    }
-                }
-                SourceKind::Raw { 0: sges, .. } => {
-                    for e in sges {
-                        // SAFETY: `Source::raw`'s contract: with `INLINE`, every `addr` is a
-                        // CPU address readable for `length` bytes during the post.
-                        unsafe { w.push(e.addr as usize as *const u8, e.length as usize) }
-                    }
-                }
-            }
+            req.source.for_each_inline_chunk(|bytes| w.push(bytes));
             w.finish(base + shape.ds as usize * SEND_WQE_DS);
         }
         self.finish(sink, pi, base, shape.ds, req.flags, req.remote, req.imm);
@@ -554,38 +533,26 @@ impl<S: WqeSink + ?Sized> InlineWriter<'_, S> {
         self.n = 0;
     }
 
-    /// Append `len` bytes read from `p`.
-    ///
-    /// # Safety
-    /// `p` must be readable for `len` bytes.
+    /// Append `bytes`.
     #[inline]
-    unsafe fn push(&mut self, mut p: *const u8, mut len: usize) {
-        while self.n != 0 && len != 0 {
-            // SAFETY: `len > 0` bytes remain readable at `p`.
-            self.acc[self.n] = unsafe { p.read() };
-            // SAFETY: stays within (or one past) the readable range.
-            p = unsafe { p.add(1) };
-            len -= 1;
+    fn push(&mut self, mut bytes: &[u8]) {
+        while self.n != 0 && !bytes.is_empty() {
+            self.acc[self.n] = bytes[0];
+            bytes = &bytes[1..];
             self.n += 1;
             if self.n == 8 {
                 self.flush();
             }
         }
-        while len >= 8 {
-            // SAFETY: 8 readable bytes at `p`; no alignment assumed.
-            let w = unsafe { p.cast::<[u8; 8]>().read_unaligned() };
-            self.sink.put8(self.off, w);
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            self.sink.put8(self.off, b);
             self.off += 8;
-            // SAFETY: as above.
-            p = unsafe { p.add(8) };
-            len -= 8;
         }
-        while len != 0 {
-            // SAFETY: `len > 0` bytes remain readable at `p`.
-            self.acc[self.n] = unsafe { p.read() };
-            // SAFETY: as above.
-            p = unsafe { p.add(1) };
-            len -= 1;
+        for &b in words.remainder() {
+            self.acc[self.n] = b;
             self.n += 1;
         }
     }
