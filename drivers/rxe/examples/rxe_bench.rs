@@ -93,13 +93,12 @@ fn await_byte(region: &Region<'_>, at: usize, want: u8) -> Result<()> {
         if b[0] == want {
             return Ok(());
         }
-        // The clock bounds the wait but is read rarely: first after 2^20 polls (about 1 ms
-        // natively, 50 ms under TCG), never on entry. In a guest whose clocksource is not the
-        // TSC every read is a system call, several µs under TCG, and a write that lands during
-        // one is seen that much later: with a read every 1024 polls (one every ~50 µs under
-        // TCG, about one round trip) this cost the 64 B ping-pong ~6 %. No `spin_loop()`
-        // (PAUSE) either, as perftest's `while (*poll_buf != ...)` has none: under TCG every
-        // PAUSE leaves the translated code for the emulator's main loop (`helper_pause`).
+        // The clock bounds the wait but is read rarely: first after 2^20 polls, never on
+        // entry. In a guest whose clocksource is not the TSC every read is a system call, and
+        // a write that lands during one is seen that much later, so frequent reads would add
+        // to the very latency measured (docs/PERF.md). No `spin_loop()` (PAUSE) either, as
+        // perftest's `while (*poll_buf != ...)` has none: under TCG every PAUSE leaves the
+        // translated code for the emulator's main loop (`helper_pause`).
         spins = spins.wrapping_add(1);
         if spins.is_multiple_of(POLLS_PER_CLOCK_READ) {
             let now = Instant::now();

@@ -79,9 +79,9 @@ const WC_BATCH: usize = 16;
 ///
 /// Layout: what a single post touches (the first staged request, the completion array, the
 /// counters) lives in this struct, the per-slot tables each in one allocation. A post is a
-/// few hundred instructions around a system call, so the pages and cache lines it touches
-/// are much of its cost; under an emulator (QEMU's TCG) each small step of a post measured
-/// 0.05-0.5 µs, far more than its instructions, which fewer pages and calls brought down.
+/// few hundred instructions around a system call, so the pages and cache lines it touches,
+/// not its instructions, are much of its cost, above all under an emulator (QEMU's TCG),
+/// where each new page and translated block is slow to reach.
 pub struct RxeQp<'r> {
     conn: &'r Conn,
     qp: NonNull<ffi::ibv_qp>,

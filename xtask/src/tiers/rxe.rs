@@ -417,8 +417,9 @@ pub fn bench(args: &[String]) -> bool {
         }
     };
     let g = guest(vec![GuestFile::dynamic(&bin, "/t/rxe-bench")], bench_script(&plan));
-    // A round of all three sizes, controls included, took 34 s under TCG here (21 rounds: 723 s);
-    // the limit leaves four times that for a slower or busier host.
+    // The limit grows with the work asked for: a fixed allowance for the boot, and per round of
+    // all three sizes several times what one takes under TCG (docs/PERF.md has the figure), for
+    // a slower or busier host.
     let limit = 300 + 150 * u64::from(plan.rounds) * plan.sizes.len() as u64 / 3;
     let s = match g.boot(Duration::from_secs(limit)) {
         Ok(s) => s,
