@@ -6,7 +6,7 @@
 //!
 //! Polling follows `cq.c` `get_sw_cqe` / `mlx5_poll_cq`:
 //! 1. load the entry's `op_own` at consumer index `ci`; it is software's iff the opcode is not
-//!    `0xf` and the owner bit equals `!!(ci & cqe_cnt)` ([`crate::cqe::sw_owned`]);
+//!    `0xf` and the owner bit equals `!!(ci & cqe_cnt)` ([`crate::layout::cqe::sw_owned`]);
 //! 2. [`barrier::from_device`], so the body is not read before the ownership byte;
 //! 3. copy the 64 bytes out (no reference into DMA memory is ever formed) and parse the copy;
 //! 4. after the batch, `dbrec[CQ_SET_CI] = htobe32(ci & 0xffffff)` hands the entries back.
@@ -15,8 +15,8 @@ use rdma_pmd::{BusAddr, Error, Result};
 use rdma_pmd_hal::{barrier, Dma, DmaBuf};
 
 use crate::control::{CqParams, Uar};
-use crate::cqe::{self, OP_OWN_INVALID};
-use crate::doorbell::{cq_ci_dbrec, CQ_SET_CI};
+use crate::layout::cqe::{self, OP_OWN_INVALID};
+use crate::layout::doorbell::{cq_ci_dbrec, CQ_SET_CI};
 
 /// A completion queue's memory and consumer index.
 #[derive(Debug)]
@@ -123,8 +123,8 @@ impl CqRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cqe::Cqe;
-    use crate::opcode::{CqeOpcode, SendOpcode};
+    use crate::layout::codes::{CqeOpcode, SendOpcode};
+    use crate::layout::cqe::Cqe;
     use rdma_pmd::QpNum;
     use rdma_pmd_hal::mem::HeapDma;
 

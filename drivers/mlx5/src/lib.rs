@@ -7,23 +7,16 @@
 //! ## Layouts
 //!
 //! Byte-exact send WQEs and CQEs of mlx5 devices, as rdma-core's `infiniband/mlx5dv.h` declares
-//! them and its `providers/mlx5` (`qp.c`, `cq.c`) fills them, and the WQE builder the data path
-//! posts with:
-//!
-//! | module | what |
-//! |---|---|
-//! | [`opcode`] | send and CQE opcodes, CQE syndromes (→ [`rdma_pmd::WcStatus`]), `fm_ce_se` bits, sizes |
-//! | [`wqe`] | typed views of the control, remote-address, data and inline segments; the [`wqe::WqeBuilder`] and the [`wqe::WqeSink`]s it writes through |
-//! | [`cqe`] | typed view of a 64-byte CQE (success and error views), ownership test |
-//! | [`doorbell`] | doorbell-record values, BlueFlame length rule, CQ consumer index |
-//! | [`abi`] | `#[repr(C)]` mirrors of the mlx5dv.h structs that pin the byte tables |
-//! | `vectors` (`std` feature) | reader and runner for the conformance vector format |
+//! them and its `providers/mlx5` (`qp.c`, `cq.c`) fills them, live in [`layout`], each stated
+//! once; [`ifc`] holds the command layouts generated from the kernel's `mlx5_ifc.h`. The WQE
+//! builder the data path posts with is [`wqe::WqeBuilder`]; `vectors` (`std` feature) reads and
+//! runs the conformance vector format.
 //!
 //! ## Posting one WRITE: what the data path calls
 //!
 //! ```
 //! use rdma_pmd::{QpNum, RemoteBuf, Rkey, Lkey, SendFlags, Sge};
-//! use rdma_pmd_mlx5::{doorbell, wqe::{WqeBuilder, SliceRing}};
+//! use rdma_pmd_mlx5::{layout::doorbell, wqe::{WqeBuilder, SliceRing}};
 //!
 //! let builder = WqeBuilder::new(QpNum(0x123)).max_sge(30);
 //! let mut mem = [0u8; 64 * 64];
@@ -43,21 +36,18 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-pub mod abi;
 pub mod bringup;
 pub mod cmd;
 pub mod control;
 pub mod cq;
-pub mod cqe;
 pub mod device;
-pub mod doorbell;
 #[cfg(test)]
 mod fake;
 pub mod fw_control;
 pub mod ifc;
 pub mod init_seg;
+pub mod layout;
 pub mod mr;
-pub mod opcode;
 pub mod qp;
 pub mod rq;
 pub mod sq;
@@ -68,9 +58,9 @@ pub mod vectors;
 pub mod vfio;
 pub mod wqe;
 
-pub use cqe::{Cqe, CqeRepr};
 pub use device::{Mlx5, SharedDma};
+pub use layout::codes::{CqeOpcode, FmCeSe, SendOpcode, Syndrome};
+pub use layout::cqe::{Cqe, CqeRepr};
 pub use mr::Region;
-pub use opcode::{CqeOpcode, FmCeSe, SendOpcode, Syndrome};
 pub use qp::{ConnectOpts, Qp, QpConfig, QpState};
 pub use wqe::{RawRing, SliceRing, WqeBuilder, WqeInfo, WqeShape, WqeSink};

@@ -70,13 +70,14 @@ use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
 
 use crate::control::{Access, Control, Cqn, Path, QpParams, Transition, Uar};
 use crate::cq::CqRing;
-use crate::cqe::{Cqe, CqeRepr};
 use crate::device::{check_uar, Mlx5};
-use crate::opcode::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
+use crate::layout::codes::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
+use crate::layout::cqe::{Cqe, CqeRepr};
+use crate::layout::wqe::INLINE_HEADER_LEN;
 use crate::rq::{RecvRing, STRIDE};
 use crate::sq::{SendRing, SqCursor};
 use crate::uar::{RingAt, SqDoorbell};
-use crate::wqe::{inline, RawRing, WqeBuilder};
+use crate::wqe::{RawRing, WqeBuilder};
 
 /// Where a QP is in its life (`ibv_qp_state`, the states this driver moves through).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -471,7 +472,7 @@ fn qp_caps(max_wqe_sz: u32, sq: usize, cfg: &QpConfig) -> Result<Caps> {
         return Err(Error::Unsupported("send WQEs too small for one data segment"));
     }
     let max_sge = (units - 2) as u32;
-    let max_inline = ((units - 2) * SEND_WQE_DS - inline::HEADER_LEN) as u32;
+    let max_inline = ((units - 2) * SEND_WQE_DS - INLINE_HEADER_LEN) as u32;
     Ok(Caps {
         max_send_wr: sq as u32,
         max_sge: cfg.max_send_sge.map_or(max_sge, |n| n.min(max_sge)),

@@ -14,13 +14,11 @@
 use rdma_pmd::{Completion, DeviceFault, Error, QpNum, Result, Sge, WcOpcode, WcStatus};
 use rdma_pmd_hal::{barrier, DmaBuf};
 
-use crate::cqe::{Cqe, CqeRepr};
-use crate::doorbell::RCV_DBR;
-use crate::opcode::CqeOpcode;
-use crate::wqe::DataSeg;
+use crate::layout::codes::CqeOpcode;
+use crate::layout::cqe::{Cqe, CqeRepr};
+use crate::layout::doorbell::RCV_DBR;
+use crate::layout::wqe::{DataSeg, INVALID_LKEY};
 
-/// `MLX5_INVALID_LKEY`: ends a receive WQE's scatter list.
-pub const INVALID_LKEY: u32 = 0x100;
 /// Bytes per receive WQE (one scatter entry).
 pub const STRIDE: usize = 16;
 

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Per WQE, its first block's slot records the `wr_id`, the first region it reads, and a
-//! [`Meta`] word (its size, whether it asked for a completion, how many further region
+//! 16-bit word (its size, whether it asked for a completion, how many further region
 //! references it queued); further region references go to a queue of `4 * N` entries, in
 //! posting order, so WQEs retire them from its head. All of it lives in driver memory, and
 //! every push writes the slot's `Meta` whole: the ring itself is device-writable DMA memory, so
@@ -51,8 +51,8 @@ use rdma_pmd::{
     WcOpcode, WcStatus, WriteRequest,
 };
 
-use crate::cqe::CqeRepr;
-use crate::opcode::CqeOpcode;
+use crate::layout::codes::CqeOpcode;
+use crate::layout::cqe::CqeRepr;
 use crate::wqe::builder::HEADER_DS;
 use crate::wqe::{FixedRing, RawRing, WqeBuilder, WqeShape};
 

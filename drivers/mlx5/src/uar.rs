@@ -3,9 +3,9 @@
 //!
 //! 1. the WQEs are already in the ring (volatile stores through [`crate::wqe::RawRing`]);
 //! 2. [`barrier::to_device`]: those stores reach memory before the doorbell record says so;
-//! 3. `dbrec[SND_DBR] = htobe32(pi & 0xffff)` ([`crate::doorbell::sq_dbrec`]);
+//! 3. `dbrec[SND_DBR] = htobe32(pi & 0xffff)` ([`crate::layout::doorbell::sq_dbrec`]);
 //! 4. either a BlueFlame copy of the last WQE (one WQE posted and `1 < ds <= bf_size / 16`:
-//!    [`crate::doorbell::bf_len`] bytes in 64-byte write-combining chunks, the source wrapping
+//!    [`crate::layout::doorbell::bf_len`] bytes in 64-byte write-combining chunks, the source wrapping
 //!    at the ring's end), or one 64-bit store of the last WQE's first 8 bytes;
 //! 5. [`barrier::wc_flush`]: the write-combining buffer leaves the CPU now;
 //! 6. the next doorbell uses the other half of the BlueFlame register (`offset ^= bf_size`).
@@ -16,8 +16,8 @@
 use rdma_pmd_hal::{barrier, DmaBuf, Mmio};
 
 use crate::control::Uar;
-use crate::doorbell::{bf_len, sq_dbrec, SND_DBR};
-use crate::opcode::SEND_WQE_BB;
+use crate::layout::codes::SEND_WQE_BB;
+use crate::layout::doorbell::{bf_len, sq_dbrec, SND_DBR};
 
 /// Byte offset of the first BlueFlame (doorbell) register in a UAR page (`MLX5_BF_OFFSET`).
 pub const BF_OFFSET: usize = 0x800;

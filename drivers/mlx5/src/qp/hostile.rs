@@ -24,8 +24,8 @@ use rdma_pmd::{
 
 use super::tests::{connected, rig, REMOTE};
 use crate::control::Access;
-use crate::cqe::Cqe;
-use crate::opcode::{CqeOpcode, SendOpcode, Syndrome};
+use crate::layout::codes::{CqeOpcode, SendOpcode, Syndrome};
+use crate::layout::cqe::Cqe;
 
 const SQ: usize = 16;
 /// `max_sge` of a 16-block ring on the fake device (1 KiB WQEs): 63 units - 2.

@@ -12,7 +12,7 @@ use rdma_pmd::{Completion, Error, LocalBuf, PostWrite, SendFlags, SendQueue, WcS
 
 use super::tests::{connected, rig, Hw, REMOTE};
 use crate::control::Access;
-use crate::opcode::Syndrome;
+use crate::layout::codes::Syndrome;
 
 const SQ: usize = 16;
 

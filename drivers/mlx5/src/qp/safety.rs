@@ -8,7 +8,7 @@ use rdma_pmd::{
 
 use super::tests::{connected, poll_all, rig, REMOTE};
 use crate::control::Access;
-use crate::opcode::CqeOpcode;
+use crate::layout::codes::CqeOpcode;
 
 /// Finding 1: a batch leaked after pushing a two-region gather left that slot's "further
 /// references" count behind; a later WQE in the slot inherited it, and the reference queue's
@@ -209,7 +209,7 @@ fn bogus_receive_cqes_consume_no_receive() {
     let mut out = [rdma_pmd::Completion::default(); 4];
     // Another QP's completion, then a requester opcode on the receive CQ.
     hw.recv_cqe_with(1, 8, CqeOpcode::RespWrImm, |c| {
-        c.set_s_wqe_opcode_qpn(crate::opcode::SendOpcode::Nop, QpNum(0x4242))
+        c.set_s_wqe_opcode_qpn(crate::layout::codes::SendOpcode::Nop, QpNum(0x4242))
     });
     assert_eq!(qp.poll_recv(&mut out), Err(DeviceFault::WrongQp { qpn: QpNum(0x4242) }.into()));
     hw.recv_cqe_with(1, 8, CqeOpcode::Req, |_| {});

@@ -16,8 +16,8 @@ use super::*;
 use crate::control::{CqParams, Translation};
 use crate::device::SharedDma;
 use crate::fake::{self, FakeControl, Log, Recorder};
-use crate::opcode::{CqeOpcode, SendOpcode, Syndrome};
-use crate::wqe::CtrlSeg;
+use crate::layout::codes::{CqeOpcode, SendOpcode, Syndrome};
+use crate::layout::wqe::CtrlSeg;
 
 type Dev = Mlx5<MemBar, SharedDma<Arc<HeapDma>>, FakeControl>;
 

@@ -26,24 +26,25 @@
 //! written as zeros; the tail of the last block (past `ds * 16`) is left as it was, as the
 //! provider does (the device never reads it).
 //!
-//! The data path then publishes the WQE: barrier, [`crate::doorbell::sq_dbrec`] at
-//! `dbrec[SND_DBR]`, then either a BlueFlame copy of [`crate::doorbell::bf_len`] bytes or one
+//! The data path then publishes the WQE: barrier, [`crate::layout::doorbell::sq_dbrec`] at
+//! `dbrec[SND_DBR]`, then either a BlueFlame copy of [`crate::layout::doorbell::bf_len`] bytes or one
 //! 64-bit store of [`WqeInfo::doorbell`] to the UAR.
 
 use rdma_pmd::post::{check_message, SourceKind};
 use rdma_pmd::{Error, QpNum, RemoteBuf, Result, SendFlags, Sge, WriteRequest};
 
-use super::data;
-use super::inline;
 use super::sink::WqeSink;
-use crate::opcode::{FmCeSe, SendOpcode, INLINE_SEG, MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
+use crate::layout::codes::{FmCeSe, SendOpcode, MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
+use crate::layout::wqe::{
+    halves, inline_ds_units, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, INLINE_HEADER_LEN, SEG_LEN,
+};
 
 /// `ds` of the control and remote-address segments.
 pub(crate) const HEADER_DS: u32 = 2;
 /// Most data segments one WQE can hold: `ds` is 6 bits.
 pub const MAX_SGE: u32 = MAX_DS - HEADER_DS;
 /// Most inline bytes one WQE can hold: `2 + ceil((4 + n) / 16) <= 63`.
-pub const MAX_INLINE: u32 = MAX_SGE * SEND_WQE_DS as u32 - inline::HEADER_LEN as u32;
+pub const MAX_INLINE: u32 = MAX_SGE * SEND_WQE_DS as u32 - INLINE_HEADER_LEN as u32;
 
 /// The size of one WQE: what the ring and the doorbell need to know about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,9 +124,6 @@ impl WqeInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WqeBuilder {
     qpn: QpNum,
-    /// `RDMA_WRITE << 32 | qpn << 8`: the request-independent bits of the control segment's
-    /// first 8 bytes (`opmod_idx_opcode`, `qpn_ds`), before byte swapping.
-    head_bits: u64,
     /// `IBV_SEND_SIGNALED` if the QP signals every request (`sq_sig_all`), else 0: or-ed
     /// into each request's flags.
     sig_bits: u8,
@@ -142,8 +140,6 @@ impl WqeBuilder {
     pub const fn new(qpn: QpNum) -> Self {
         WqeBuilder {
             qpn,
-            head_bits: (SendOpcode::RdmaWrite.raw() as u64) << 32
-                | ((qpn.0 & QpNum::MAX) as u64) << 8,
             sig_bits: 0,
             max_sge: u32::MAX,
             fast_sge: MAX_SGE,
@@ -202,7 +198,7 @@ impl WqeBuilder {
             self.check_count(req.source.count())?;
             let len = inline_len(req)?;
             self.check_inline(len)?;
-            return Ok(WqeShape::from_ds((HEADER_DS as usize + inline::ds_units(len)) as u8));
+            return Ok(WqeShape::from_ds((HEADER_DS as usize + inline_ds_units(len)) as u8));
         }
         match *req.source.kind() {
             SourceKind::Sgl(s) => self.gather_shape(s, |b| b.len() as u32),
@@ -301,7 +297,7 @@ impl WqeBuilder {
         Self::check_room(1, room, sink.wqe_cnt())?;
         let base = pi as usize * SEND_WQE_BB;
         let ds = if e.length != 0 {
-            let (w0, w1) = data::words(&e);
+            let (w0, w1) = halves(DataSeg::encode(&e));
             sink.put16(base + 2 * SEND_WQE_DS, w0, w1);
             HEADER_DS as u8 + 1
         } else {
@@ -319,16 +315,8 @@ impl WqeBuilder {
             opcode,
             shape,
             fm_ce_se: self.fm_ce_se(flags),
-            doorbell: self.ctrl_head(pi, opcode, shape.ds),
+            doorbell: halves(CtrlSeg::encode(pi, opcode, self.qpn, shape.ds, FmCeSe::empty(), 0)).0,
         }
-    }
-
-    /// The first 8 bytes of a control segment: `opmod_idx_opcode` and `qpn_ds`, big-endian.
-    #[inline(always)]
-    fn ctrl_head(&self, pi: u16, opcode: SendOpcode, ds: u8) -> [u8; 8] {
-        // Only the opcode's low byte differs from RDMA_WRITE's (WRITE_WITH_IMM is 0x09).
-        let op = (opcode.raw() ^ SendOpcode::RdmaWrite.raw()) as u64;
-        ((pi as u64) << 40 | op << 32 | self.head_bits | ds as u64).to_be_bytes()
     }
 
     /// `qp.c` refuses `wr->num_sge > qp->sq.max_gs` first, for inline requests too.
@@ -420,7 +408,7 @@ impl WqeBuilder {
         for item in items {
             let e = sge(item);
             if e.length != 0 {
-                let (w0, w1) = data::words(&e);
+                let (w0, w1) = halves(DataSeg::encode(&e));
                 sink.put16(off, w0, w1);
                 off += SEND_WQE_DS;
                 total += e.length as u64;
@@ -444,12 +432,12 @@ impl WqeBuilder {
         let len = inline_len(req)?;
         self.check_inline(len)?;
         check_message(len as u64, req.remote)?;
-        let shape = WqeShape::from_ds((HEADER_DS as usize + inline::ds_units(len)) as u8);
+        let shape = WqeShape::from_ds((HEADER_DS as usize + inline_ds_units(len)) as u8);
         let wqe_cnt = sink.wqe_cnt();
         Self::check_room(shape.wqebbs as u32, room, wqe_cnt)?;
         let base = pi as usize * SEND_WQE_BB;
         if len != 0 {
-            let header = (len as u32 | INLINE_SEG).to_be_bytes();
+            let header = InlineSeg::encode_header(len as u32);
             let mut w = InlineWriter {
                 sink: &mut *sink,
                 off: base + 2 * SEND_WQE_DS,
@@ -476,14 +464,11 @@ impl WqeBuilder {
         remote: RemoteBuf,
         imm: Option<u32>,
     ) {
-        sink.put16(
-            base + 16,
-            remote.addr.to_be_bytes(),
-            ((remote.rkey.0 as u64) << 32).to_be_bytes(),
-        );
-        let head = self.ctrl_head(pi, opcode(imm), ds);
-        let tail =
-            ((self.fm_ce_se(flags).bits() as u64) << 32 | imm.unwrap_or(0) as u64).to_be_bytes();
+        let (raddr, rkey) = halves(RaddrSeg::encode(remote));
+        sink.put16(base + SEG_LEN, raddr, rkey);
+        let ctrl =
+            CtrlSeg::encode(pi, opcode(imm), self.qpn, ds, self.fm_ce_se(flags), imm.unwrap_or(0));
+        let (head, tail) = halves(ctrl);
         sink.put16(base, head, tail);
     }
 }

@@ -20,7 +20,7 @@ use core::ptr::NonNull;
 
 use rdma_pmd::{Error, Result};
 
-use crate::opcode::SEND_WQE_BB;
+use crate::layout::codes::SEND_WQE_BB;
 
 /// A send ring of 64-byte slots that accepts aligned 8- and 16-byte stores.
 ///

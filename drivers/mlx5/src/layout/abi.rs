@@ -1,7 +1,7 @@
 //! `#[repr(C)]` mirrors of rdma-core's `infiniband/mlx5dv.h` structures.
 //!
 //! They are never used to access device memory (the typed views in [`crate::wqe`] and
-//! [`crate::cqe`] do that, with explicit byte order). They exist so that the byte-range tables
+//! [`crate::layout::cqe`] do that, with explicit byte order). They exist so that the byte-range tables
 //! of those views are checked, at compile time and in tests, against the C declarations: each
 //! field below has the C type's size, and the offsets follow from C layout rules. The big-endian
 //! C fields (`__be32`, ...) are declared with their width only.

@@ -22,20 +22,20 @@
 //! byte with [`sw_owned`], issues the `udma_from_device_barrier` equivalent, copies the 64 bytes
 //! out, and only then parses the copy with [`Cqe`].
 
-use rdma_pmd::{Completion, Error, QpNum, Result, WcOpcode, WcStatus};
+use rdma_pmd::{Completion, QpNum, Result, WcOpcode, WcStatus};
 
-use crate::opcode::{CqeOpcode, SendOpcode, Syndrome};
+use super::codes::{CqeOpcode, SendOpcode, Syndrome};
+use super::{be, view};
 
 mod field {
-    use core::ops::Range;
-    pub const SRQN_UIDX: Range<usize> = 32..36;
-    pub const IMM_INVAL_PKEY: Range<usize> = 36..40;
-    pub const BYTE_CNT: Range<usize> = 44..48;
-    pub const TIMESTAMP: Range<usize> = 48..56;
+    pub const SRQN_UIDX: usize = 32;
+    pub const IMM_INVAL_PKEY: usize = 36;
+    pub const BYTE_CNT: usize = 44;
+    pub const TIMESTAMP: usize = 48;
     pub const VENDOR_ERR_SYND: usize = 54;
     pub const SYNDROME: usize = 55;
-    pub const SOP_DROP_QPN: Range<usize> = 56..60;
-    pub const WQE_COUNTER: Range<usize> = 60..62;
+    pub const SOP_DROP_QPN: usize = 56;
+    pub const WQE_COUNTER: usize = 60;
     pub const SIGNATURE: usize = 62;
     pub const OP_OWN: usize = 63;
 }
@@ -53,45 +53,16 @@ pub const fn sw_owned(op_own: u8, ci: u32, cqe_cnt: u32) -> bool {
     (op_own >> 4) != 0xf && ((op_own & 1) != 0) == ((ci & cqe_cnt) != 0)
 }
 
-/// A typed view of a 64-byte CQE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cqe<T: AsRef<[u8]>> {
-    buffer: T,
-}
+view!(
+    /// A 64-byte CQE.
+    Cqe,
+    LEN,
+    "a CQE"
+);
 
 impl<T: AsRef<[u8]>> Cqe<T> {
-    /// Wrap a buffer without checking its length.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Cqe { buffer }
-    }
-
-    /// Wrap a buffer of at least [`LEN`] bytes.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let s = Self::new_unchecked(buffer);
-        s.check_len()?;
-        Ok(s)
-    }
-
-    /// Whether the buffer holds a whole CQE.
-    pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < LEN {
-            return Err(Error::InvalidArgument("buffer shorter than a CQE"));
-        }
-        Ok(())
-    }
-
-    /// The wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
-    fn be32(&self, r: core::ops::Range<usize>) -> u32 {
-        let b = &self.b()[r];
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+        self.as_bytes()
     }
 
     /// `op_own` (byte 63).
@@ -116,7 +87,7 @@ impl<T: AsRef<[u8]>> Cqe<T> {
 
     /// `srqn_uidx` (bytes 32..36, big-endian), all 32 bits.
     pub fn srqn_uidx(&self) -> u32 {
-        self.be32(field::SRQN_UIDX)
+        be::get32(self.b(), field::SRQN_UIDX)
     }
 
     /// The user index: low 24 bits of `srqn_uidx` (CQE version 1).
@@ -126,30 +97,28 @@ impl<T: AsRef<[u8]>> Cqe<T> {
 
     /// `imm_inval_pkey` (bytes 36..40, big-endian).
     pub fn imm_inval_pkey(&self) -> u32 {
-        self.be32(field::IMM_INVAL_PKEY)
+        be::get32(self.b(), field::IMM_INVAL_PKEY)
     }
 
     /// `byte_cnt` (bytes 44..48, big-endian).
     pub fn byte_cnt(&self) -> u32 {
-        self.be32(field::BYTE_CNT)
+        be::get32(self.b(), field::BYTE_CNT)
     }
 
     /// `timestamp` (bytes 48..56, big-endian). Meaningless in an error CQE, whose bytes 54/55
     /// hold the syndromes.
     pub fn timestamp(&self) -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.b()[field::TIMESTAMP]);
-        u64::from_be_bytes(b)
+        be::get64(self.b(), field::TIMESTAMP)
     }
 
     /// `sop_drop_qpn` / `s_wqe_opcode_qpn` (bytes 56..60, big-endian).
     pub fn sop_drop_qpn(&self) -> u32 {
-        self.be32(field::SOP_DROP_QPN)
+        be::get32(self.b(), field::SOP_DROP_QPN)
     }
 
     /// The send WQE opcode of a requester CQE (byte 56).
     pub fn s_wqe_opcode(&self) -> SendOpcode {
-        SendOpcode::from(self.b()[field::SOP_DROP_QPN.start])
+        SendOpcode::from(self.b()[field::SOP_DROP_QPN])
     }
 
     /// The QP number (bytes 57..60, big-endian, 24 bits).
@@ -159,8 +128,7 @@ impl<T: AsRef<[u8]>> Cqe<T> {
 
     /// The counter of the completed WQE (bytes 60..62, big-endian).
     pub fn wqe_counter(&self) -> u16 {
-        let b = &self.b()[field::WQE_COUNTER];
-        u16::from_be_bytes([b[0], b[1]])
+        be::get16(self.b(), field::WQE_COUNTER)
     }
 
     /// The signature byte (byte 62).
@@ -182,38 +150,38 @@ impl<T: AsRef<[u8]>> Cqe<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe<T> {
     /// Set `op_own` (byte 63).
     pub fn set_op_own(&mut self, v: u8) {
-        self.buffer.as_mut()[field::OP_OWN] = v;
+        self.as_bytes_mut()[field::OP_OWN] = v;
     }
 
     /// Set `srqn_uidx` (bytes 32..36, big-endian).
     pub fn set_srqn_uidx(&mut self, v: u32) {
-        self.buffer.as_mut()[field::SRQN_UIDX].copy_from_slice(&v.to_be_bytes());
+        be::set32(self.as_bytes_mut(), field::SRQN_UIDX, v);
     }
 
     /// Set `byte_cnt` (bytes 44..48, big-endian).
     pub fn set_byte_cnt(&mut self, v: u32) {
-        self.buffer.as_mut()[field::BYTE_CNT].copy_from_slice(&v.to_be_bytes());
+        be::set32(self.as_bytes_mut(), field::BYTE_CNT, v);
     }
 
     /// Set `timestamp` (bytes 48..56, big-endian).
     pub fn set_timestamp(&mut self, v: u64) {
-        self.buffer.as_mut()[field::TIMESTAMP].copy_from_slice(&v.to_be_bytes());
+        be::set64(self.as_bytes_mut(), field::TIMESTAMP, v);
     }
 
     /// Set the send opcode and QP number (bytes 56..60, big-endian; QP number 24 bits).
     pub fn set_s_wqe_opcode_qpn(&mut self, op: SendOpcode, qpn: QpNum) {
         let v = (u8::from(op) as u32) << 24 | (qpn.0 & QpNum::MAX);
-        self.buffer.as_mut()[field::SOP_DROP_QPN].copy_from_slice(&v.to_be_bytes());
+        be::set32(self.as_bytes_mut(), field::SOP_DROP_QPN, v);
     }
 
     /// Set the WQE counter (bytes 60..62, big-endian).
     pub fn set_wqe_counter(&mut self, v: u16) {
-        self.buffer.as_mut()[field::WQE_COUNTER].copy_from_slice(&v.to_be_bytes());
+        be::set16(self.as_bytes_mut(), field::WQE_COUNTER, v);
     }
 
     /// Error view: set the vendor syndrome (byte 54) and syndrome (byte 55).
     pub fn set_error(&mut self, syndrome: Syndrome, vendor_err: u8) {
-        let b = self.buffer.as_mut();
+        let b = self.as_bytes_mut();
         b[field::VENDOR_ERR_SYND] = vendor_err;
         b[field::SYNDROME] = u8::from(syndrome);
     }
@@ -299,7 +267,7 @@ impl CqeRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::{mlx5_cqe64 as C, mlx5_err_cqe as E};
+    use crate::layout::abi::{mlx5_cqe64 as C, mlx5_err_cqe as E};
     use core::mem::offset_of;
 
     fn hex(s: &str) -> [u8; 64] {
@@ -312,18 +280,18 @@ mod tests {
 
     #[test]
     fn field_table_matches_mlx5dv_h() {
-        assert_eq!(offset_of!(C, srqn_uidx), field::SRQN_UIDX.start);
-        assert_eq!(offset_of!(C, imm_inval_pkey), field::IMM_INVAL_PKEY.start);
-        assert_eq!(offset_of!(C, byte_cnt), field::BYTE_CNT.start);
-        assert_eq!(offset_of!(C, timestamp), field::TIMESTAMP.start);
-        assert_eq!(offset_of!(C, sop_drop_qpn), field::SOP_DROP_QPN.start);
-        assert_eq!(offset_of!(C, wqe_counter), field::WQE_COUNTER.start);
+        assert_eq!(offset_of!(C, srqn_uidx), field::SRQN_UIDX);
+        assert_eq!(offset_of!(C, imm_inval_pkey), field::IMM_INVAL_PKEY);
+        assert_eq!(offset_of!(C, byte_cnt), field::BYTE_CNT);
+        assert_eq!(offset_of!(C, timestamp), field::TIMESTAMP);
+        assert_eq!(offset_of!(C, sop_drop_qpn), field::SOP_DROP_QPN);
+        assert_eq!(offset_of!(C, wqe_counter), field::WQE_COUNTER);
         assert_eq!(offset_of!(C, signature), field::SIGNATURE);
         assert_eq!(offset_of!(C, op_own), field::OP_OWN);
         assert_eq!(offset_of!(E, vendor_err_synd), field::VENDOR_ERR_SYND);
         assert_eq!(offset_of!(E, syndrome), field::SYNDROME);
-        assert_eq!(offset_of!(E, s_wqe_opcode_qpn), field::SOP_DROP_QPN.start);
-        assert_eq!(offset_of!(E, srqn), field::SRQN_UIDX.start);
+        assert_eq!(offset_of!(E, s_wqe_opcode_qpn), field::SOP_DROP_QPN);
+        assert_eq!(offset_of!(E, srqn), field::SRQN_UIDX);
     }
 
     #[test]

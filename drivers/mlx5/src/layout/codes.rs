@@ -142,7 +142,7 @@ impl Syndrome {
     /// The work-completion status rdma-core reports for this syndrome: the `switch` of
     /// `providers/mlx5/cq.c` `mlx5_handle_error_cqe`, with `IBV_WC_GENERAL_ERR` for every
     /// syndrome it does not name. (The vendor syndrome goes to `wc.vendor_err` unchanged; see
-    /// [`crate::cqe::CqeRepr::vendor_err`].)
+    /// [`crate::layout::cqe::CqeRepr::vendor_err`].)
     pub fn wc_status(self) -> WcStatus {
         match self {
             Syndrome::LocalLengthErr => WcStatus::LocLenErr,

@@ -13,7 +13,7 @@
 //!
 //! The CQ side (`cq.c` `update_cons_index`) stores [`cq_ci_dbrec`] at `dbrec[CQ_SET_CI]`.
 
-use crate::opcode::{SEND_WQE_BB, SEND_WQE_DS};
+use crate::layout::codes::{SEND_WQE_BB, SEND_WQE_DS};
 
 /// Index (in 32-bit words) of the receive queue's doorbell record (`MLX5_RCV_DBR`).
 pub const RCV_DBR: usize = 0;
