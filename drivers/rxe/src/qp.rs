@@ -371,19 +371,25 @@ impl<'r> RxeQp<'r> {
         Ok(())
     }
 
-    /// Reap receive completions (writes with immediate, sends); never blocks.
-    pub fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
-        let want = out.len().min(WC_BATCH);
+    /// Poll up to `want` (at most [`WC_BATCH`]) work completions of `cq` into `wcs`.
+    #[inline]
+    fn poll_into(&mut self, cq: NonNull<ffi::ibv_cq>, want: usize) -> Result<usize> {
+        let want = want.min(WC_BATCH);
         if want == 0 {
             return Ok(0);
         }
-        // SAFETY: a live CQ; `wcs` has room for `want` entries.
-        let n =
-            unsafe { (self.poll_cq)(self.recv_cq.as_ptr(), want as c_int, self.wcs.as_mut_ptr()) };
+        // SAFETY: a live CQ of this queue pair; `wcs` has room for `want` entries.
+        let n = unsafe { (self.poll_cq)(cq.as_ptr(), want as c_int, self.wcs.as_mut_ptr()) };
         if n < 0 {
             return Err(device_error(n));
         }
-        for (i, wc) in self.wcs[..n as usize].iter().enumerate() {
+        Ok(n as usize)
+    }
+
+    /// Reap receive completions (writes with immediate, sends); never blocks.
+    pub fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let n = self.poll_into(self.recv_cq, out.len())?;
+        for (i, wc) in self.wcs[..n].iter().enumerate() {
             let slot = (wc.wr_id & self.recv_mask) as usize;
             let (wr_id, region) = self.recv_slots[slot];
             if let Some(r) = region {
@@ -403,7 +409,7 @@ impl<'r> RxeQp<'r> {
                 imm: (wc.wc_flags & ffi::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(wc.imm_data)),
             };
         }
-        Ok(n as usize)
+        Ok(n)
     }
 
     /// Copy an inline payload into staging slot `idx`; returns its length.
@@ -558,17 +564,8 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
-        let want = out.len().min(WC_BATCH);
-        if want == 0 {
-            return Ok(0);
-        }
-        // SAFETY: a live CQ; `wcs` has room for `want` entries.
-        let n =
-            unsafe { (self.poll_cq)(self.send_cq.as_ptr(), want as c_int, self.wcs.as_mut_ptr()) };
-        if n < 0 {
-            return Err(device_error(n));
-        }
-        for (i, o) in out.iter_mut().enumerate().take(n as usize) {
+        let n = self.poll_into(self.send_cq, out.len())?;
+        for (i, o) in out.iter_mut().enumerate().take(n) {
             let wc = self.wcs[i];
             let seq = wc.wr_id;
             let wr_id = self.slots[(seq & self.slot_mask) as usize].wr_id;
@@ -588,7 +585,7 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
                 imm: None,
             };
         }
-        Ok(n as usize)
+        Ok(n)
     }
 
     #[inline]
