@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{bytes, pair, pattern, wait, TARGET};
-use rdma_pmd::{Errno, Error, PostWrite, SendFlags, WcOpcode, WcStatus};
+use rdma_pmd::{
+    DeviceFault, Errno, Error, FirmwareFault, PostWrite, SendFlags, WcOpcode, WcStatus,
+};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{Dma, StdClock};
 use rdma_pmd_mlx5::bringup::{bitmap_words, Hca, HcaConfig, HcaError, PagePool, PortType};
@@ -240,7 +242,14 @@ fn a_failing_command_is_a_typed_error_and_unwinding_returns_every_page() {
             }
         }
     );
-    assert_eq!(Error::from(e), Error::Device(Errno::EINVAL));
+    let fault = FirmwareFault {
+        name: "CREATE_EQ",
+        opcode: 0x301,
+        status: 0x03,
+        syndrome: 0x1234_5678,
+        errno: Errno::EINVAL,
+    };
+    assert_eq!(Error::from(e), Error::Firmware(fault));
     assert_eq!(r.fw.pages().held, 0, "boot and init pages reclaimed after TEARDOWN_HCA");
     assert_eq!(r.fw.state(), HcaState::Disabled);
     assert_eq!(r.fw.live_objects(), 0, "the EQ UAR was given back");
@@ -271,7 +280,14 @@ fn a_failing_init_hca_unwinds_the_kernel_way_without_leaking() {
         ),
         "{e:?}"
     );
-    assert_eq!(Error::from(e), Error::Device(Errno::EIO));
+    let fault = FirmwareFault {
+        name: "INIT_HCA",
+        opcode: 0x102,
+        status: 0x04,
+        syndrome: 7,
+        errno: Errno::EIO,
+    };
+    assert_eq!(Error::from(e), Error::Firmware(fault));
     // Unwinding is the kernel's error path: every page reclaimed, then DISABLE_HCA.
     assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
     assert_eq!(r.fw.pages().held, 0, "boot and init pages reclaimed");
@@ -294,7 +310,14 @@ fn resource_errors_carry_the_provider_errno() {
             (fw::CmdStatus::BadResState, Errno::EINVAL),
         ] {
             r.fw.fail_next(Opcode::AllocPd, status, 1);
-            assert_eq!(ctl.alloc_pd().unwrap_err(), Error::Device(errno), "{status:?}");
+            let fault = FirmwareFault {
+                name: "ALLOC_PD",
+                opcode: 0x800,
+                status: status.into(),
+                syndrome: 1,
+                errno,
+            };
+            assert_eq!(ctl.alloc_pd().unwrap_err(), Error::Firmware(fault), "{status:?}");
         }
         let pd = ctl.alloc_pd().unwrap();
         ctl.dealloc_pd(pd).unwrap();
@@ -318,6 +341,7 @@ fn a_command_that_never_completes_times_out_within_its_bound() {
             error: CmdError::Timeout { opcode: 0x100, waited_ns: CMD_TIMEOUT.as_nanos() as u64 }
         }
     );
+    assert_eq!(Error::from(e), DeviceFault::CommandTimeout { opcode: 0x100 }.into());
     assert_eq!(Error::from(e).errno(), Errno::ETIMEDOUT);
     assert!(took >= CMD_TIMEOUT && took < CMD_TIMEOUT * 10, "gave up after {took:?}");
     assert_eq!(r.fw.hung_slots(), vec![0]);
@@ -345,7 +369,8 @@ fn a_fatal_health_syndrome_is_reported_with_its_syndrome() {
     r.fw.set_health_syndrome(0x8, 0x0bad);
     let start = Instant::now();
     let e = FwControl::new(&mut hca).alloc_pd().unwrap_err();
-    assert_eq!(e, Error::Device(Errno::EIO));
+    let fault = DeviceFault::Unhealthy { syndrome: 0x8, ext_syndrome: 0x0bad };
+    assert_eq!((e, e.errno()), (fault.into(), Errno::EIO));
     assert!(start.elapsed() < CMD_TIMEOUT * 10, "{:?}", start.elapsed());
     let h = hca.health().expect("syndrome visible");
     assert_eq!((h.syndrome, h.ext_syndrome), (HealthSyndrome::HwUnrecoverable, 0x0bad));
@@ -368,6 +393,9 @@ fn health_syndrome_before_bring_up_is_a_typed_error() {
         HcaError::Health(h) => assert_eq!(h.syndrome, HealthSyndrome::FwError),
         other => panic!("expected a health error, got {other:?}"),
     }
+    // Either way the user sees the syndromes, not a bare EIO.
+    let fault = DeviceFault::Unhealthy { syndrome: 0x1, ext_syndrome: 0x0001 };
+    assert_eq!(Error::from(e), fault.into());
 }
 
 #[test]
