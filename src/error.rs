@@ -13,6 +13,8 @@
 //! | bad argument, unknown key, out of bounds | `EINVAL` | verbs' argument checks |
 //! | region still in use | `EBUSY` | `ibv_dereg_mr` on an MR still bound (kernel `ib_dereg_mr`) |
 //! | a bounded wait ran out | `ETIMEDOUT` | |
+//! | a firmware command failed ([`FirmwareFault`]) | the driver's, for its status | mlx5: `mlx5_vfio.c` `cmd_status_to_err` |
+//! | the device broke its contract ([`DeviceFault`]) | `EIO` (see [`DeviceFault::errno`]) | |
 //!
 //! mlx5 itself does not check the QP state on post (the HCA drops or flushes the request); this
 //! crate refuses early, as rxe does, because a request that can never execute is a caller bug.
@@ -95,11 +97,35 @@ pub enum Error {
     Unsupported(&'static str),
     /// A bounded wait ran out.
     Timeout(&'static str),
-    /// A backend or firmware failure, carried as the errno rdma-core would report.
+    /// A backend call failed, carried as the errno it returned.
     Device(Errno),
-    /// The device broke its contract; the fault says what it did. `EIO` at the librdmacm
-    /// surface. The entry that carried it was consumed and nothing else moved.
+    /// A firmware command was executed and refused: which command, the status and syndrome
+    /// firmware answered, and the errno rdma-core reports for that status.
+    Firmware(FirmwareFault),
+    /// The device broke its contract; the fault says what it did. Its errno is
+    /// [`DeviceFault::errno`] (`EIO` for most). On the data path the entry that carried it was
+    /// consumed and nothing else moved.
     Fault(DeviceFault),
+}
+
+/// A firmware command that firmware executed and refused: the value of [`Error::Firmware`].
+///
+/// `status` and `syndrome` are the raw bytes 0 and 4..8 of the command's output (for mlx5,
+/// `MLX5_CMD_STAT_*` and the syndrome the PRM and firmware tools index); `errno` is what the
+/// driver's status table says rdma-core returns for `status`, so that the one mapping from
+/// device statuses to errnos stays with the driver that knows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FirmwareFault {
+    /// The driver's name for the command (`"CREATE_QP"`); empty when it gave none.
+    pub name: &'static str,
+    /// The command's opcode.
+    pub opcode: u16,
+    /// The command status firmware answered.
+    pub status: u8,
+    /// The syndrome firmware answered (which check failed).
+    pub syndrome: u32,
+    /// The errno rdma-core reports for `status`.
+    pub errno: Errno,
 }
 
 /// What a device that broke its contract did: the value of [`Error::Fault`].
@@ -131,6 +157,62 @@ pub enum DeviceFault {
     },
     /// A receive completion while no receive was posted.
     NoReceivePosted,
+    /// Firmware kept a command past the bound without handing it back.
+    CommandTimeout {
+        /// The command's opcode.
+        opcode: u16,
+    },
+    /// A command slot is still owned by firmware: a command posted on it earlier was never
+    /// handed back.
+    CommandSlotBusy {
+        /// The slot.
+        slot: u8,
+    },
+    /// Firmware refused a command entry at delivery (the entry's delivery status): it says the
+    /// entry or its mailboxes were malformed, and the driver built them right.
+    Undelivered {
+        /// The command's opcode.
+        opcode: u16,
+        /// The delivery status firmware wrote.
+        status: u8,
+        /// The errno the driver's delivery status table gives (as the kernel's).
+        errno: Errno,
+    },
+    /// Firmware handed a command back with another token than the one posted: the answer is
+    /// not to this command.
+    TokenMismatch {
+        /// The command's opcode.
+        opcode: u16,
+        /// The token posted.
+        expected: u8,
+        /// The token found.
+        found: u8,
+    },
+    /// The health buffer reports a fatal error: firmware stopped.
+    Unhealthy {
+        /// The health syndrome (`synd`).
+        syndrome: u8,
+        /// The extended syndrome (`ext_synd`).
+        ext_syndrome: u16,
+    },
+    /// Firmware answered a value that cannot be right for what it is used as (an index outside
+    /// the BAR, a negative count, a number already in use); nothing was done with it.
+    BadFirmwareValue {
+        /// Where it came from, as `structure.field`.
+        field: &'static str,
+        /// What firmware said.
+        value: u64,
+    },
+    /// Firmware returned a page that was not lent to it, or more pages than asked for.
+    BadPageReturn {
+        /// The address (or count) it returned.
+        addr: u64,
+    },
+    /// Firmware kept pages when it was asked for all of them back; their memory stays lent.
+    PagesNotReturned {
+        /// Pages still held.
+        outstanding: usize,
+    },
 }
 
 /// Result with this crate's [`Error`].
@@ -152,7 +234,33 @@ impl Error {
             Error::Unsupported(_) => Errno::EOPNOTSUPP,
             Error::Timeout(_) => Errno::ETIMEDOUT,
             Error::Device(e) => *e,
-            Error::Fault(_) => Errno::EIO,
+            Error::Firmware(f) => f.errno,
+            Error::Fault(d) => d.errno(),
+        }
+    }
+}
+
+impl DeviceFault {
+    /// The errno for this fault: `EIO`, the device failed, except for a command never handed
+    /// back, `ETIMEDOUT` as for every bounded wait (the kernel's mlx5 `cmd.c` `wait_func`); a
+    /// busy command slot or pages kept, `EBUSY` (the resource is still the device's); and a
+    /// refused delivery, the errno the driver maps its status to.
+    pub fn errno(&self) -> Errno {
+        match self {
+            DeviceFault::CommandTimeout { .. } => Errno::ETIMEDOUT,
+            DeviceFault::CommandSlotBusy { .. } | DeviceFault::PagesNotReturned { .. } => {
+                Errno::EBUSY
+            }
+            DeviceFault::Undelivered { errno, .. } => *errno,
+            DeviceFault::NotOutstanding { .. }
+            | DeviceFault::InsideWqe { .. }
+            | DeviceFault::WrongQp { .. }
+            | DeviceFault::UnexpectedOpcode { .. }
+            | DeviceFault::NoReceivePosted
+            | DeviceFault::TokenMismatch { .. }
+            | DeviceFault::Unhealthy { .. }
+            | DeviceFault::BadFirmwareValue { .. }
+            | DeviceFault::BadPageReturn { .. } => Errno::EIO,
         }
     }
 }
@@ -180,6 +288,7 @@ impl fmt::Display for Error {
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Timeout(what) => write!(f, "timed out waiting for {what}"),
             Error::Device(e) => write!(f, "device error ({e})"),
+            Error::Firmware(c) => write!(f, "firmware: {c}"),
             Error::Fault(d) => write!(f, "device fault: {d}"),
         }
     }
@@ -199,7 +308,48 @@ impl fmt::Display for DeviceFault {
                 write!(f, "completion opcode {opcode:#x} does not belong on this queue")
             }
             DeviceFault::NoReceivePosted => f.write_str("receive completion with none posted"),
+            DeviceFault::CommandTimeout { opcode } => {
+                write!(f, "command {opcode:#x} not handed back within its bound")
+            }
+            DeviceFault::CommandSlotBusy { slot } => {
+                write!(f, "command slot {slot} still owned by firmware")
+            }
+            DeviceFault::Undelivered { opcode, status, .. } => {
+                write!(f, "command {opcode:#x} refused at delivery, status {status:#x}")
+            }
+            DeviceFault::TokenMismatch { opcode, expected, found } => write!(
+                f,
+                "command {opcode:#x} answered with token {found:#x}, posted with {expected:#x}"
+            ),
+            DeviceFault::Unhealthy { syndrome, ext_syndrome } => {
+                write!(f, "health syndrome {syndrome:#x} (ext {ext_syndrome:#06x})")
+            }
+            DeviceFault::BadFirmwareValue { field, value } => {
+                write!(f, "firmware returned {field} = {value:#x}, which cannot be used")
+            }
+            DeviceFault::BadPageReturn { addr } => {
+                write!(f, "firmware returned page {addr:#x}, which was not lent")
+            }
+            DeviceFault::PagesNotReturned { outstanding } => {
+                write!(f, "{outstanding} pages still held by firmware")
+            }
         }
+    }
+}
+
+impl fmt::Display for FirmwareFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let FirmwareFault { name, opcode, status, syndrome, errno } = self;
+        write!(
+            f,
+            "{name}({opcode:#x}) failed: status {status:#x}, syndrome {syndrome:#x} ({errno})"
+        )
+    }
+}
+
+impl From<FirmwareFault> for Error {
+    fn from(c: FirmwareFault) -> Error {
+        Error::Firmware(c)
     }
 }
 
@@ -226,5 +376,65 @@ mod tests {
         assert_eq!(Error::Timeout("x").errno().0, 110);
         assert_eq!(Error::TooManyInFlight.errno().0, 12);
         assert_eq!(Error::Fault(DeviceFault::NoReceivePosted).errno(), Errno::EIO);
+    }
+
+    #[test]
+    fn a_failed_command_keeps_its_errno_and_says_what_it_was() {
+        let f = FirmwareFault {
+            name: "CREATE_QP",
+            opcode: 0x500,
+            status: 0x03,
+            syndrome: 0x1234_5678,
+            errno: Errno::EINVAL,
+        };
+        assert_eq!(Error::from(f).errno(), Errno::EINVAL);
+        let mut s = Buf::default();
+        fmt::write(&mut s, format_args!("{}", Error::from(f))).unwrap();
+        assert_eq!(
+            s.text(),
+            "firmware: CREATE_QP(0x500) failed: status 0x3, syndrome 0x12345678 (errno 22)"
+        );
+    }
+
+    #[test]
+    fn control_path_faults_are_eio_but_where_the_kernel_says_more() {
+        let f = |d: DeviceFault| Error::Fault(d).errno();
+        assert_eq!(f(DeviceFault::CommandTimeout { opcode: 0x100 }), Errno::ETIMEDOUT);
+        assert_eq!(f(DeviceFault::CommandSlotBusy { slot: 0 }), Errno::EBUSY);
+        assert_eq!(f(DeviceFault::PagesNotReturned { outstanding: 3 }), Errno::EBUSY);
+        let undelivered = DeviceFault::Undelivered { opcode: 0x104, status: 7, errno: Errno(42) };
+        assert_eq!(f(undelivered), Errno(42));
+        for d in [
+            DeviceFault::TokenMismatch { opcode: 0x104, expected: 1, found: 2 },
+            DeviceFault::Unhealthy { syndrome: 8, ext_syndrome: 0xbad },
+            DeviceFault::BadFirmwareValue { field: "alloc_uar_out.uar", value: 0xff_ffff },
+            DeviceFault::BadPageReturn { addr: 0x1000 },
+        ] {
+            assert_eq!(f(d), Errno::EIO, "{d:?}");
+        }
+    }
+
+    /// A fixed buffer for `Display` output (the crate has no allocator).
+    struct Buf([u8; 128], usize);
+
+    impl Default for Buf {
+        fn default() -> Self {
+            Buf([0; 128], 0)
+        }
+    }
+
+    impl Buf {
+        fn text(&self) -> &str {
+            core::str::from_utf8(&self.0[..self.1]).unwrap()
+        }
+    }
+
+    impl fmt::Write for Buf {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let end = self.1 + s.len();
+            self.0.get_mut(self.1..end).ok_or(fmt::Error)?.copy_from_slice(s.as_bytes());
+            self.1 = end;
+            Ok(())
+        }
     }
 }

@@ -34,7 +34,7 @@ pub mod sge;
 
 pub use addr::{BusAddr, Lkey, QpNum, RemoteBuf, Rkey};
 pub use completion::{Completion, WcOpcode, WcStatus};
-pub use error::{DeviceFault, Errno, Error, Result};
+pub use error::{DeviceFault, Errno, Error, FirmwareFault, Result};
 pub use flags::SendFlags;
 pub use post::{Batch, Caps, PostWrite, SendQueue, Source, WriteRequest};
 pub use region::{LocalBuf, RegionUse};

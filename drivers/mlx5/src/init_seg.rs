@@ -18,6 +18,7 @@
 
 use core::fmt;
 
+use rdma_pmd::DeviceFault;
 use rdma_pmd_hal::{Clock, Deadline, Mmio};
 
 /// Byte offsets of the registers this driver uses.
@@ -123,6 +124,25 @@ impl From<u8> for HealthSyndrome {
     }
 }
 
+impl From<HealthSyndrome> for u8 {
+    fn from(s: HealthSyndrome) -> u8 {
+        match s {
+            HealthSyndrome::FwError => 0x1,
+            HealthSyndrome::IriscError => 0x7,
+            HealthSyndrome::HwUnrecoverable => 0x8,
+            HealthSyndrome::CrcError => 0x9,
+            HealthSyndrome::FetchPciError => 0xa,
+            HealthSyndrome::HwFatal => 0xb,
+            HealthSyndrome::AsyncEqOverrun => 0xc,
+            HealthSyndrome::EqError => 0xd,
+            HealthSyndrome::EqInvalid => 0xe,
+            HealthSyndrome::FfserError => 0xf,
+            HealthSyndrome::HighTemperature => 0x10,
+            HealthSyndrome::Unknown(raw) => raw,
+        }
+    }
+}
+
 /// What the health buffer says when its syndrome is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Health {
@@ -136,6 +156,13 @@ pub struct Health {
     pub assert_var0: u32,
     /// `hw_id`.
     pub hw_id: u32,
+}
+
+impl Health {
+    /// The core fault: firmware stopped, with its syndromes.
+    pub fn fault(&self) -> DeviceFault {
+        DeviceFault::Unhealthy { syndrome: self.syndrome.into(), ext_syndrome: self.ext_syndrome }
+    }
 }
 
 impl fmt::Display for Health {

@@ -2,7 +2,9 @@
 //! every resource with firmware commands, runs RDMA WRITEs on them, and tears everything down;
 //! plus the firmware faults a real HCA can show (a failing command, one that never completes,
 //! firmware stuck initializing, a fatal health syndrome), each of which must surface as a typed
-//! error within its bound and leave no firmware page behind.
+//! error within its bound and leave no firmware page behind; and a firmware that breaks the
+//! protocol (a refused delivery, another token, an absurd value, pages never given back), each
+//! of which reaches the user as the fault that names it.
 
 mod common;
 
@@ -10,13 +12,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{bytes, pair, pattern, wait, TARGET};
-use rdma_pmd::{Errno, Error, PostWrite, SendFlags, WcOpcode, WcStatus};
+use rdma_pmd::{
+    BusAddr, DeviceFault, Errno, Error, FirmwareFault, PostWrite, SendFlags, WcOpcode, WcStatus,
+};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{Dma, StdClock};
 use rdma_pmd_mlx5::bringup::{bitmap_words, Hca, HcaConfig, HcaError, PagePool, PortType};
+use rdma_pmd_mlx5::cmd::status::{EBADR, ENOMSG};
 use rdma_pmd_mlx5::cmd::{CmdConfig, CmdError, CmdStatus};
 use rdma_pmd_mlx5::control::{
-    Access, Control, CqParams, MkeyParams, Path, QpParams, Transition, Translation,
+    Access, Control, CqParams, Cqn, MkeyParams, Path, QpParams, Transition, Translation,
 };
 use rdma_pmd_mlx5::fw_control::FwControl;
 use rdma_pmd_mlx5::init_seg::HealthSyndrome;
@@ -240,7 +245,14 @@ fn a_failing_command_is_a_typed_error_and_unwinding_returns_every_page() {
             }
         }
     );
-    assert_eq!(Error::from(e), Error::Device(Errno::EINVAL));
+    let fault = FirmwareFault {
+        name: "CREATE_EQ",
+        opcode: 0x301,
+        status: 0x03,
+        syndrome: 0x1234_5678,
+        errno: Errno::EINVAL,
+    };
+    assert_eq!(Error::from(e), Error::Firmware(fault));
     assert_eq!(r.fw.pages().held, 0, "boot and init pages reclaimed after TEARDOWN_HCA");
     assert_eq!(r.fw.state(), HcaState::Disabled);
     assert_eq!(r.fw.live_objects(), 0, "the EQ UAR was given back");
@@ -271,7 +283,14 @@ fn a_failing_init_hca_unwinds_the_kernel_way_without_leaking() {
         ),
         "{e:?}"
     );
-    assert_eq!(Error::from(e), Error::Device(Errno::EIO));
+    let fault = FirmwareFault {
+        name: "INIT_HCA",
+        opcode: 0x102,
+        status: 0x04,
+        syndrome: 7,
+        errno: Errno::EIO,
+    };
+    assert_eq!(Error::from(e), Error::Firmware(fault));
     // Unwinding is the kernel's error path: every page reclaimed, then DISABLE_HCA.
     assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
     assert_eq!(r.fw.pages().held, 0, "boot and init pages reclaimed");
@@ -294,7 +313,14 @@ fn resource_errors_carry_the_provider_errno() {
             (fw::CmdStatus::BadResState, Errno::EINVAL),
         ] {
             r.fw.fail_next(Opcode::AllocPd, status, 1);
-            assert_eq!(ctl.alloc_pd().unwrap_err(), Error::Device(errno), "{status:?}");
+            let fault = FirmwareFault {
+                name: "ALLOC_PD",
+                opcode: 0x800,
+                status: status.into(),
+                syndrome: 1,
+                errno,
+            };
+            assert_eq!(ctl.alloc_pd().unwrap_err(), Error::Firmware(fault), "{status:?}");
         }
         let pd = ctl.alloc_pd().unwrap();
         ctl.dealloc_pd(pd).unwrap();
@@ -318,6 +344,7 @@ fn a_command_that_never_completes_times_out_within_its_bound() {
             error: CmdError::Timeout { opcode: 0x100, waited_ns: CMD_TIMEOUT.as_nanos() as u64 }
         }
     );
+    assert_eq!(Error::from(e), DeviceFault::CommandTimeout { opcode: 0x100 }.into());
     assert_eq!(Error::from(e).errno(), Errno::ETIMEDOUT);
     assert!(took >= CMD_TIMEOUT && took < CMD_TIMEOUT * 10, "gave up after {took:?}");
     assert_eq!(r.fw.hung_slots(), vec![0]);
@@ -345,7 +372,8 @@ fn a_fatal_health_syndrome_is_reported_with_its_syndrome() {
     r.fw.set_health_syndrome(0x8, 0x0bad);
     let start = Instant::now();
     let e = FwControl::new(&mut hca).alloc_pd().unwrap_err();
-    assert_eq!(e, Error::Device(Errno::EIO));
+    let fault = DeviceFault::Unhealthy { syndrome: 0x8, ext_syndrome: 0x0bad };
+    assert_eq!((e, e.errno()), (fault.into(), Errno::EIO));
     assert!(start.elapsed() < CMD_TIMEOUT * 10, "{:?}", start.elapsed());
     let h = hca.health().expect("syndrome visible");
     assert_eq!((h.syndrome, h.ext_syndrome), (HealthSyndrome::HwUnrecoverable, 0x0bad));
@@ -368,6 +396,9 @@ fn health_syndrome_before_bring_up_is_a_typed_error() {
         HcaError::Health(h) => assert_eq!(h.syndrome, HealthSyndrome::FwError),
         other => panic!("expected a health error, got {other:?}"),
     }
+    // Either way the user sees the syndromes, not a bare EIO.
+    let fault = DeviceFault::Unhealthy { syndrome: 0x1, ext_syndrome: 0x0001 };
+    assert_eq!(Error::from(e), fault.into());
 }
 
 #[test]
@@ -418,4 +449,164 @@ fn a_page_request_beyond_the_pool_is_refused_without_leaking() {
     );
     hca.teardown().expect("teardown");
     assert_eq!(r.fw.pages().held, 0);
+}
+
+// The control path's typed errors, each injected on the model's firmware and seen through
+// `FwControl` (or the `Hca` it wraps) as the value the user gets.
+
+/// An RC QP's fields, on a UAR and PD firmware made. The CQ and the buffers are never looked
+/// at: every test that uses them has firmware refuse or keep `CREATE_QP` before it executes.
+fn qp_params(ctl: &mut FwControl<'_, '_>) -> QpParams {
+    QpParams {
+        uar: ctl.alloc_uar().unwrap(),
+        pd: ctl.alloc_pd().unwrap(),
+        send_cq: Cqn(1),
+        recv_cq: Cqn(1),
+        log_sq_size: 6,
+        log_rq_size: None,
+        log_rq_stride: 4,
+        buf: BusAddr(0x4000_0000),
+        dbrec: BusAddr(0x4001_0000),
+    }
+}
+
+#[test]
+fn a_refused_create_qp_keeps_its_opcode_status_and_syndrome() {
+    let mut r = rig(FwConfig::default());
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, PagePool::new(&mut r.bits, POOL), cfg())
+        .expect("bring-up");
+    let mut ctl = FwControl::new(&mut hca);
+    let p = qp_params(&mut ctl);
+    r.fw.fail_next(Opcode::CreateQp, fw::CmdStatus::BadParam, 0x0bad_c0de);
+    let e = ctl.create_qp(&p).unwrap_err();
+    let fault = FirmwareFault {
+        name: "CREATE_QP",
+        opcode: 0x500,
+        status: 0x03,
+        syndrome: 0x0bad_c0de,
+        errno: Errno::EINVAL,
+    };
+    assert_eq!((e, e.errno()), (Error::Firmware(fault), Errno::EINVAL));
+    assert_eq!(
+        e.to_string(),
+        "firmware: CREATE_QP(0x500) failed: status 0x3, syndrome 0xbadc0de (errno 22)"
+    );
+}
+
+#[test]
+fn a_command_firmware_keeps_is_a_timeout_fault_and_its_slot_stays_busy() {
+    let mut r = rig(FwConfig::default());
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, PagePool::new(&mut r.bits, POOL), cfg())
+        .expect("bring-up");
+    let mut ctl = FwControl::new(&mut hca);
+    let p = qp_params(&mut ctl);
+    r.fw.hang_next(Opcode::CreateQp);
+    let e = ctl.create_qp(&p).unwrap_err();
+    assert_eq!(
+        (e, e.errno()),
+        (DeviceFault::CommandTimeout { opcode: 0x500 }.into(), Errno::ETIMEDOUT)
+    );
+    // The entry is still firmware's: the next command cannot be posted on it.
+    let e = ctl.alloc_pd().unwrap_err();
+    assert_eq!((e, e.errno()), (DeviceFault::CommandSlotBusy { slot: 0 }.into(), Errno::EBUSY));
+    assert_eq!(r.fw.hung_slots(), vec![0]);
+    assert!(hca.teardown().is_err(), "nothing can be torn down behind a hung command");
+}
+
+#[test]
+fn a_refused_delivery_is_a_fault_with_the_kernels_errno_for_its_status() {
+    let mut r = rig(FwConfig::default());
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, PagePool::new(&mut r.bits, POOL), cfg())
+        .expect("bring-up");
+    {
+        let mut ctl = FwControl::new(&mut hca);
+        for (status, raw, errno) in [
+            (fw::DeliveryStatus::InLengthErr, 0x07, ENOMSG),
+            (fw::DeliveryStatus::TokenErr, 0x02, EBADR),
+            (fw::DeliveryStatus::OutPtrAlignErr, 0x04, Errno::EFAULT),
+            (fw::DeliveryStatus::FwErr, 0x06, Errno::EIO),
+        ] {
+            r.fw.refuse_next(Opcode::AllocPd, status);
+            let e = ctl.alloc_pd().unwrap_err();
+            let fault = DeviceFault::Undelivered { opcode: 0x800, status: raw, errno };
+            assert_eq!((e, e.errno()), (fault.into(), errno), "{status:?}");
+        }
+        // Refused entries are handed back: the queue goes on.
+        let pd = ctl.alloc_pd().unwrap();
+        ctl.dealloc_pd(pd).unwrap();
+    }
+    hca.teardown().expect("teardown");
+    assert_eq!(r.fw.pages().held, 0);
+}
+
+#[test]
+fn an_answer_carrying_another_token_is_a_fault_naming_both_tokens() {
+    let mut r = rig(FwConfig::default());
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, PagePool::new(&mut r.bits, POOL), cfg())
+        .expect("bring-up");
+    // The driver never posts token 0 (tokens run 1..=255, as the kernel's).
+    r.fw.answer_token_next(Opcode::AllocPd, 0);
+    let e = FwControl::new(&mut hca).alloc_pd().unwrap_err();
+    match e {
+        Error::Fault(DeviceFault::TokenMismatch { opcode: 0x800, expected, found: 0 }) => {
+            assert_ne!(expected, 0)
+        }
+        other => panic!("expected a token mismatch, got {other:?}"),
+    }
+    assert_eq!(e.errno(), Errno::EIO);
+}
+
+#[test]
+fn a_uar_index_outside_the_bar_is_a_bad_firmware_value_fault() {
+    let mut r = rig(FwConfig::default());
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, PagePool::new(&mut r.bits, POOL), cfg())
+        .expect("bring-up");
+    let objects = r.fw.live_objects();
+    r.fw.answer_field_next(Opcode::AllocUar, fw::ifc::alloc_uar_out::UAR, 0xff_ffff);
+    let e = FwControl::new(&mut hca).alloc_uar().unwrap_err();
+    let fault = DeviceFault::BadFirmwareValue { field: "alloc_uar_out.uar", value: 0xff_ffff };
+    assert_eq!((e, e.errno()), (fault.into(), Errno::EIO));
+    // Firmware did allocate a UAR, under an index the driver cannot know: it stays firmware's.
+    assert_eq!(r.fw.live_objects(), objects + 1);
+}
+
+#[test]
+fn a_page_returned_that_was_never_lent_is_a_bad_page_return_fault() {
+    let mut r = rig(FwConfig::default());
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, PagePool::new(&mut r.bits, POOL), cfg())
+        .expect("bring-up");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    r.fw.request_pages(8).unwrap();
+    let mut given = 0;
+    while given < 8 {
+        given += hca.poll_events().unwrap().pages_given;
+        assert!(Instant::now() < deadline, "page request not seen");
+    }
+    let bogus = 0x7fff_f000;
+    r.fw.answer_field_next(Opcode::ManagePages, fw::ifc::manage_pages_out::PAS.index(0), bogus);
+    r.fw.request_pages(-5).unwrap();
+    let e = loop {
+        match hca.poll_events() {
+            Err(e) => break e,
+            Ok(_) => assert!(Instant::now() < deadline, "page return not seen"),
+        }
+    };
+    assert_eq!(e, HcaError::BadPageReturn { addr: bogus });
+    let fault = DeviceFault::BadPageReturn { addr: bogus };
+    assert_eq!((Error::from(e), e.errno()), (fault.into(), Errno::EIO));
+}
+
+#[test]
+fn firmware_that_keeps_its_pages_at_teardown_is_a_pages_not_returned_fault() {
+    let mut r = rig(FwConfig::default());
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, PagePool::new(&mut r.bits, POOL), cfg())
+        .expect("bring-up");
+    r.fw.set_keep_pages(true);
+    let start = Instant::now();
+    let e = hca.teardown().unwrap_err();
+    assert_eq!(e, HcaError::PagesNotReturned { outstanding: 20 });
+    let fault = DeviceFault::PagesNotReturned { outstanding: 20 };
+    assert_eq!((Error::from(e), e.errno()), (fault.into(), Errno::EBUSY));
+    assert!(start.elapsed() < Duration::from_secs(3), "reclaim bounded: {:?}", start.elapsed());
+    assert_eq!(r.fw.pages().held, 20, "the pages, and their memory, stay firmware's");
 }

@@ -107,6 +107,10 @@ pub(crate) struct Hca {
     pub control: ModelControl,
     pub shared: Arc<Shared>,
     pub log: Vec<Executed>,
+    /// `MANAGE_PAGES` asking for pages back returns none ([`Firmware::set_keep_pages`]).
+    ///
+    /// [`Firmware::set_keep_pages`]: super::Firmware::set_keep_pages
+    pub keep_pages: bool,
 }
 
 /// (input size, output size) of each command the model executes.
@@ -233,6 +237,7 @@ impl Hca {
             control,
             shared,
             log: Vec::new(),
+            keep_pages: false,
         }
     }
 
@@ -429,7 +434,7 @@ impl Hca {
                 if out.len() < o::SIZE + 8 * n {
                     return Err(fail(CmdStatus::BadOutputLen, syn::OUTPUT_TOO_SHORT));
                 }
-                let back = self.pages.take(n);
+                let back = if self.keep_pages { Vec::new() } else { self.pages.take(n) };
                 o::OUTPUT_NUM_ENTRIES.set(out, back.len() as u64);
                 for (k, a) in back.iter().enumerate() {
                     o::PAS.index(k as u32).set(out, *a);

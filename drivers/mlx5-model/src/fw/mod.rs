@@ -59,7 +59,11 @@
 //! [`Firmware::hang_next`] (a command is taken and never handed back),
 //! [`Firmware::set_command_delay`] (a slow firmware),
 //! [`Firmware::set_stuck_initializing`], [`Firmware::set_health_syndrome`] (a fatal error:
-//! the health buffer reports it, the health counter stops, doorbells are ignored).
+//! the health buffer reports it, the health counter stops, doorbells are ignored); and a
+//! firmware that breaks the protocol: [`Firmware::refuse_next`] (a delivery status for a
+//! well-formed entry), [`Firmware::answer_token_next`] (the answer carries another token),
+//! [`Firmware::answer_field_next`] (an output field replaced by an absurd value),
+//! [`Firmware::set_keep_pages`] (pages asked back are never returned).
 //! Run-time pages: [`Firmware::request_pages`] posts a page request EQE. Observation:
 //! [`Firmware::state`], [`Firmware::issi`], [`Firmware::pages`], [`Firmware::executed`],
 //! [`Firmware::delivery_errors`], [`Firmware::hung_slots`], [`Firmware::spurious_doorbells`],
@@ -208,9 +212,21 @@ pub struct DeliveryError {
     pub status: DeliveryStatus,
 }
 
+/// How an injected answer breaks the protocol.
+#[derive(Clone, Copy)]
+enum Misanswer {
+    /// Hand the entry back unexecuted, with this delivery status.
+    Refuse(DeliveryStatus),
+    /// Execute, then hand the entry back carrying this token.
+    Token(u8),
+    /// Execute, then replace this output field with this value.
+    Field(ifc::Field, u64),
+}
+
 #[derive(Default)]
 struct Faults {
     fail: VecDeque<(Opcode, CmdStatus, u32)>,
+    misanswer: VecDeque<(Opcode, Misanswer)>,
     hang: VecDeque<Opcode>,
     stuck_initializing: bool,
     health: (u8, u16),
@@ -349,7 +365,7 @@ impl FwShared {
         };
         let op = Opcode::from(ifc::cmd_in::OPCODE.get(&d.input) as u16);
         let op_mod = ifc::cmd_in::OP_MOD.get(&d.input) as u16;
-        let injected = {
+        let (injected, misanswer) = {
             let mut r = self.regs();
             if let Some(i) = r.faults.hang.iter().position(|h| *h == op) {
                 r.faults.hang.remove(i);
@@ -357,13 +373,20 @@ impl FwShared {
                 return;
             }
             let i = r.faults.fail.iter().position(|f| f.0 == op);
-            i.and_then(|i| r.faults.fail.remove(i))
+            let fail = i.and_then(|i| r.faults.fail.remove(i));
+            let i = r.faults.misanswer.iter().position(|m| m.0 == op);
+            (fail, i.and_then(|i| r.faults.misanswer.remove(i)).map(|m| m.1))
         };
+        if let Some(Misanswer::Refuse(status)) = misanswer {
+            cmdq::complete(&self.dma, at, status);
+            self.post_cmd_event(slot);
+            return;
+        }
         let delay = self.regs().faults.delay;
         if !delay.is_zero() {
             std::thread::sleep(delay);
         }
-        let out = {
+        let mut out = {
             let mut hca = self.hca();
             match injected {
                 Some((_, status, syndrome)) => {
@@ -374,7 +397,16 @@ impl FwShared {
                 None => hca.execute(&d.input, d.outlen),
             }
         };
+        if let Some(Misanswer::Field(field, value)) = misanswer {
+            // A field the output does not reach is left alone (the driver asked for less).
+            if (field.bit + field.width).div_ceil(8) as usize <= out.len() {
+                field.set(&mut out, value);
+            }
+        }
         cmdq::scatter(&self.dma, at, &d.out_blocks, &out);
+        if let Some(Misanswer::Token(token)) = misanswer {
+            self.dma.write(at.add(cmdq::entry::TOKEN as u64), &[token]);
+        }
         cmdq::complete(&self.dma, at, DeliveryStatus::Ok);
         self.post_cmd_event(slot);
     }
@@ -556,6 +588,33 @@ impl Firmware {
     /// executing. Calls queue up.
     pub fn fail_next(&self, opcode: Opcode, status: CmdStatus, syndrome: u32) {
         self.shared.regs().faults.fail.push_back((opcode, status, syndrome));
+    }
+
+    /// The next command with `opcode` is handed back unexecuted with delivery `status`, as if
+    /// its entry or mailboxes were malformed (they need not be). Calls queue up, with those of
+    /// [`answer_token_next`](Self::answer_token_next) and
+    /// [`answer_field_next`](Self::answer_field_next).
+    pub fn refuse_next(&self, opcode: Opcode, status: DeliveryStatus) {
+        self.shared.regs().faults.misanswer.push_back((opcode, Misanswer::Refuse(status)));
+    }
+
+    /// The next command with `opcode` executes and is handed back with `token` in its entry in
+    /// place of the one the driver posted.
+    pub fn answer_token_next(&self, opcode: Opcode, token: u8) {
+        self.shared.regs().faults.misanswer.push_back((opcode, Misanswer::Token(token)));
+    }
+
+    /// The next command with `opcode` executes, then its output's `field` reads `value` (a
+    /// UAR index outside the BAR, a page that was never lent, ...). What the command did
+    /// stands: the object firmware made is still there.
+    pub fn answer_field_next(&self, opcode: Opcode, field: ifc::Field, value: u64) {
+        self.shared.regs().faults.misanswer.push_back((opcode, Misanswer::Field(field, value)));
+    }
+
+    /// While `keep` is set, `MANAGE_PAGES` asking for pages back returns none: a firmware that
+    /// never gives its pages back.
+    pub fn set_keep_pages(&self, keep: bool) {
+        self.shared.hca().keep_pages = keep;
     }
 
     /// The next command with `opcode` is taken and never handed back (its owner bit stays set).

@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use rdma_pmd::{Errno, Error};
+use rdma_pmd::{DeviceFault, Errno, Error};
 use rdma_pmd_hal::HalError;
 
 use crate::cmd::CmdError;
@@ -110,19 +110,24 @@ impl fmt::Display for HcaError {
 }
 
 impl From<HcaError> for Error {
+    /// Firmware that broke its contract becomes the [`DeviceFault`] naming what it did; a
+    /// refused command keeps its step's name ([`CmdError::into_error`]).
     fn from(e: HcaError) -> Self {
         match e {
             HcaError::FwInitTimeout { .. } => Error::Timeout("firmware initialization"),
-            HcaError::Health(_) => Error::Device(Errno::EIO),
+            HcaError::Health(h) => h.fault().into(),
             HcaError::CmdifRev { .. } | HcaError::Issi { .. } => {
                 Error::Unsupported("firmware command interface")
             }
-            HcaError::Cmd { error, .. } => error.into(),
+            HcaError::Cmd { step, error } => error.into_error(step),
             HcaError::PagePoolExhausted { .. } => Error::Device(Errno::ENOMEM),
-            HcaError::BadPageReturn { .. } | HcaError::BadFirmwareValue { .. } => {
-                Error::Device(Errno::EIO)
+            HcaError::BadPageReturn { addr } => DeviceFault::BadPageReturn { addr }.into(),
+            HcaError::BadFirmwareValue { field, value } => {
+                DeviceFault::BadFirmwareValue { field, value }.into()
             }
-            HcaError::PagesNotReturned { .. } => Error::Device(Errno::EBUSY),
+            HcaError::PagesNotReturned { outstanding } => {
+                DeviceFault::PagesNotReturned { outstanding }.into()
+            }
             HcaError::Hal(h) => h.into(),
         }
     }

@@ -2,7 +2,7 @@ use core::cell::Cell;
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
-use rdma_pmd::{Errno, Error};
+use rdma_pmd::{DeviceFault, Errno, Error, FirmwareFault};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{Clock, Mmio};
 
@@ -190,7 +190,14 @@ fn failing_init_hca_unwinds_and_reclaims_every_page() {
             }
         }
     );
-    assert_eq!(Error::from(e), Error::Device(Errno::EIO));
+    let fault = FirmwareFault {
+        name: "INIT_HCA",
+        opcode: 0x102,
+        status: 0x04,
+        syndrome: 0x00c0_ffee,
+        errno: Errno::EIO,
+    };
+    assert_eq!(Error::from(e), Error::Firmware(fault));
     let ops = r.fw.opcodes();
     assert_eq!(&ops[ops.len() - 4..], &[0x108, 0x108, 0x108, 0x105], "pages back, then disable");
     assert!(!ops.contains(&0x103), "no TEARDOWN_HCA: INIT_HCA never succeeded");
@@ -228,6 +235,7 @@ fn a_command_that_never_completes_is_a_typed_timeout_and_memory_firmware_may_tou
             error: CmdError::Timeout { opcode: 0x100, waited_ns: 2_000_000 }
         }
     );
+    assert_eq!(Error::from(e), DeviceFault::CommandTimeout { opcode: 0x100 }.into());
     assert_eq!(Error::from(e).errno(), Errno::ETIMEDOUT);
     // Bounded: the fake clock moves 1 µs per reading; bring-up gave up within the command
     // bound plus the unwind's bounded commands.
@@ -361,7 +369,8 @@ fn an_alloc_uar_index_outside_the_bar_is_a_typed_error_not_an_mmio_fault() {
     st.lock().unwrap().uar_index = 0xff_ffff; // page 0xffffff: 0xffffff040 in a 0x44000 BAR
     let (r, e) = refused(st);
     assert_eq!(e, HcaError::BadFirmwareValue { field: "alloc_uar_out.uar", value: 0xff_ffff });
-    assert_eq!(Error::from(e), Error::Device(Errno::EIO));
+    let fault = DeviceFault::BadFirmwareValue { field: "alloc_uar_out.uar", value: 0xff_ffff };
+    assert_eq!((Error::from(e), e.errno()), (fault.into(), Errno::EIO));
     let ops = r.fw.opcodes();
     assert!(!ops.contains(&0x301), "no EQ made on a UAR outside the BAR");
     assert!(ops.contains(&0x803), "the UAR firmware allocated is given back");

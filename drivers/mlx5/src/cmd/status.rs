@@ -8,10 +8,14 @@
 //!   (`MLX5_CMD_STAT_*`, `include/linux/mlx5/device.h`). Errno as rdma-core's
 //!   `providers/mlx5/mlx5_vfio.c` `cmd_status_to_err` (the kernel's `cmd_status_to_err` returns
 //!   the same values, negated).
+//!
+//! A [`CmdError`] reaches the core as a typed value: a refused command as
+//! [`Error::Firmware`] (opcode, status, syndrome and the errno of the table below), a firmware
+//! that broke the protocol as [`Error::Fault`] naming what it did.
 
 use core::fmt;
 
-use rdma_pmd::{Errno, Error};
+use rdma_pmd::{DeviceFault, Errno, Error, FirmwareFault};
 use rdma_pmd_hal::HalError;
 
 use crate::init_seg::Health;
@@ -65,6 +69,25 @@ impl From<u8> for DeliveryStatus {
             0x9 => DeliveryStatus::ReservedNotCleared,
             0x10 => DeliveryStatus::CmdDescriptor,
             other => DeliveryStatus::Unknown(other),
+        }
+    }
+}
+
+impl From<DeliveryStatus> for u8 {
+    fn from(s: DeliveryStatus) -> u8 {
+        match s {
+            DeliveryStatus::Ok => 0x0,
+            DeliveryStatus::SignatureError => 0x1,
+            DeliveryStatus::TokenError => 0x2,
+            DeliveryStatus::BadBlockNumber => 0x3,
+            DeliveryStatus::OutPtrAlign => 0x4,
+            DeliveryStatus::InPtrAlign => 0x5,
+            DeliveryStatus::FwError => 0x6,
+            DeliveryStatus::InLength => 0x7,
+            DeliveryStatus::OutLength => 0x8,
+            DeliveryStatus::ReservedNotCleared => 0x9,
+            DeliveryStatus::CmdDescriptor => 0x10,
+            DeliveryStatus::Unknown(raw) => raw,
         }
     }
 }
@@ -147,6 +170,30 @@ impl From<u8> for CmdStatus {
             0x50 => CmdStatus::BadInputLength,
             0x51 => CmdStatus::BadOutputLength,
             other => CmdStatus::Unknown(other),
+        }
+    }
+}
+
+impl From<CmdStatus> for u8 {
+    fn from(s: CmdStatus) -> u8 {
+        match s {
+            CmdStatus::Ok => 0x0,
+            CmdStatus::InternalError => 0x1,
+            CmdStatus::BadOp => 0x2,
+            CmdStatus::BadParam => 0x3,
+            CmdStatus::BadSysState => 0x4,
+            CmdStatus::BadResource => 0x5,
+            CmdStatus::ResourceBusy => 0x6,
+            CmdStatus::LimitsExceeded => 0x8,
+            CmdStatus::BadResourceState => 0x9,
+            CmdStatus::BadIndex => 0xa,
+            CmdStatus::NoResources => 0xf,
+            CmdStatus::BadQpState => 0x10,
+            CmdStatus::BadPacket => 0x30,
+            CmdStatus::BadSizeOutstandingCqes => 0x40,
+            CmdStatus::BadInputLength => 0x50,
+            CmdStatus::BadOutputLength => 0x51,
+            CmdStatus::Unknown(raw) => raw,
         }
     }
 }
@@ -248,19 +295,36 @@ pub enum CmdError {
 }
 
 impl CmdError {
-    /// The errno reported for this error.
+    /// The errno reported for this error (that of the core error it becomes).
     pub fn errno(&self) -> Errno {
+        Error::from(*self).errno()
+    }
+
+    /// The core error for this one, naming the command `name` (the driver's name for it, such
+    /// as `"CREATE_QP"`) when firmware refused it.
+    pub fn into_error(self, name: &'static str) -> Error {
         match self {
-            CmdError::Timeout { .. } => Errno::ETIMEDOUT,
-            CmdError::Health { .. } => Errno::EIO,
-            CmdError::Delivery { status, .. } => status.errno(),
-            CmdError::Failed { status, .. } => status.errno(),
-            CmdError::TooLarge { .. } => Errno::EINVAL,
-            CmdError::SlotBusy { .. } => Errno::EBUSY,
-            // The kernel's answer to a token error (`deliv_status_to_err`).
-            CmdError::TokenMismatch { .. } => EBADR,
-            CmdError::BadGeometry { .. } => Errno::EOPNOTSUPP,
-            CmdError::Hal(e) => Error::from(*e).errno(),
+            CmdError::Failed { opcode, status, syndrome, .. } => Error::Firmware(FirmwareFault {
+                name,
+                opcode,
+                status: status.into(),
+                syndrome,
+                errno: status.errno(),
+            }),
+            CmdError::Timeout { opcode, .. } => DeviceFault::CommandTimeout { opcode }.into(),
+            CmdError::Health { health, .. } => health.fault().into(),
+            CmdError::Delivery { opcode, status } => {
+                DeviceFault::Undelivered { opcode, status: status.into(), errno: status.errno() }
+                    .into()
+            }
+            CmdError::TokenMismatch { opcode, expected, found } => {
+                DeviceFault::TokenMismatch { opcode, expected, found }.into()
+            }
+            // Slots are numbered below `SLOTS` (2).
+            CmdError::SlotBusy { slot } => DeviceFault::CommandSlotBusy { slot: slot as u8 }.into(),
+            CmdError::TooLarge { .. } => Error::InvalidArgument("command exceeds its mailboxes"),
+            CmdError::BadGeometry { .. } => Error::Unsupported("command queue geometry"),
+            CmdError::Hal(h) => h.into(),
         }
     }
 }
@@ -302,13 +366,9 @@ impl fmt::Display for CmdError {
 }
 
 impl From<CmdError> for Error {
+    /// As [`CmdError::into_error`], without a command name.
     fn from(e: CmdError) -> Self {
-        match e {
-            CmdError::Timeout { .. } => Error::Timeout("firmware command"),
-            CmdError::TooLarge { .. } => Error::InvalidArgument("command exceeds its mailboxes"),
-            CmdError::Hal(h) => h.into(),
-            other => Error::Device(other.errno()),
-        }
+        e.into_error("")
     }
 }
 
@@ -346,7 +406,18 @@ mod tests {
             status: CmdStatus::BadParam,
             syndrome: 0x1234,
         };
-        assert_eq!(Error::from(e), Error::Device(Errno::EINVAL));
+        let fault = FirmwareFault {
+            name: "CREATE_QP",
+            opcode: 0x500,
+            status: 0x03,
+            syndrome: 0x1234,
+            errno: Errno::EINVAL,
+        };
+        assert_eq!(e.into_error("CREATE_QP"), Error::Firmware(fault));
+        assert_eq!(Error::from(e), Error::Firmware(FirmwareFault { name: "", ..fault }));
+        for raw in 0..=0xff {
+            assert_eq!(u8::from(CmdStatus::from(raw)), raw, "status {raw:#x} round trip");
+        }
     }
 
     #[test]
@@ -360,11 +431,18 @@ mod tests {
         assert_eq!(DeliveryStatus::from(0x10).errno(), ENOMSG);
         assert_eq!(DeliveryStatus::from(0x22), DeliveryStatus::Unknown(0x22));
         assert_eq!(DeliveryStatus::from(0x22).errno(), Errno::EINVAL);
+        for raw in 0..=0x7f {
+            assert_eq!(u8::from(DeliveryStatus::from(raw)), raw, "status {raw:#x} round trip");
+        }
+        let e = CmdError::Delivery { opcode: 0x104, status: DeliveryStatus::InLength };
+        let fault = DeviceFault::Undelivered { opcode: 0x104, status: 7, errno: ENOMSG };
+        assert_eq!((Error::from(e), e.errno()), (fault.into(), ENOMSG));
     }
 
     #[test]
     fn timeouts_surface_as_etimedout() {
         let e = CmdError::Timeout { opcode: 0x104, waited_ns: 10 };
+        assert_eq!(Error::from(e), DeviceFault::CommandTimeout { opcode: 0x104 }.into());
         assert_eq!(Error::from(e).errno(), Errno::ETIMEDOUT);
     }
 }

@@ -1,7 +1,7 @@
 use core::cell::Cell;
 use std::vec::Vec;
 
-use rdma_pmd::{Errno, Error};
+use rdma_pmd::{DeviceFault, Errno, Error, FirmwareFault};
 use rdma_pmd_hal::{Clock, Mmio};
 
 use super::fake_fw::{FakeFw, Reply};
@@ -92,7 +92,14 @@ fn failing_status_becomes_a_typed_error_with_the_provider_errno() {
             syndrome: 0xdead
         }
     );
-    assert_eq!(Error::from(e), Error::Device(Errno::EBUSY));
+    let fault = FirmwareFault {
+        name: "",
+        opcode: 0x104,
+        status: 0x06,
+        syndrome: 0xdead,
+        errno: Errno::EBUSY,
+    };
+    assert_eq!(Error::from(e), Error::Firmware(fault));
     // The slot is free again: the next command goes through.
     assert!(q.post(SLOT_CMD, &enable_hca(), Pas::None, 16).is_ok());
 }
@@ -107,6 +114,8 @@ fn delivery_failure_is_reported_before_the_command_status() {
         q.exec_on(SLOT_CMD, &Ticks(Cell::new(0)), &enable_hca(), Pas::None, &mut out).unwrap_err();
     assert_eq!(e, CmdError::Delivery { opcode: 0x104, status: DeliveryStatus::InLength });
     assert_eq!(e.errno(), status::ENOMSG);
+    let fault = DeviceFault::Undelivered { opcode: 0x104, status: 0x07, errno: status::ENOMSG };
+    assert_eq!(Error::from(e), fault.into());
 }
 
 #[test]
@@ -118,12 +127,13 @@ fn a_command_that_never_completes_times_out_within_its_bound() {
     let e = q.exec_on(SLOT_CMD, &clock, &enable_hca(), Pas::None, &mut out).unwrap_err();
     assert_eq!(e, CmdError::Timeout { opcode: 0x104, waited_ns: 5_000_000 });
     assert!(clock.0.get() <= 5_000_000 + 10_000, "gave up late: {} ns", clock.0.get());
-    assert_eq!(Error::from(e), Error::Timeout("firmware command"));
+    assert_eq!(Error::from(e), DeviceFault::CommandTimeout { opcode: 0x104 }.into());
     // Firmware still owns the slot: posting again is refused, the other slot still works.
-    assert_eq!(
-        q.post(SLOT_CMD, &enable_hca(), Pas::None, 16),
-        Err(CmdError::SlotBusy { slot: SLOT_CMD })
-    );
+    let busy = q.post(SLOT_CMD, &enable_hca(), Pas::None, 16);
+    assert_eq!(busy, Err(CmdError::SlotBusy { slot: SLOT_CMD }));
+    let fault = DeviceFault::CommandSlotBusy { slot: SLOT_CMD as u8 };
+    assert_eq!(busy.map_err(Error::from), Err(fault.into()));
+    assert_eq!(fault.errno(), Errno::EBUSY);
     assert_eq!(fw.log.lock().unwrap().len(), 1);
 }
 
@@ -153,7 +163,8 @@ fn timeout_with_a_health_syndrome_reports_the_syndrome() {
         }
         other => panic!("expected a health error, got {other:?}"),
     }
-    assert_eq!(Error::from(e), Error::Device(Errno::EIO));
+    let fault = DeviceFault::Unhealthy { syndrome: 0x10, ext_syndrome: 0x42 };
+    assert_eq!((Error::from(e), e.errno()), (fault.into(), Errno::EIO));
 }
 
 #[test]
@@ -247,5 +258,6 @@ fn a_completion_carrying_another_token_is_a_typed_error() {
     let e =
         q.exec_on(SLOT_CMD, &Ticks(Cell::new(0)), &enable_hca(), Pas::None, &mut out).unwrap_err();
     assert_eq!(e, CmdError::TokenMismatch { opcode: 0x104, expected: 1, found: 0x77 });
-    assert_eq!(e.errno(), status::EBADR);
+    let fault = DeviceFault::TokenMismatch { opcode: 0x104, expected: 1, found: 0x77 };
+    assert_eq!((Error::from(e), e.errno()), (fault.into(), Errno::EIO));
 }
