@@ -1,5 +1,5 @@
 //! `cargo xtask ifc [--header PATH] [--check]`: regenerate the mlx5 command layout constants
-//! (`drivers/mlx5/src/ifc/generated.rs`) from the kernel's `mlx5_ifc.h`, or with `--check` fail
+//! (`drivers/mlx5/src/layout/ifc/generated.rs`) from the kernel's `mlx5_ifc.h`, or with `--check` fail
 //! if the committed file differs from what the header gives.
 
 use std::path::PathBuf;
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[path = "../../drivers/mlx5/ifc/gen.rs"]
 mod gen;
 
-const OUT: &str = "drivers/mlx5/src/ifc/generated.rs";
+const OUT: &str = "drivers/mlx5/src/layout/ifc/generated.rs";
 
 pub fn run(args: &[String]) -> bool {
     let mut header = None;

@@ -1,4 +1,4 @@
-//! Generator of `drivers/mlx5/src/ifc/generated.rs` from the kernel's
+//! Generator of `drivers/mlx5/src/layout/ifc/generated.rs` from the kernel's
 //! `include/linux/mlx5/mlx5_ifc.h` (std only; shared by `cargo xtask ifc` and the header test).
 //!
 //! `mlx5_ifc.h` describes every firmware command and context as a C struct whose members are

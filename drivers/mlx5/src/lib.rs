@@ -4,13 +4,16 @@
 //! allocator. See the modules for the WQE/CQE layouts, the send ring, CQ polling and the
 //! control seam ([`control::Control`]) through which resources are created.
 //!
-//! ## Layouts
+//! ## The tree
 //!
-//! Byte-exact send WQEs and CQEs of mlx5 devices, as rdma-core's `infiniband/mlx5dv.h` declares
-//! them and its `providers/mlx5` (`qp.c`, `cq.c`) fills them, live in [`layout`], each stated
-//! once; [`ifc`] holds the command layouts generated from the kernel's `mlx5_ifc.h`. The WQE
-//! builder the data path posts with is [`wqe::WqeBuilder`]; `vectors` (`std` feature) reads and
-//! runs the conformance vector format.
+//! | where | what |
+//! |---|---|
+//! | [`layout`] | every byte layout shared with the HCA, each stated once: WQE segments, CQE, doorbell values, codes, and the command layouts generated from the kernel's `mlx5_ifc.h` ([`layout::ifc`]) |
+//! | [`wqe`], [`sq`], [`uar`] | the send direction: the WQE builder and its ring sinks, the send ring's bookkeeping, the doorbell |
+//! | [`cq`], [`rq`] | completion polling, and the receive ring |
+//! | [`device`], [`qp`], [`mr`] | lifecycle: the opened device, queue pairs and their states, registered regions |
+//! | [`control`] | the control path: the [`control::Control`] seam, the command interface ([`control::cmd`]), HCA bring-up ([`control::bringup`]) and the firmware-backed seam ([`control::fw::FwControl`]) |
+//! | `vectors` (`std` feature) | reader and runner for the conformance vector format |
 //!
 //! ## Posting one WRITE: what the data path calls
 //!
@@ -36,16 +39,11 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-pub mod bringup;
-pub mod cmd;
 pub mod control;
 pub mod cq;
 pub mod device;
 #[cfg(test)]
 mod fake;
-pub mod fw_control;
-pub mod ifc;
-pub mod init_seg;
 pub mod layout;
 pub mod mr;
 pub mod qp;

@@ -201,7 +201,7 @@ pub enum UpError {
     /// Opening the function failed (not an mlx5, VFIO).
     Open(OpenError),
     /// The HCA bring-up or teardown over the command interface failed.
-    Hca(crate::bringup::HcaError),
+    Hca(crate::control::bringup::HcaError),
     /// Opening the device context (UAR, PD) failed.
     Device(rdma_pmd::Error),
 }
@@ -222,7 +222,7 @@ impl std::error::Error for UpError {}
 pub type VfioMlx5<'h, 'a> = crate::Mlx5<
     &'a rdma_pmd_hal::vfio::VfioBar,
     crate::SharedDma<&'a rdma_pmd_hal::vfio::VfioDma>,
-    crate::fw_control::FwControl<'h, 'a>,
+    crate::control::fw::FwControl<'h, 'a>,
 >;
 
 /// Open the mlx5 function at `addr`, bring its HCA up over the command interface (lending
@@ -234,10 +234,10 @@ pub type VfioMlx5<'h, 'a> = crate::Mlx5<
 pub fn with_device<R>(
     addr: &str,
     pool_pages: usize,
-    cfg: crate::bringup::HcaConfig,
-    f: impl FnOnce(&VfioMlx5<'_, '_>, &crate::bringup::BringupReport) -> R,
+    cfg: crate::control::bringup::HcaConfig,
+    f: impl FnOnce(&VfioMlx5<'_, '_>, &crate::control::bringup::BringupReport) -> R,
 ) -> Result<R, UpError> {
-    use crate::bringup::{bitmap_words, Hca, PagePool};
+    use crate::control::bringup::{bitmap_words, Hca, PagePool};
     let dev = open(addr).map_err(UpError::Open)?;
     let clock = rdma_pmd_hal::StdClock::default();
     let mut bits = std::vec![0u64; bitmap_words(pool_pages)];
@@ -245,7 +245,7 @@ pub fn with_device<R>(
     let mut hca = Hca::bring_up(dev.bar0(), dev.dma(), &clock, pool, cfg).map_err(UpError::Hca)?;
     let report = *hca.report();
     let out = {
-        let ctl = crate::fw_control::FwControl::new(&mut hca);
+        let ctl = crate::control::fw::FwControl::new(&mut hca);
         let mlx5 = crate::Mlx5::open(dev.bar0(), crate::SharedDma(dev.dma()), ctl)
             .map_err(UpError::Device);
         mlx5.map(|m| f(&m, &report))

@@ -17,14 +17,14 @@ use rdma_pmd::{
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{Dma, StdClock};
-use rdma_pmd_mlx5::bringup::{bitmap_words, Hca, HcaConfig, HcaError, PagePool, PortType};
-use rdma_pmd_mlx5::cmd::status::{EBADR, ENOMSG};
-use rdma_pmd_mlx5::cmd::{CmdConfig, CmdError, CmdStatus};
+use rdma_pmd_mlx5::control::bringup::{bitmap_words, Hca, HcaConfig, HcaError, PagePool, PortType};
+use rdma_pmd_mlx5::control::cmd::status::{EBADR, ENOMSG};
+use rdma_pmd_mlx5::control::cmd::{CmdConfig, CmdError, CmdStatus};
+use rdma_pmd_mlx5::control::fw::FwControl;
+use rdma_pmd_mlx5::control::init_seg::HealthSyndrome;
 use rdma_pmd_mlx5::control::{
     Access, Control, CqParams, Cqn, MkeyParams, Path, QpParams, Transition, Translation,
 };
-use rdma_pmd_mlx5::fw_control::FwControl;
-use rdma_pmd_mlx5::init_seg::HealthSyndrome;
 use rdma_pmd_mlx5::{Mlx5, QpConfig, SharedDma};
 use rdma_pmd_mlx5_model::fw::{self, Firmware, FwConfig, HcaState, Opcode};
 use rdma_pmd_mlx5_model::Model;

@@ -8,7 +8,7 @@
 #[path = "../ifc/gen.rs"]
 mod gen;
 
-use rdma_pmd_mlx5::ifc::generated::{CONSTS, FIELDS, SIZES};
+use rdma_pmd_mlx5::layout::ifc::generated::{CONSTS, FIELDS, SIZES};
 
 fn header() -> Option<gen::Header> {
     match gen::find_header() {
@@ -61,7 +61,7 @@ fn every_generated_field_matches_the_header() {
 fn committed_file_is_what_the_generator_writes() {
     let Some(h) = header() else { return };
     let fresh = gen::generate(&h).expect("generate");
-    let committed = include_str!("../src/ifc/generated.rs");
+    let committed = include_str!("../src/layout/ifc/generated.rs");
     if fresh != committed {
         let diff: Vec<String> = fresh
             .lines()

@@ -1,7 +1,7 @@
 //! Every byte layout the driver shares with the HCA, and nothing else: send WQE segments, the
 //! CQE, doorbell records and the UAR doorbell word, opcodes and syndromes, and the `#[repr(C)]`
-//! mirrors of rdma-core's `mlx5dv.h` that pin the tables. (The command layouts generated from
-//! the kernel's `mlx5_ifc.h` are in [`crate::ifc`].)
+//! mirrors of rdma-core's `mlx5dv.h` that pin the tables, and the command layouts generated
+//! from the kernel's `mlx5_ifc.h` ([`ifc`]).
 //!
 //! Each layout is stated once: a table of field byte ranges, and a typed view over any byte
 //! buffer whose getters and setters go through [`be`]. The code that writes a layout (the WQE
@@ -18,11 +18,13 @@
 //! | [`doorbell`] | doorbell-record values, BlueFlame length rule, CQ consumer index |
 //! | [`codes`] | send and CQE opcodes, CQE syndromes (→ [`rdma_pmd::WcStatus`]), `fm_ce_se` bits, sizes |
 //! | [`abi`] | `#[repr(C)]` mirrors of the mlx5dv.h structs, for the tests that pin the tables |
+//! | [`ifc`] | command and context layouts, generated from `mlx5_ifc.h` by `cargo xtask ifc` |
 
 pub mod abi;
 pub mod codes;
 pub mod cqe;
 pub mod doorbell;
+pub mod ifc;
 pub mod wqe;
 
 /// Big-endian fields at byte offsets of a buffer: every multi-byte field the HCA reads or

@@ -18,7 +18,7 @@ use core::fmt;
 use rdma_pmd::{DeviceFault, Errno, Error, FirmwareFault};
 use rdma_pmd_hal::HalError;
 
-use crate::init_seg::Health;
+use crate::control::init_seg::Health;
 
 /// `EBADR` (Linux): the kernel's answer to signature and token errors.
 pub const EBADR: Errno = Errno(53);

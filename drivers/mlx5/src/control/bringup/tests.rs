@@ -8,10 +8,10 @@ use rdma_pmd_hal::{Clock, Mmio};
 
 use super::script_fw::{default_state, script, State};
 use super::*;
-use crate::cmd::fake_fw::FakeFw;
-use crate::cmd::CmdStatus;
+use crate::control::cmd::fake_fw::FakeFw;
+use crate::control::cmd::CmdStatus;
+use crate::control::init_seg::{FwVersion, HealthSyndrome};
 use crate::control::DeviceCaps;
-use crate::init_seg::{FwVersion, HealthSyndrome};
 
 /// 1 µs per reading.
 struct Ticks(Cell<u64>);
@@ -334,7 +334,7 @@ fn runtime_page_requests_are_answered_from_the_pool() {
     assert_eq!(hca.pages_lent(), 343);
     let log = r.fw.log.lock().unwrap().clone();
     assert_eq!(log.len(), 2);
-    assert!(log.iter().all(|c| c.slot == crate::cmd::SLOT_PAGES && c.opcode == 0x108));
+    assert!(log.iter().all(|c| c.slot == crate::control::cmd::SLOT_PAGES && c.opcode == 0x108));
     // The consumer index went back to firmware, armed: eqn 5, ci 2.
     let mut db = [0u8; 4];
     r.bar.mem().read_bytes(0x1000 + 0x40, &mut db);

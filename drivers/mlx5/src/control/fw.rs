@@ -19,13 +19,13 @@
 
 use rdma_pmd::{Error, QpNum};
 
-use crate::bringup::{Hca, HcaCaps, HcaError, FW_PAGE};
-use crate::cmd::Pas;
+use crate::control::bringup::{Hca, HcaCaps, HcaError, FW_PAGE};
+use crate::control::cmd::Pas;
 use crate::control::{
     Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path, Pdn, QpParams, Transition,
     Translation, Uar,
 };
-use crate::ifc::{self, consts, generated::*};
+use crate::layout::ifc::{self, consts, generated::*};
 
 /// `MLX5_ZERO_LEN_RQ` (kernel `include/linux/mlx5/qp.h`): the QP has no receive queue.
 pub const ZERO_LEN_RQ: u64 = 0x3;

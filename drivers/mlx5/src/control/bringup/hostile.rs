@@ -32,10 +32,10 @@ use rdma_pmd_hal::{Clock, Mmio};
 
 use super::script_fw::{general_caps, page_request, Ring};
 use super::*;
-use crate::cmd::fake_fw::{FakeFw, Reply, Seen, BAR_SIZE};
+use crate::control::cmd::fake_fw::{FakeFw, Reply, Seen, BAR_SIZE};
+use crate::control::fw::FwControl;
 use crate::control::Control;
-use crate::fw_control::FwControl;
-use crate::ifc::Field;
+use crate::layout::ifc::Field;
 
 /// Cases in the default (CI) run.
 const CI_CASES: u64 = 300;

@@ -1,9 +1,9 @@
 //! The capabilities bring-up reads and sets: `QUERY_HCA_CAP` / `SET_HCA_CAP` (general and
 //! RoCE), and the values the driver keeps from them.
 
-use crate::cmd::Pas;
+use crate::control::cmd::Pas;
 use crate::control::DeviceCaps;
-use crate::ifc::{self, consts, generated::*};
+use crate::layout::ifc::{self, consts, generated::*};
 use crate::uar::BF_OFFSET;
 
 use super::{input, Hca, HcaError};

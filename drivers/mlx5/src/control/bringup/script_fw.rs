@@ -1,14 +1,14 @@
 //! Scripted firmware answers for bring-up unit tests: enough state (pages lent, objects
 //! numbered, capabilities) to drive the sequence, plus injected faults. The transport is
-//! [`crate::cmd::fake_fw`]; the PRM device model lives in its own crate.
+//! [`crate::control::cmd::fake_fw`]; the PRM device model lives in its own crate.
 
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 
-use crate::cmd::fake_fw::{FakeFw, Reply, Seen};
-use crate::ifc::{self, consts, generated::*, Field};
+use crate::control::cmd::fake_fw::{FakeFw, Reply, Seen};
+use crate::layout::ifc::{self, consts, generated::*, Field};
 
 /// An event queue ring firmware writes: where it is, its size, the next entry to write.
 #[derive(Debug, Clone, Copy)]

@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use crate::init_seg::FwVersion;
+use crate::control::init_seg::FwVersion;
 
 use super::HcaCaps;
 

@@ -62,11 +62,11 @@ mod tests;
 
 use rdma_pmd_hal::{Clock, Deadline, Dma, Mmio};
 
-use crate::cmd::{CmdConfig, CmdError, CmdQueue, Pas, SLOT_CMD};
+use crate::control::cmd::{CmdConfig, CmdError, CmdQueue, Pas, SLOT_CMD};
+use crate::control::init_seg::{InitSeg, InitWaitError, CMDIF_REV};
 use crate::control::Uar;
 use crate::device::uar_in_bar;
-use crate::ifc::{self, consts, generated::*};
-use crate::init_seg::{InitSeg, InitWaitError, CMDIF_REV};
+use crate::layout::ifc::{self, consts, generated::*};
 pub use caps::{HcaCaps, PortType};
 use eq::EventQueue;
 pub use error::HcaError;
@@ -282,7 +282,7 @@ impl<'a> Hca<'a> {
 
     /// The health buffer's report, if firmware set a syndrome (check it when commands time
     /// out or the heartbeat stops).
-    pub fn health(&self) -> Option<crate::init_seg::Health> {
+    pub fn health(&self) -> Option<crate::control::init_seg::Health> {
         InitSeg::new(self.bar).health()
     }
 
@@ -396,7 +396,7 @@ impl<'a> Hca<'a> {
             // Firmware that predates ISSI answers BAD_OP: it speaks ISSI 0 (kernel
             // `mlx5_core_set_issi`).
             Err(HcaError::Cmd {
-                error: CmdError::Failed { status: crate::cmd::CmdStatus::BadOp, .. },
+                error: CmdError::Failed { status: crate::control::cmd::CmdStatus::BadOp, .. },
                 ..
             }) => {
                 self.report.issi = 0;
@@ -492,7 +492,7 @@ impl<'a> Hca<'a> {
     }
 
     /// Tear the HCA down (see the module docs). Every resource made through
-    /// [`FwControl`](crate::fw_control::FwControl) must have been destroyed first.
+    /// [`FwControl`](crate::control::fw::FwControl) must have been destroyed first.
     pub fn teardown(mut self) -> Result<TeardownReport, HcaError> {
         let before = self.reclaimed;
         let r = self.unwind();

@@ -3,8 +3,8 @@
 
 use rdma_pmd_hal::Deadline;
 
-use crate::cmd::{Pas, SLOT_CMD, SLOT_PAGES};
-use crate::ifc::{self, consts, generated::*};
+use crate::control::cmd::{Pas, SLOT_CMD, SLOT_PAGES};
+use crate::layout::ifc::{self, consts, generated::*};
 
 use super::{input, Hca, HcaError};
 

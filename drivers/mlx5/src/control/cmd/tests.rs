@@ -6,7 +6,7 @@ use rdma_pmd_hal::{Clock, Mmio};
 
 use super::fake_fw::{FakeFw, Reply};
 use super::*;
-use crate::ifc::{self, consts, generated::*};
+use crate::layout::ifc::{self, consts, generated::*};
 
 /// A clock that advances 1 µs per reading, so bounded waits end quickly and deterministically.
 pub(crate) struct Ticks(pub Cell<u64>);
@@ -158,7 +158,7 @@ fn timeout_with_a_health_syndrome_reports_the_syndrome() {
         q.exec_on(SLOT_CMD, &Ticks(Cell::new(0)), &enable_hca(), Pas::None, &mut out).unwrap_err();
     match e {
         CmdError::Health { opcode: 0x104, health } => {
-            assert_eq!(health.syndrome, crate::init_seg::HealthSyndrome::HighTemperature);
+            assert_eq!(health.syndrome, crate::control::init_seg::HealthSyndrome::HighTemperature);
             assert_eq!(health.ext_syndrome, 0x42);
         }
         other => panic!("expected a health error, got {other:?}"),

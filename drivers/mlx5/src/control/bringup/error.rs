@@ -5,8 +5,8 @@ use core::fmt;
 use rdma_pmd::{DeviceFault, Errno, Error};
 use rdma_pmd_hal::HalError;
 
-use crate::cmd::CmdError;
-use crate::init_seg::Health;
+use crate::control::cmd::CmdError;
+use crate::control::init_seg::Health;
 
 /// Why the HCA could not be brought up, driven, or torn down.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! The event queues bring-up creates (`CREATE_EQ` / `DESTROY_EQ`) and the servicing of the
 //! asynchronous one: page requests, command completions, port changes.
 
-use crate::cmd::{Pas, SLOT_PAGES};
-use crate::ifc::{self, consts, generated::*};
+use crate::control::cmd::{Pas, SLOT_PAGES};
+use crate::layout::ifc::{self, consts, generated::*};
 
 use crate::control::Uar;
 

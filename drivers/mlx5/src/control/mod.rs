@@ -221,3 +221,8 @@ pub trait Control {
     /// `DESTROY_QP`.
     fn destroy_qp(&mut self, qp: QpNum) -> Result<(), Error>;
 }
+
+pub mod bringup;
+pub mod cmd;
+pub mod fw;
+pub mod init_seg;

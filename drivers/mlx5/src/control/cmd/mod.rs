@@ -23,7 +23,7 @@ pub mod status;
 
 use rdma_pmd_hal::{barrier, Clock, Deadline, Dma, DmaBuf, Mmio};
 
-use crate::init_seg::InitSeg;
+use crate::control::init_seg::InitSeg;
 use layout::{
     Block, Entry, BLOCK_CTRL, BLOCK_DATA, BLOCK_SIZE, BLOCK_STRIDE, BLOCK_TOKEN, CMD_TYPE_PCI,
     ENTRY_SIZE, INLINE, OWNER_HW, STATUS_OWN_OFFSET,
