@@ -9,8 +9,7 @@
 //! | where | what |
 //! |---|---|
 //! | [`layout`] | every byte layout shared with the HCA, each stated once: WQE segments, CQE, doorbell values, codes, and the command layouts generated from the kernel's `mlx5_ifc.h` ([`layout::ifc`]) |
-//! | [`wqe`], [`sq`], [`uar`] | the send direction: the WQE builder and its ring sinks, the send ring's bookkeeping, the doorbell |
-//! | [`cq`], [`rq`] | completion polling, and the receive ring |
+//! | [`datapath`] | one module per direction: the send queue (post, retire), the WQE encoder, the doorbell, completion queue rings, the receive queue |
 //! | [`device`], [`qp`], [`mr`] | lifecycle: the opened device, queue pairs and their states, registered regions |
 //! | [`control`] | the control path: the [`control::Control`] seam, the command interface ([`control::cmd`]), HCA bring-up ([`control::bringup`]) and the firmware-backed seam ([`control::fw::FwControl`]) |
 //! | `vectors` (`std` feature) | reader and runner for the conformance vector format |
@@ -19,7 +18,7 @@
 //!
 //! ```
 //! use rdma_pmd::{QpNum, RemoteBuf, Rkey, Lkey, SendFlags, Sge};
-//! use rdma_pmd_mlx5::{layout::doorbell, wqe::{WqeBuilder, SliceRing}};
+//! use rdma_pmd_mlx5::{layout::doorbell, datapath::wqe::{WqeBuilder, SliceRing}};
 //!
 //! let builder = WqeBuilder::new(QpNum(0x123)).max_sge(30);
 //! let mut mem = [0u8; 64 * 64];
@@ -40,25 +39,21 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod control;
-pub mod cq;
+pub mod datapath;
 pub mod device;
 #[cfg(test)]
 mod fake;
 pub mod layout;
 pub mod mr;
 pub mod qp;
-pub mod rq;
-pub mod sq;
-pub mod uar;
 #[cfg(any(test, feature = "std"))]
 pub mod vectors;
 #[cfg(feature = "vfio")]
 pub mod vfio;
-pub mod wqe;
 
+pub use datapath::wqe::{RawRing, SliceRing, WqeBuilder, WqeInfo, WqeShape, WqeSink};
 pub use device::{Mlx5, SharedDma};
 pub use layout::codes::{CqeOpcode, FmCeSe, SendOpcode, Syndrome};
 pub use layout::cqe::{Cqe, CqeRepr};
 pub use mr::Region;
 pub use qp::{ConnectOpts, Qp, QpConfig, QpState};
-pub use wqe::{RawRing, SliceRing, WqeBuilder, WqeInfo, WqeShape, WqeSink};

@@ -9,9 +9,9 @@
 //!   against the QP's [`Caps`] and the ring's free blocks ([`Error::QueueFull`], ENOMEM) and
 //!   written into the ring by the [`WqeBuilder`]; the regions its buffers come from are
 //!   counted busy. A refused request changes nothing.
-//! * `commit`: the doorbell sequence of `post_send_db` ([`crate::uar`]), once per batch.
+//! * `commit`: the doorbell sequence of `post_send_db` ([`crate::datapath::doorbell`]), once per batch.
 //! * `abort`: the WQEs since the last commit are forgotten and their regions released.
-//! * `poll`: send CQEs are copied out and turned into completions as [`crate::sq`] describes
+//! * `poll`: send CQEs are copied out and turned into completions as [`crate::datapath::send`] describes
 //!   (selective signalling; error, then flush of everything outstanding, each reported once).
 //!
 //! The receive side ([`Qp::post_recv`], [`Qp::poll_recv`]) exists for the target of an RDMA
@@ -65,19 +65,18 @@
 
 use core::mem::ManuallyDrop;
 
-use rdma_pmd::{Caps, Completion, DeviceFault, Error, QpNum, Result, SendQueue, WriteRequest};
+use rdma_pmd::{Caps, Completion, Error, QpNum, Result};
 use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
 
 use crate::control::{Access, Control, Cqn, Path, QpParams, Transition, Uar};
-use crate::cq::CqRing;
+use crate::datapath::cq::CqRing;
+use crate::datapath::doorbell::SqDoorbell;
+use crate::datapath::recv::{RecvRing, STRIDE};
+use crate::datapath::send::SendRing;
+use crate::datapath::wqe::{RawRing, WqeBuilder};
 use crate::device::{check_uar, Mlx5};
 use crate::layout::codes::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
-use crate::layout::cqe::{Cqe, CqeRepr};
 use crate::layout::wqe::INLINE_HEADER_LEN;
-use crate::rq::{RecvRing, STRIDE};
-use crate::sq::{SendRing, SqCursor};
-use crate::uar::{RingAt, SqDoorbell};
-use crate::wqe::{RawRing, WqeBuilder};
 
 /// Where a QP is in its life (`ibv_qp_state`, the states this driver moves through).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,29 +143,29 @@ impl Default for ConnectOpts {
 }
 
 /// The device memory a QP owns.
-struct Mem {
+pub(crate) struct Mem {
     /// Receive ring, then send ring (PRM order).
-    wq: DmaBuf,
+    pub(crate) wq: DmaBuf,
     /// `[RCV_DBR]`, `[SND_DBR]`.
-    dbrec: DmaBuf,
-    scq: CqRing,
+    pub(crate) dbrec: DmaBuf,
+    pub(crate) scq: CqRing,
     rcq: CqRing,
 }
 
 /// An RC queue pair with `SQ` send blocks and `RQ` receive WQEs. See the module docs.
 pub struct Qp<'r, M: Mmio, D: Dma, C: Control, const SQ: usize = 256, const RQ: usize = 16> {
-    dev: &'r Mlx5<M, D, C>,
-    qpn: QpNum,
-    state: QpState,
-    caps: Caps,
+    pub(crate) dev: &'r Mlx5<M, D, C>,
+    pub(crate) qpn: QpNum,
+    pub(crate) state: QpState,
+    pub(crate) caps: Caps,
     uar: Uar,
     scqn: Cqn,
     rcqn: Cqn,
-    db: SqDoorbell,
-    sq_off: usize,
-    sq: SendRing<'r, SQ>,
+    pub(crate) db: SqDoorbell,
+    pub(crate) sq_off: usize,
+    pub(crate) sq: SendRing<'r, SQ>,
     rq: RecvRing<RQ>,
-    mem: ManuallyDrop<Mem>,
+    pub(crate) mem: ManuallyDrop<Mem>,
 }
 
 impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
@@ -478,82 +477,6 @@ fn qp_caps(max_wqe_sz: u32, sq: usize, cfg: &QpConfig) -> Result<Caps> {
         max_sge: cfg.max_send_sge.map_or(max_sge, |n| n.min(max_sge)),
         max_inline: cfg.max_inline.map_or(max_inline, |n| n.min(max_inline)),
     })
-}
-
-impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueue<'r>
-    for Qp<'r, M, D, C, SQ, RQ>
-{
-    type Cursor = SqCursor;
-
-    fn caps(&self) -> Caps {
-        self.caps
-    }
-
-    fn qp_num(&self) -> QpNum {
-        self.qpn
-    }
-
-    /// Refuses every push unless the QP is in RTS.
-    #[inline(always)]
-    unsafe fn begin(&mut self) -> SqCursor {
-        self.sq.begin(self.state == QpState::Rts)
-    }
-
-    #[inline(always)]
-    unsafe fn push(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
-        self.sq.push(at, req)
-    }
-
-    #[inline(always)]
-    fn pushed(&self, at: &SqCursor) -> u32 {
-        self.sq.pushed(at)
-    }
-
-    #[inline]
-    unsafe fn commit(&mut self, at: SqCursor) {
-        if let Some((last, nreq)) = self.sq.commit(at) {
-            let ring = RingAt { buf: &self.mem.wq, off: self.sq_off, wqe_cnt: SQ as u32 };
-            self.db.ring(self.dev.mmio(), &self.mem.dbrec, ring, last, nreq, self.sq.pi());
-        }
-    }
-
-    unsafe fn abort(&mut self, at: SqCursor) {
-        self.sq.abort(at);
-    }
-
-    #[inline]
-    fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
-        let mut n = 0;
-        let res = loop {
-            match self.sq.drain(&mut out[n..], self.qpn) {
-                Ok(k) => n += k,
-                Err(e) => break Err(e),
-            }
-            if n == out.len() || self.sq.has_pending() {
-                break Ok(n);
-            }
-            let Some(raw) = self.mem.scq.pop() else { break Ok(n) };
-            let cqe = match CqeRepr::parse(&Cqe::new_unchecked(&raw[..])) {
-                Ok(c) => c,
-                Err(e) => break Err(e),
-            };
-            if cqe.qpn != self.qpn {
-                break Err(DeviceFault::WrongQp { qpn: cqe.qpn }.into());
-            }
-            if let Err(e) = self.sq.on_cqe(&cqe) {
-                break Err(e);
-            }
-        };
-        self.mem.scq.publish();
-        if self.sq.in_error() {
-            self.state = QpState::Error;
-        }
-        res
-    }
-
-    fn outstanding(&self) -> u32 {
-        self.sq.outstanding()
-    }
 }
 
 impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Drop

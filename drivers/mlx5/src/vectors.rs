@@ -22,11 +22,11 @@ use std::collections::HashMap;
 
 use rdma_pmd::{Lkey, QpNum, RemoteBuf, Rkey, SendFlags, Sge, Source, WriteRequest};
 
+use crate::datapath::wqe::{SliceRing, WqeBuilder, WqeInfo, WqeSink};
 use crate::layout::codes::{CqeOpcode, SendOpcode, SEND_WQE_BB, SEND_WQE_DS};
 use crate::layout::cqe::{self, Cqe, CqeRepr};
 use crate::layout::doorbell;
 use crate::layout::wqe::{CtrlSeg, DataSeg, InlineSeg, RaddrSeg};
-use crate::wqe::{SliceRing, WqeBuilder, WqeInfo, WqeSink};
 
 /// BlueFlame half-register size the vectors assume (`bf_reg_size` 512 / 2).
 pub const BF_SIZE: u32 = 256;

@@ -1,6 +1,6 @@
 //! `#[repr(C)]` mirrors of rdma-core's `infiniband/mlx5dv.h` structures.
 //!
-//! They are never used to access device memory (the typed views in [`crate::wqe`] and
+//! They are never used to access device memory (the typed views in [`crate::datapath::wqe`] and
 //! [`crate::layout::cqe`] do that, with explicit byte order). They exist so that the byte-range tables
 //! of those views are checked, at compile time and in tests, against the C declarations: each
 //! field below has the C type's size, and the offsets follow from C layout rules. The big-endian

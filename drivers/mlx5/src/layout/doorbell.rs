@@ -6,7 +6,7 @@
 //! 2. `udma_to_device_barrier()` (the ring stores before the doorbell record);
 //! 3. `dbrec[SND_DBR] = htobe32(cur_post & 0xffff)` ([`sq_dbrec`]);
 //! 4. either a BlueFlame copy of [`bf_len`] bytes of the last WQE, in 64-byte chunks, or one
-//!    64-bit store of the last WQE's first 8 bytes ([`crate::wqe::WqeInfo::doorbell`]) to the
+//!    64-bit store of the last WQE's first 8 bytes ([`crate::datapath::wqe::WqeInfo::doorbell`]) to the
 //!    UAR;
 //! 5. `mmio_flush_writes()`; then the BlueFlame offset alternates between the two halves of
 //!    the register (`bf->offset ^= bf->buf_size`).

@@ -17,6 +17,7 @@ use crate::control::{CqParams, Translation};
 use crate::device::SharedDma;
 use crate::fake::{self, FakeControl, Log, Recorder};
 use crate::layout::codes::{CqeOpcode, SendOpcode, Syndrome};
+use crate::layout::cqe::Cqe;
 use crate::layout::wqe::CtrlSeg;
 
 type Dev = Mlx5<MemBar, SharedDma<Arc<HeapDma>>, FakeControl>;

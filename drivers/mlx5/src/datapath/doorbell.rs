@@ -1,7 +1,7 @@
 //! Ringing a send queue's doorbell: the store sequence of rdma-core's `post_send_db`
 //! (`providers/mlx5/qp.c`), once for every way of posting.
 //!
-//! 1. the WQEs are already in the ring (volatile stores through [`crate::wqe::RawRing`]);
+//! 1. the WQEs are already in the ring (volatile stores through [`crate::datapath::wqe::RawRing`]);
 //! 2. [`barrier::to_device`]: those stores reach memory before the doorbell record says so;
 //! 3. `dbrec[SND_DBR] = htobe32(pi & 0xffff)` ([`crate::layout::doorbell::sq_dbrec`]);
 //! 4. either a BlueFlame copy of the last WQE (one WQE posted and `1 < ds <= bf_size / 16`:

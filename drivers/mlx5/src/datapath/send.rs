@@ -47,14 +47,18 @@ use core::ptr;
 
 use rdma_pmd::post::SourceKind;
 use rdma_pmd::{
-    Completion, DeviceFault, Error, LocalBuf, QpNum, RegionUse, RemoteBuf, Result, SendFlags, Sge,
-    WcOpcode, WcStatus, WriteRequest,
+    Caps, Completion, DeviceFault, Error, LocalBuf, QpNum, RegionUse, RemoteBuf, Result, SendFlags,
+    SendQueue, Sge, WcOpcode, WcStatus, WriteRequest,
 };
+use rdma_pmd_hal::{Dma, Mmio};
 
+use crate::control::Control;
+use crate::datapath::doorbell::RingAt;
+use crate::datapath::wqe::builder::HEADER_DS;
+use crate::datapath::wqe::{FixedRing, RawRing, WqeBuilder, WqeShape};
 use crate::layout::codes::CqeOpcode;
-use crate::layout::cqe::CqeRepr;
-use crate::wqe::builder::HEADER_DS;
-use crate::wqe::{FixedRing, RawRing, WqeBuilder, WqeShape};
+use crate::layout::cqe::{Cqe, CqeRepr};
+use crate::qp::{Qp, QpState};
 
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
 const REFS_PER_BB: usize = 4;
@@ -638,5 +642,84 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.tail = self.pi;
         self.outstanding = 0;
         self.pending = None;
+    }
+}
+
+/// The four primitives of [`rdma_pmd::SendQueue`] on an mlx5 QP, and its completion polling:
+/// what rdma-core's `_mlx5_post_send` and `post_send_db` (`qp.c`) and the requester half of
+/// `mlx5_poll_one` (`cq.c`) do.
+impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueue<'r>
+    for Qp<'r, M, D, C, SQ, RQ>
+{
+    type Cursor = SqCursor;
+
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    fn qp_num(&self) -> QpNum {
+        self.qpn
+    }
+
+    /// Refuses every push unless the QP is in RTS.
+    #[inline(always)]
+    unsafe fn begin(&mut self) -> SqCursor {
+        self.sq.begin(self.state == QpState::Rts)
+    }
+
+    #[inline(always)]
+    unsafe fn push(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
+        self.sq.push(at, req)
+    }
+
+    #[inline(always)]
+    fn pushed(&self, at: &SqCursor) -> u32 {
+        self.sq.pushed(at)
+    }
+
+    #[inline]
+    unsafe fn commit(&mut self, at: SqCursor) {
+        if let Some((last, nreq)) = self.sq.commit(at) {
+            let ring = RingAt { buf: &self.mem.wq, off: self.sq_off, wqe_cnt: SQ as u32 };
+            self.db.ring(self.dev.mmio(), &self.mem.dbrec, ring, last, nreq, self.sq.pi());
+        }
+    }
+
+    unsafe fn abort(&mut self, at: SqCursor) {
+        self.sq.abort(at);
+    }
+
+    #[inline]
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let mut n = 0;
+        let res = loop {
+            match self.sq.drain(&mut out[n..], self.qpn) {
+                Ok(k) => n += k,
+                Err(e) => break Err(e),
+            }
+            if n == out.len() || self.sq.has_pending() {
+                break Ok(n);
+            }
+            let Some(raw) = self.mem.scq.pop() else { break Ok(n) };
+            let cqe = match CqeRepr::parse(&Cqe::new_unchecked(&raw[..])) {
+                Ok(c) => c,
+                Err(e) => break Err(e),
+            };
+            if cqe.qpn != self.qpn {
+                break Err(DeviceFault::WrongQp { qpn: cqe.qpn }.into());
+            }
+            if let Err(e) = self.sq.on_cqe(&cqe) {
+                break Err(e);
+            }
+        };
+        self.mem.scq.publish();
+        if self.sq.in_error() {
+            self.state = QpState::Error;
+        }
+        res
+    }
+
+    fn outstanding(&self) -> u32 {
+        self.sq.outstanding()
     }
 }

@@ -1,6 +1,6 @@
 use super::*;
+use crate::datapath::wqe::SliceRing;
 use crate::layout::wqe::{CtrlSeg, DataSeg, InlineSeg, RaddrSeg};
-use crate::wqe::SliceRing;
 use core::ptr::NonNull;
 use proptest::prelude::*;
 use rdma_pmd::{Lkey, LocalBuf, RegionUse, Rkey, Source};

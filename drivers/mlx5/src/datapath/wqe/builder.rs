@@ -104,7 +104,7 @@ impl WqeInfo {
 ///
 /// ```
 /// use rdma_pmd::{QpNum, RemoteBuf, Rkey, SendFlags, Source, WriteRequest};
-/// use rdma_pmd_mlx5::wqe::{SliceRing, WqeBuilder};
+/// use rdma_pmd_mlx5::datapath::wqe::{SliceRing, WqeBuilder};
 ///
 /// let b = WqeBuilder::new(QpNum(0x123));
 /// let mut ring = [0u8; 64 * 64];

@@ -1,0 +1,16 @@
+//! The data path: what a post and a completion do, one module per direction, in the order
+//! rdma-core's provider keeps them (`providers/mlx5/qp.c` posts, `cq.c` polls).
+//!
+//! | module | what |
+//! |---|---|
+//! | [`send`] | the send queue: request checks, WQE bookkeeping, push, commit, abort, and the retirement a completion drives (`qp.c` `_mlx5_post_send`, `cq.c` `mlx5_parse_cqe` for the requester side) |
+//! | [`wqe`] | the WQE encoder and the ring sinks it stores through |
+//! | [`doorbell`] | ringing the send doorbell: doorbell record, BlueFlame or the 8-byte UAR store (`post_send_db`) |
+//! | [`cq`] | completion queue rings: ownership, the from-device barrier, the consumer-index doorbell record |
+//! | [`recv`] | the receive queue: receive WQEs, and responder CQEs turned into completions |
+
+pub mod cq;
+pub mod doorbell;
+pub mod recv;
+pub mod send;
+pub mod wqe;
