@@ -420,11 +420,11 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
     }
 
     /// Move the QP to ERR (`2ERR_QP`): the device flushes every request it has not executed,
-    /// and each is reported once with `WrFlushErr` by [`poll`](SendQueue::poll) (receives by
+    /// and each is reported once with `WrFlushErr` by [`poll`](rdma_pmd::SendQueue::poll) (receives by
     /// [`poll_recv`](Self::poll_recv)). Requests that executed before the move and were not
     /// signalled get no CQE, as in rdma-core: they retire silently with the next CQE after
     /// them, or, when none follows (every outstanding request had executed), stay in
-    /// [`outstanding`](SendQueue::outstanding), their regions busy, until the QP is dropped.
+    /// [`outstanding`](rdma_pmd::SendQueue::outstanding), their regions busy, until the QP is dropped.
     pub fn to_error(&mut self) -> Result<()> {
         self.modify(Transition::ToErr, QpState::Error)
     }
