@@ -6,6 +6,7 @@ mod lint;
 mod nostd;
 mod prereq;
 mod rxe;
+mod tsan;
 mod unit;
 mod vectors;
 mod vfio;
@@ -59,6 +60,7 @@ const TIERS: &[(&str, Tier)] = &[
     ("vectors", vectors::run),
     ("nostd", nostd::run),
     ("model", demo::run),
+    ("tsan", tsan::run),
     ("rxe", rxe::run),
     ("vfio", vfio::run),
 ];
