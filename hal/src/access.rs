@@ -14,7 +14,9 @@
 //!   copies) and the model's ([`crate::mem::HeapDma::read`]/[`write`](crate::mem::HeapDma::write),
 //!   [`crate::mem::BarMem`]) all go through the functions below, so no access to shared memory
 //!   is non-atomic, and no data race can occur whatever either side does — by construction,
-//!   not by protocol;
+//!   not by protocol. The one exception is the mlx5 send ring's 16-byte segment store on
+//!   x86_64 (Rust has no 16-byte atomic), which the send queue's protocol orders by
+//!   happens-before with every access of the device; `wqe/sink.rs` `store16` shows how;
 //! * a relaxed atomic load or store of an aligned `u8`/`u32`/`u64` compiles to the same single
 //!   `mov` (x86_64) or `ldr`/`str` (aarch64) a volatile access does, so real hardware sees the
 //!   same bus accesses as before, and the data path costs the same.
