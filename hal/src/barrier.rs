@@ -2,7 +2,17 @@
 //!
 //! Each function orders CPU accesses against a device that reads and writes host memory (DMA)
 //! and receives MMIO stores. They are also Rust memory-model fences, so they order accesses
-//! against the in-memory device model running on another thread.
+//! against the in-memory device model running on another thread: [`to_device`] is a `Release`
+//! fence and [`from_device`] an `Acquire` fence. With the relaxed atomic accesses of
+//! [`crate::access`] these pair with the model's fences (`mem::HeapDma::read` ends with an
+//! `Acquire` fence, `write` starts with a `Release` fence):
+//!
+//! * driver: WQE stores, [`to_device`], doorbell-record store — model: doorbell-record load,
+//!   acquire, WQE loads. The model's load seeing the record makes the WQE stores happen before
+//!   the WQE loads.
+//! * model: CQE body stores, release, owner-word store — driver: owner-word load,
+//!   [`from_device`], body loads. The driver's load seeing the new owner makes the body stores
+//!   happen before the body loads.
 
 use core::sync::atomic::{fence, Ordering};
 
@@ -10,7 +20,8 @@ use core::sync::atomic::{fence, Ordering};
 /// the device before any store after it (the doorbell record, a doorbell).
 ///
 /// x86_64: stores to write-back memory are not reordered with later stores, so only the
-/// compiler must be stopped. aarch64: `dmb oshst`.
+/// compiler must be stopped. aarch64: `dmb oshst`. Rust: a `Release` fence (no instruction on
+/// x86_64), so that a later relaxed store read by the model carries the earlier stores.
 #[inline(always)]
 pub fn to_device() {
     #[cfg(target_arch = "aarch64")]
@@ -18,15 +29,21 @@ pub fn to_device() {
     unsafe {
         core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
     };
+    // Orders every earlier access before every later store, for the Rust memory model (the
+    // model's thread); the instruction above (none on x86_64) does it for a real device.
     fence(Ordering::Release);
 }
 
 /// `udma_from_device_barrier`: loads after this point (the body of a CQE) are not satisfied
 /// before loads before it (the CQE's ownership byte).
 ///
-/// x86_64: `lfence`. aarch64: `dmb oshld`.
+/// x86_64: `lfence`. aarch64: `dmb oshld`. Rust: an `Acquire` fence, so that an earlier relaxed
+/// load that saw the model's release-published store (a CQE's owner word) makes the model's
+/// earlier stores (the body) visible to the loads after this point.
 #[inline(always)]
 pub fn from_device() {
+    // Orders the earlier ownership load before every later load, for the Rust memory model
+    // (the model's thread); the instructions below do it for a real device.
     fence(Ordering::Acquire);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a barrier instruction; touches no memory.

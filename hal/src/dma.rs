@@ -2,15 +2,16 @@
 
 use core::ptr::NonNull;
 
+use crate::access;
 use crate::error::HalError;
 use rdma_pmd::BusAddr;
 
 /// A block of device-visible memory: its CPU address, its bus address, its length.
 ///
 /// The device may read or write the block at any time after its bus address was handed to it,
-/// so the CPU side never holds a Rust reference into it: every access is a volatile load or
-/// store through the methods below, ordered against the device with [`crate::barrier`].
-/// Out-of-range accesses panic.
+/// so the CPU side never holds a Rust reference into it: every access is a relaxed atomic load
+/// or store through the methods below (which use [`crate::access`]), ordered against the
+/// device with [`crate::barrier`]. Out-of-range accesses panic.
 #[derive(Debug)]
 pub struct DmaBuf {
     cpu: NonNull<u8>,
@@ -47,7 +48,7 @@ impl DmaBuf {
         self.bus
     }
 
-    /// The address the CPU uses. Raw: dereference only with volatile accesses.
+    /// The address the CPU uses. Raw: dereference only through [`crate::access`].
     pub fn cpu(&self) -> NonNull<u8> {
         self.cpu
     }
@@ -63,60 +64,61 @@ impl DmaBuf {
         self.cpu.as_ptr().wrapping_add(off).cast()
     }
 
-    /// One volatile 32-bit load (native order).
+    /// One relaxed atomic 32-bit load (native order).
     #[inline]
     pub fn read_u32(&self, off: usize) -> u32 {
-        // SAFETY: in bounds and aligned (checked by `at`); the block is valid for reads.
-        unsafe { self.at::<u32>(off).read_volatile() }
+        // SAFETY: in bounds and aligned (checked by `at`); the block is valid for reads, and
+        // every access to it, ours and the device's, is atomic (`crate::access`). Ordering is
+        // the caller's, with `crate::barrier`.
+        unsafe { access::load_u32(self.at::<u32>(off)) }
     }
 
-    /// One volatile 32-bit store (native order).
+    /// One relaxed atomic 32-bit store (native order).
     #[inline]
     pub fn write_u32(&self, off: usize, v: u32) {
-        // SAFETY: in bounds and aligned (checked by `at`); the block is valid for writes.
-        unsafe { self.at::<u32>(off).write_volatile(v) }
+        // SAFETY: as in `read_u32`, for writes.
+        unsafe { access::store_u32(self.at::<u32>(off), v) }
     }
 
-    /// One volatile 64-bit load (native order).
+    /// One relaxed atomic 64-bit load (native order).
     #[inline]
     pub fn read_u64(&self, off: usize) -> u64 {
-        // SAFETY: in bounds and aligned (checked by `at`); the block is valid for reads.
-        unsafe { self.at::<u64>(off).read_volatile() }
+        // SAFETY: as in `read_u32`.
+        unsafe { access::load_u64(self.at::<u64>(off)) }
     }
 
-    /// One volatile 64-bit store (native order).
+    /// One relaxed atomic 64-bit store (native order).
     #[inline]
     pub fn write_u64(&self, off: usize, v: u64) {
-        // SAFETY: in bounds and aligned (checked by `at`); the block is valid for writes.
-        unsafe { self.at::<u64>(off).write_volatile(v) }
+        // SAFETY: as in `read_u32`, for writes.
+        unsafe { access::store_u64(self.at::<u64>(off), v) }
     }
 
-    /// Copy bytes out of the block, starting at `off`.
+    /// Copy bytes out of the block, starting at `off`, with relaxed atomic loads split as
+    /// [`crate::access`] describes (so a 1-byte read is one byte load, an aligned 4-byte read
+    /// one 32-bit load).
     pub fn read_bytes(&self, off: usize, out: &mut [u8]) {
         let end = off.checked_add(out.len()).expect("DMA range overflows");
         assert!(end <= self.len, "DMA read [{off:#x}, {end:#x}) outside {:#x} bytes", self.len);
-        for (i, b) in out.iter_mut().enumerate() {
-            // SAFETY: in bounds (checked above); the block is valid for reads.
-            *b = unsafe { self.cpu.as_ptr().add(off + i).read_volatile() };
-        }
+        // SAFETY: in bounds (checked above); the block is valid for reads and only ever
+        // accessed atomically; `out` is ordinary memory.
+        unsafe { access::load_bytes(self.cpu.as_ptr().add(off), out) }
     }
 
-    /// Copy bytes into the block, starting at `off`.
+    /// Copy bytes into the block, starting at `off`, with relaxed atomic stores split as
+    /// [`crate::access`] describes.
     pub fn write_bytes(&self, off: usize, data: &[u8]) {
         let end = off.checked_add(data.len()).expect("DMA range overflows");
         assert!(end <= self.len, "DMA write [{off:#x}, {end:#x}) outside {:#x} bytes", self.len);
-        for (i, b) in data.iter().enumerate() {
-            // SAFETY: in bounds (checked above); the block is valid for writes.
-            unsafe { self.cpu.as_ptr().add(off + i).write_volatile(*b) };
-        }
+        // SAFETY: in bounds (checked above); the block is valid for writes and only ever
+        // accessed atomically; `data` is ordinary memory.
+        unsafe { access::store_bytes(self.cpu.as_ptr().add(off), data) }
     }
 
-    /// Fill the whole block with `byte`.
+    /// Fill the whole block with `byte` (relaxed atomic stores).
     pub fn fill(&self, byte: u8) {
-        for i in 0..self.len {
-            // SAFETY: i < len; the block is valid for writes.
-            unsafe { self.cpu.as_ptr().add(i).write_volatile(byte) };
-        }
+        // SAFETY: the whole block, valid for writes, only ever accessed atomically.
+        unsafe { access::fill_bytes(self.cpu.as_ptr(), self.len, byte) }
     }
 }
 

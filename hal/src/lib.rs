@@ -9,14 +9,22 @@
 //! | [`Dma`] | zeroed, aligned, device-visible memory with its CPU pointer and bus address | [`mem::HeapDma`] (std), [`baremetal::StaticDma`], VFIO |
 //! | [`Clock`] | a monotonic time source so that every wait has a bound | [`StdClock`] (std), [`baremetal::TscClock`] |
 //! | [`barrier`] | the orderings rdma-core names `udma_to_device_barrier`, `udma_from_device_barrier`, `mmio_flush_writes` | x86_64, aarch64 |
+//! | [`access`] | the loads and stores of DMA memory: relaxed atomics of one width, and byte copies split the same way on both sides | used by [`DmaBuf`], the drivers' rings, [`mem`] |
 //!
 //! The traits are `unsafe` to implement: the driver trusts what they report (that a bus address
 //! reaches the CPU memory it is paired with, that a store is one store). Calling them is safe;
 //! their methods never hand out Rust references into memory the device can touch.
+//!
+//! Memory the device shares with the CPU is read and written only through [`access`]: relaxed
+//! atomic accesses, which are single instructions like volatile ones, but which also keep the
+//! in-memory device model (another Rust thread) free of data races. Ordering is [`barrier`]'s,
+//! whose functions are Release/Acquire fences as well as the hardware barriers; [`access`]
+//! explains how the two sides' fences pair up.
 #![cfg_attr(not(any(feature = "std", test)), no_std)]
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod access;
 pub mod baremetal;
 pub mod barrier;
 mod clock;

@@ -5,13 +5,24 @@
 //!   current, the way hardware would.
 //! * [`HeapDma`]: DMA memory from the heap with bus addresses deliberately different from CPU
 //!   addresses (an IOVA window), so a driver that hands the device a CPU pointer is caught. The
-//!   model reaches the memory through [`HeapDma::translate`], as a device behind an IOMMU would.
+//!   model reaches the memory through [`HeapDma::read`] and [`HeapDma::write`], which translate
+//!   bus addresses ([`HeapDma::translate`]) as a device behind an IOMMU would.
+//!
+//! The model runs on its own thread, so unlike a real device it is inside the Rust memory
+//! model: both windows are only ever accessed with the relaxed atomics of [`crate::access`], by
+//! the driver and by the model alike, so there is no data race however the two interleave.
+//! Ordering is the driver's barriers ([`crate::barrier`], which are Release/Acquire fences)
+//! paired with the model's: [`HeapDma::read`] ends with an `Acquire` fence and
+//! [`HeapDma::write`] starts with a `Release` fence, the device-side halves of the same
+//! fence–fence synchronization.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
+use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, RwLock};
 
+use crate::access;
 use crate::dma::{Dma, DmaBuf};
 use crate::error::HalError;
 use crate::mmio::{check, Mmio};
@@ -24,10 +35,11 @@ pub struct BarMem {
     len: usize,
 }
 
-// SAFETY: the memory is heap-owned and accessed only with volatile loads/stores of whole
-// aligned words, from any thread, as device registers are.
+// SAFETY: the memory is heap-owned and never handed out as a reference; every access is a
+// relaxed atomic load or store (`crate::access`) of an aligned 4- or 8-byte word, or of a
+// byte, so threads sharing it cannot race.
 unsafe impl Send for BarMem {}
-// SAFETY: as above.
+// SAFETY: as above: `&BarMem` only allows atomic accesses.
 unsafe impl Sync for BarMem {}
 
 impl BarMem {
@@ -49,58 +61,58 @@ impl BarMem {
         self.len == 0
     }
 
-    /// One volatile 32-bit load.
+    /// One relaxed atomic 32-bit load.
     #[inline]
     pub fn read_u32(&self, off: usize) -> u32 {
         check(off, 4, 4, self.len);
-        // SAFETY: in bounds and aligned (checked).
-        unsafe { self.ptr.as_ptr().cast::<u8>().add(off).cast::<u32>().read_volatile() }
+        // SAFETY: in bounds and aligned (checked); the window is only accessed atomically.
+        unsafe { access::load_u32(self.ptr.as_ptr().cast::<u8>().add(off).cast()) }
     }
 
-    /// One volatile 32-bit store.
+    /// One relaxed atomic 32-bit store.
     #[inline]
     pub fn write_u32(&self, off: usize, v: u32) {
         check(off, 4, 4, self.len);
-        // SAFETY: in bounds and aligned (checked).
-        unsafe { self.ptr.as_ptr().cast::<u8>().add(off).cast::<u32>().write_volatile(v) }
+        // SAFETY: as in `read_u32`.
+        unsafe { access::store_u32(self.ptr.as_ptr().cast::<u8>().add(off).cast(), v) }
     }
 
-    /// One volatile 64-bit load.
+    /// One relaxed atomic 64-bit load.
     #[inline]
     pub fn read_u64(&self, off: usize) -> u64 {
         check(off, 8, 8, self.len);
-        // SAFETY: in bounds and aligned (checked).
-        unsafe { self.ptr.as_ptr().add(off / 8).read_volatile() }
+        // SAFETY: as in `read_u32`.
+        unsafe { access::load_u64(self.ptr.as_ptr().add(off / 8)) }
     }
 
-    /// One volatile 64-bit store.
+    /// One relaxed atomic 64-bit store.
     #[inline]
     pub fn write_u64(&self, off: usize, v: u64) {
         check(off, 8, 8, self.len);
-        // SAFETY: in bounds and aligned (checked).
-        unsafe { self.ptr.as_ptr().add(off / 8).write_volatile(v) }
+        // SAFETY: as in `read_u32`.
+        unsafe { access::store_u64(self.ptr.as_ptr().add(off / 8), v) }
     }
 
-    /// Eight volatile 64-bit stores in ascending order at a 64-byte aligned `off` (one bounds
-    /// check for the block).
+    /// Eight relaxed atomic 64-bit stores in ascending order at a 64-byte aligned `off` (one
+    /// bounds check for the block).
     #[inline]
     pub fn write_block(&self, off: usize, block: &[u64; 8]) {
         check(off, 64, 64, self.len);
         // SAFETY: the 64 bytes at `off` are in bounds and aligned (checked).
         let p = unsafe { self.ptr.as_ptr().add(off / 8) };
         for (i, w) in block.iter().enumerate() {
-            // SAFETY: `i < 8`, inside the checked block.
-            unsafe { p.add(i).write_volatile(*w) }
+            // SAFETY: `i < 8`, inside the checked block; only accessed atomically.
+            unsafe { access::store_u64(p.add(i), *w) }
         }
     }
 
-    /// Copy bytes out (for handlers).
+    /// Copy bytes out (for handlers), with relaxed atomic loads split as [`crate::access`]
+    /// describes: an aligned 4- or 8-byte read is one load of that width, as the driver's
+    /// store to the register was.
     pub fn read_bytes(&self, off: usize, out: &mut [u8]) {
         check(off, out.len(), 1, self.len);
-        for (i, b) in out.iter_mut().enumerate() {
-            // SAFETY: in bounds (checked).
-            *b = unsafe { self.ptr.as_ptr().cast::<u8>().add(off + i).read_volatile() };
-        }
+        // SAFETY: in bounds (checked); only accessed atomically; `out` is ordinary memory.
+        unsafe { access::load_bytes(self.ptr.as_ptr().cast::<u8>().add(off), out) }
     }
 }
 
@@ -144,8 +156,9 @@ impl MemBar {
     }
 }
 
-// SAFETY: every access is one volatile access of the stated width (BarMem), bounds and
-// alignment are checked, and `write_wc64` stores eight ascending u64s.
+// SAFETY: every access is one relaxed atomic access of the stated width (BarMem), which the
+// compiler may not split or tear, and this impl issues each exactly once, in program order;
+// bounds and alignment are checked, and `write_wc64` stores eight ascending u64s.
 unsafe impl Mmio for MemBar {
     #[inline]
     fn size(&self) -> usize {
@@ -212,10 +225,17 @@ impl HeapDma {
     }
 
     /// The CPU address of `len` bytes at bus address `bus`, if they lie inside one live block.
-    /// This is the model's IOMMU: anything else is a DMA fault.
+    /// This is the model's IOMMU: anything else is a DMA fault. The address is for checks
+    /// only: the block may be freed as soon as this returns, so move bytes with
+    /// [`read`](Self::read) and [`write`](Self::write), which keep the mapping alive while they
+    /// copy.
     pub fn translate(&self, bus: BusAddr, len: usize) -> Option<NonNull<u8>> {
         let map = self.map.read().expect("dma map poisoned");
-        let (start, m) = map.1.range(..=bus.0).next_back()?;
+        Self::lookup(&map.1, bus, len)
+    }
+
+    fn lookup(map: &BTreeMap<u64, Mapping>, bus: BusAddr, len: usize) -> Option<NonNull<u8>> {
+        let (start, m) = map.range(..=bus.0).next_back()?;
         let off = bus.0 - start;
         let end = off.checked_add(len as u64)?;
         if end > m.len as u64 {
@@ -224,21 +244,53 @@ impl HeapDma {
         NonNull::new((m.cpu + off as usize) as *mut u8)
     }
 
-    /// Copy `out.len()` bytes from bus address `bus`; false on a DMA fault.
-    pub fn read(&self, bus: BusAddr, out: &mut [u8]) -> bool {
-        let Some(p) = self.translate(bus, out.len()) else { return false };
-        // SAFETY: `translate` checked that the range lies in a live block; the source and `out`
-        // cannot overlap (`out` is a Rust buffer, the block is DMA memory).
-        unsafe { core::ptr::copy_nonoverlapping(p.as_ptr(), out.as_mut_ptr(), out.len()) };
+    /// Run `f` on the CPU address of `len` bytes at `bus` with the mapping held: `free` (which
+    /// takes the map's write lock) waits until `f` is done, as an IOMMU unmap waits for DMA in
+    /// flight. The lock also orders the model's accesses in `f` before the deallocation
+    /// (unlock, then the write lock's acquire), which the driver's fences alone would not do for
+    /// the model's last store. False, without calling `f`, on a DMA fault.
+    fn with_mapped(&self, bus: BusAddr, len: usize, f: impl FnOnce(*mut u8)) -> bool {
+        let map = self.map.read().expect("dma map poisoned");
+        let Some(p) = Self::lookup(&map.1, bus, len) else { return false };
+        f(p.as_ptr());
+        drop(map);
         true
     }
 
-    /// Copy `data` to bus address `bus`; false on a DMA fault.
+    /// Copy `out.len()` bytes from bus address `bus`, as the device's DMA read: relaxed
+    /// atomic loads split as [`crate::access`] describes (so a 4-byte doorbell record is one
+    /// 32-bit load, matching the driver's store), then an `Acquire` fence. False on a DMA
+    /// fault.
+    ///
+    /// The fence pairs with the driver's [`crate::barrier::to_device`] (a `Release` fence): if
+    /// these loads saw a store the driver made after its barrier (a doorbell record), every
+    /// access before the barrier (the WQE stores) happens before whatever the model does next.
+    pub fn read(&self, bus: BusAddr, out: &mut [u8]) -> bool {
+        let ok = self.with_mapped(bus, out.len(), |p| {
+            // SAFETY: `with_mapped` found the range inside a live block and keeps it mapped
+            // (allocated) until we return; the driver and the model access the block only
+            // atomically; `out` is a Rust buffer, not DMA memory.
+            unsafe { access::load_bytes(p, out) }
+        });
+        // Orders the loads above before every later access of the model (see the doc above).
+        fence(Ordering::Acquire);
+        ok
+    }
+
+    /// Copy `data` to bus address `bus`, as the device's DMA write: a `Release` fence, then
+    /// relaxed atomic stores split as [`crate::access`] describes. False on a DMA fault.
+    ///
+    /// The fence pairs with the driver's [`crate::barrier::from_device`] (an `Acquire` fence):
+    /// a driver that sees these stores (a CQE's owner word) and then issues its barrier sees
+    /// everything the model did before (the CQE body, written by an earlier `write`; its reads
+    /// of the WQEs that the CQE completes).
     pub fn write(&self, bus: BusAddr, data: &[u8]) -> bool {
-        let Some(p) = self.translate(bus, data.len()) else { return false };
-        // SAFETY: as in `read`, with the direction reversed.
-        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p.as_ptr(), data.len()) };
-        true
+        // Orders every earlier access of the model before the stores below (see the doc above).
+        fence(Ordering::Release);
+        self.with_mapped(bus, data.len(), |p| {
+            // SAFETY: as in `read`, with the direction reversed.
+            unsafe { access::store_bytes(p, data) }
+        })
     }
 
     /// Blocks currently allocated.
@@ -274,7 +326,9 @@ unsafe impl Dma for HeapDma {
         let mut map = self.map.write().expect("dma map poisoned");
         if let Some(m) = map.1.remove(&buf.bus().0) {
             // SAFETY: allocated in `alloc` with this layout; the caller guarantees the device
-            // no longer uses it, and the mapping is gone so the model cannot reach it either.
+            // no longer uses it, and the mapping is gone so the model cannot reach it either:
+            // its `read`/`write` hold the read lock while they copy, so taking the write lock
+            // above waited for any copy in flight.
             unsafe { dealloc(m.cpu as *mut u8, m.layout) };
         }
     }

@@ -8,9 +8,11 @@
 ///
 /// # Safety
 /// For implementors:
-/// * every access is exactly one volatile load or store of the stated width at `base + off`,
-///   never split, merged, elided or reordered with other accesses to this window by the
-///   compiler;
+/// * every access is exactly one load or store of the stated width at `base + off`, never
+///   split, merged, elided or reordered with other accesses to this window by the compiler: a
+///   volatile access on a real device's window (the device is outside the Rust memory model),
+///   a relaxed atomic one ([`crate::access`]) on a window that another Rust thread serves
+///   (`mem::MemBar`), so that the two cannot race;
 /// * [`write_u64`](Mmio::write_u64) is one 64-bit store (the mlx5 doorbell relies on the device
 ///   seeing both halves together);
 /// * [`write_wc64`](Mmio::write_wc64) stores the 64 bytes in ascending order as whole 64-bit

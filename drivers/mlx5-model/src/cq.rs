@@ -2,9 +2,12 @@
 //!
 //! * The entry is `buf + (pi & (cqe_cnt - 1)) * 64`; its owner bit is `!!(pi & cqe_cnt)`, the
 //!   lap parity software expects (rdma-core `cq.c` `get_sw_cqe`).
-//! * The body (bytes 0..63) is written first, then a release fence, then `op_own` (byte 63),
-//!   so that software which sees the new owner bit (and then issues its read barrier) sees the
-//!   whole CQE.
+//! * The body (bytes 0..56) is written first, then a release fence, then the last 8 bytes,
+//!   which hold `op_own` (byte 63), as one 8-byte store, so that software which sees the new
+//!   owner bit (and then issues its read barrier) sees the whole CQE. One 8-byte store because
+//!   the driver polls that word with one 8-byte load: the model's thread and the driver's must
+//!   not race with accesses of different sizes (`rdma_pmd_hal::access`, "Access sizes"), and
+//!   `HeapDma::write` of 8 aligned bytes is exactly one such store.
 //! * Before writing, the model reads the consumer index from the CQ doorbell record
 //!   (`dbrec[0]`, BE32, 24 bits, `MLX5_CQ_SET_CI`). If the producer would pass
 //!   `ci + cqe_cnt`, the CQE is **not** written: the CQ enters error, a
@@ -18,6 +21,9 @@ use rdma_pmd::BusAddr;
 
 use crate::counters::{bump, Event, Reason};
 use crate::cqe::{CqeRepr, CQE_LEN, OP_OWN};
+
+/// First byte of the CQE's last 8-byte word, the one holding `op_own`: written last, whole.
+const OWNER_WORD: usize = OP_OWN & !7;
 use crate::model::Shared;
 use crate::objects::Cq;
 
@@ -44,14 +50,16 @@ pub(crate) fn push(sh: &Shared, cqn: u32, cq: &mut Cq, mut repr: CqeRepr) -> boo
     let mut bytes = [0u8; CQE_LEN];
     repr.emit(&mut bytes);
     let at = cq.buf + u64::from(cq.pi & (size - 1)) * CQE_LEN as u64;
-    if !sh.dma.write(BusAddr(at), &bytes[..OP_OWN]) {
+    if !sh.dma.write(BusAddr(at), &bytes[..OWNER_WORD]) {
         sh.note(0, None, Reason::DmaFault { bus: at, len: CQE_LEN as u64 });
         return cq_error(sh, cqn, cq);
     }
-    // Orders the CQE body before its ownership byte: software that observes the new owner
-    // bit must find the body complete (PRM: the HCA writes op_own last).
+    // Orders the CQE body before its ownership word: software that observes the new owner
+    // bit (its load, then its `from_device` Acquire fence) must find the body complete (PRM:
+    // the HCA writes op_own last). `HeapDma::write` starts with the same fence; this one says
+    // so where it matters.
     fence(Ordering::Release);
-    if !sh.dma.write(BusAddr(at + OP_OWN as u64), &bytes[OP_OWN..]) {
+    if !sh.dma.write(BusAddr(at + OWNER_WORD as u64), &bytes[OWNER_WORD..]) {
         sh.note(0, None, Reason::DmaFault { bus: at, len: CQE_LEN as u64 });
         return cq_error(sh, cqn, cq);
     }

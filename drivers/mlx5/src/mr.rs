@@ -21,7 +21,7 @@ use core::cell::Cell;
 use core::ptr::NonNull;
 
 use rdma_pmd::{Error, Lkey, LocalBuf, RegionUse, RemoteBuf, Result, Rkey};
-use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
+use rdma_pmd_hal::{access, Dma, DmaBuf, Mmio};
 
 use crate::control::{Access, Control, Mkey, MkeyParams, Translation};
 use crate::device::Mlx5;
@@ -206,13 +206,14 @@ impl<'d, M: Mmio, D: Dma, C: Control> Region<'d, M, D, C> {
         let mut i = 0;
         // The block is page aligned (allocated so), hence 8-byte aligned.
         while i + 8 <= self.len {
-            // SAFETY: `i + 8 <= len`, the block is valid for writes and 8-byte aligned.
-            unsafe { p.add(i).cast::<u64>().write_volatile(word) };
+            // SAFETY: `i + 8 <= len`, the block is valid for writes and 8-byte aligned, and
+            // only ever accessed atomically (`access`), by us and by the device.
+            unsafe { access::store_u64(p.add(i).cast::<u64>(), word) };
             i += 8;
         }
         while i < self.len {
-            // SAFETY: `i < len`.
-            unsafe { p.add(i).write_volatile(byte) };
+            // SAFETY: `i < len`; atomic as above.
+            unsafe { access::store_u8(p.add(i), byte) };
             i += 1;
         }
     }
@@ -252,53 +253,56 @@ impl<M: Mmio, D: Dma, C: Control> Drop for Region<'_, M, D, C> {
     }
 }
 
-/// Volatile copy out of DMA memory, 8 bytes at a time where the source is aligned.
+/// Copy out of DMA memory with relaxed atomic loads (`access`), 8 bytes at a time where the
+/// source is aligned.
 ///
 /// # Safety
-/// `src` must be valid for reads of `out.len()` bytes.
+/// `src` must be valid for reads of `out.len()` bytes, which are only ever accessed atomically.
 unsafe fn copy_from_dma(src: *const u8, out: &mut [u8]) {
     let n = out.len();
     let mut i = 0;
     while i < n && !(src as usize + i).is_multiple_of(8) {
-        // SAFETY: `i < n`.
-        out[i] = unsafe { src.add(i).read_volatile() };
+        // SAFETY: `i < n`; atomic-only memory (the caller's promise).
+        out[i] = unsafe { access::load_u8(src.add(i)) };
         i += 1;
     }
     while i + 8 <= n {
-        // SAFETY: 8 bytes in range at an 8-aligned address.
-        let w = unsafe { src.add(i).cast::<u64>().read_volatile() };
+        // SAFETY: 8 bytes in range at an 8-aligned address; atomic-only memory.
+        let w = unsafe { access::load_u64(src.add(i).cast::<u64>()) };
         out[i..i + 8].copy_from_slice(&w.to_ne_bytes());
         i += 8;
     }
     while i < n {
-        // SAFETY: `i < n`.
-        out[i] = unsafe { src.add(i).read_volatile() };
+        // SAFETY: `i < n`; atomic-only memory.
+        out[i] = unsafe { access::load_u8(src.add(i)) };
         i += 1;
     }
 }
 
-/// Volatile copy into DMA memory, 8 bytes at a time where the destination is aligned.
+/// Copy into DMA memory with relaxed atomic stores (`access`), 8 bytes at a time where the
+/// destination is aligned.
 ///
 /// # Safety
-/// `dst` must be valid for writes of `data.len()` bytes.
+/// `dst` must be valid for writes of `data.len()` bytes, which are only ever accessed
+/// atomically.
 unsafe fn copy_to_dma(data: &[u8], dst: *mut u8) {
     let n = data.len();
     let mut i = 0;
     while i < n && !(dst as usize + i).is_multiple_of(8) {
-        // SAFETY: `i < n`.
-        unsafe { dst.add(i).write_volatile(data[i]) };
+        // SAFETY: `i < n`; atomic-only memory (the caller's promise).
+        unsafe { access::store_u8(dst.add(i), data[i]) };
         i += 1;
     }
     while i + 8 <= n {
         let mut w = [0u8; 8];
         w.copy_from_slice(&data[i..i + 8]);
-        // SAFETY: 8 bytes in range at an 8-aligned address.
-        unsafe { dst.add(i).cast::<u64>().write_volatile(u64::from_ne_bytes(w)) };
+        // SAFETY: 8 bytes in range at an 8-aligned address; atomic-only memory.
+        unsafe { access::store_u64(dst.add(i).cast::<u64>(), u64::from_ne_bytes(w)) };
         i += 8;
     }
     while i < n {
-        // SAFETY: `i < n`.
-        unsafe { dst.add(i).write_volatile(data[i]) };
+        // SAFETY: `i < n`; atomic-only memory.
+        unsafe { access::store_u8(dst.add(i), data[i]) };
         i += 1;
     }
 }

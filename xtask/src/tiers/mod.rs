@@ -7,6 +7,7 @@ mod miri;
 mod nostd;
 mod prereq;
 mod rxe;
+mod tsan;
 mod unit;
 mod vectors;
 mod vfio;
@@ -61,6 +62,7 @@ const TIERS: &[(&str, Tier)] = &[
     ("vectors", vectors::run),
     ("nostd", nostd::run),
     ("model", demo::run),
+    ("tsan", tsan::run),
     ("rxe", rxe::run),
     ("vfio", vfio::run),
 ];

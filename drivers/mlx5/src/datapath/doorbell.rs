@@ -13,7 +13,7 @@
 //! The register is at byte [`BF_OFFSET`] of the QP's UAR page (`MLX5_BF_OFFSET` in rdma-core's
 //! `providers/mlx5/mlx5.h`; the PRM's UAR page layout puts BlueFlame register 0 there).
 
-use rdma_pmd_hal::{barrier, DmaBuf, Mmio};
+use rdma_pmd_hal::{access, barrier, DmaBuf, Mmio};
 
 use crate::control::Uar;
 use crate::layout::codes::SEND_WQE_BB;
@@ -68,8 +68,9 @@ impl SqDoorbell {
         nreq: u32,
         pi: u16,
     ) {
-        // The WQE stores (volatile, to DMA memory) must be visible to the device before the
-        // doorbell record that announces them (udma_to_device_barrier).
+        // The WQE stores (relaxed atomics, to DMA memory) must be visible to the device before
+        // the doorbell record that announces them (udma_to_device_barrier; for the model, the
+        // Release fence that its Acquire after loading the record pairs with).
         barrier::to_device();
         dbrec.write_u32(SND_DBR * 4, u32::from_ne_bytes(sq_dbrec(pi)));
         let at = self.reg + self.offset;
@@ -92,10 +93,11 @@ impl SqDoorbell {
                 let src = base.wrapping_add(slot * (SEND_WQE_BB / 8));
                 // SAFETY: `slot < wqe_cnt`, so the 64 bytes at `src` lie inside the ring, which
                 // lies inside the block (asserted above) and is 8-byte aligned; the block is
-                // valid for reads while `ring.buf` is borrowed. Volatile: the device may read
-                // (never write) these bytes concurrently.
+                // valid for reads while `ring.buf` is borrowed. Atomic (`access`): the device
+                // may read (never write) these bytes concurrently, and every access to the ring
+                // is atomic.
                 let block: [u64; 8] =
-                    core::array::from_fn(|k| unsafe { src.add(k).read_volatile() });
+                    core::array::from_fn(|k| unsafe { access::load_u64(src.add(k)) });
                 mmio.write_wc64(at + i * SEND_WQE_BB, &block);
             }
         }

@@ -8,8 +8,9 @@
 //! Wrapping in the sink costs one `and` per store and makes every sink memory-safe for any
 //! offset. Two sinks ship here:
 //!
-//! * [`RawRing`]: a ring in DMA memory, written with 64-bit volatile stores through a raw
-//!   pointer (house rule: no references into live DMA memory). The data path creates it once
+//! * [`RawRing`]: a ring in DMA memory, written through a raw pointer (house rule: no
+//!   references into live DMA memory) with 8-byte relaxed atomic stores
+//!   (`rdma_pmd_hal::access`) and, on x86_64, one 16-byte store per segment (see `store16`). The data path creates it once
 //!   per send queue from the ring's CPU address.
 //! * [`FixedRing`]: the same with the size a compile-time constant; the send queue uses it.
 //! * [`SliceRing`]: a ring over a plain `&mut [u8]`, for tests, conformance vectors and
@@ -19,6 +20,7 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use rdma_pmd::{Error, Result};
+use rdma_pmd_hal::access;
 
 use crate::layout::codes::SEND_WQE_BB;
 
@@ -69,7 +71,8 @@ fn check_wqe_cnt(wqe_cnt: u32) -> Result<usize> {
     Ok(wqe_cnt as usize * SEND_WQE_BB)
 }
 
-/// A send ring in device-visible memory, written only with volatile stores of 8 and 16 bytes.
+/// A send ring in device-visible memory, written only with stores of 8 bytes (relaxed atomic)
+/// and 16 bytes (see `store16`).
 ///
 /// Nothing orders these stores with respect to the device: after the last WQE of a batch the
 /// caller issues the `udma_to_device_barrier` equivalent before writing the doorbell record.
@@ -91,7 +94,7 @@ impl RawRing {
     /// # Safety
     /// `base` must be 16-byte aligned and valid for reads and writes of `wqe_cnt * 64` bytes for
     /// as long as the returned value lives, and nothing may hold a Rust reference into those bytes
-    /// meanwhile (the device, and readers using raw pointers, may access them).
+    /// meanwhile (the device, and readers using `rdma_pmd_hal::access`, may access them).
     pub unsafe fn new(base: NonNull<u8>, wqe_cnt: u32) -> Result<Self> {
         let len = check_wqe_cnt(wqe_cnt)?;
         // 16: a segment is stored in one 16-byte store (`store16`). The device asks for more
@@ -137,8 +140,9 @@ impl WqeSink for RawRing {
 unsafe fn store8(base: NonNull<u64>, mask: usize, off: usize, bytes: [u8; 8]) {
     let word = (off & mask & !7) >> 3;
     // SAFETY: `word * 8 <= mask - 7`, so the 8 bytes lie inside the block the caller vouched
-    // for; aligned because `base` is.
-    unsafe { base.as_ptr().add(word).write_volatile(u64::from_ne_bytes(bytes)) }
+    // for; aligned because `base` is. Atomic (`access`): the device (or the model's thread)
+    // accesses the ring atomically too; the barrier before the doorbell record orders it.
+    unsafe { access::store_u64(base.as_ptr().add(word), u64::from_ne_bytes(bytes)) }
 }
 
 /// Store the 16 bytes `lo`, `hi` at byte `off & mask & !15` of the ring at `base`: one
@@ -151,8 +155,16 @@ unsafe fn store8(base: NonNull<u64>, mask: usize, off: usize, bytes: [u8; 8]) {
 /// post). The device sees no difference: it reads the ring after the doorbell, and the
 /// barrier before the doorbell record orders these stores like any others.
 ///
+/// This store is the one access to DMA memory that is not a `rdma_pmd_hal::access` atomic
+/// (Rust has no 16-byte atomic, and two 8-byte atomic stores would double the stores per WQE,
+/// the cost described above). It is free of data races not by construction but by the send queue's protocol,
+/// which orders it by happens-before with every access of another thread to these bytes; see
+/// the SAFETY comment inside.
+///
 /// # Safety
-/// As for [`store8`].
+/// As for [`store8`], and the ring must be used as a send queue's: the device reads a slot only
+/// after a doorbell record that covers it, never writes the ring, and the caller rewrites a
+/// slot only after a completion for its WQE (or a later one) has been seen.
 #[inline(always)]
 unsafe fn store16(base: NonNull<u64>, mask: usize, off: usize, lo: [u8; 8], hi: [u8; 8]) {
     let word = (off & mask & !15) >> 3;
@@ -163,17 +175,34 @@ unsafe fn store16(base: NonNull<u64>, mask: usize, off: usize, lo: [u8; 8], hi: 
         // SAFETY: `__m128i` is 16 plain bytes, as `words` is (in memory order). `word * 8` is a
         // multiple of 16 at most `mask - 15` (`mask + 1` is a multiple of 64), so the 16 bytes
         // lie inside the block the caller vouched for, 16-byte aligned because `base` is.
+        //
+        // Not atomic, so every access to these bytes from another thread (the device model) must
+        // be ordered with it by happens-before; the send queue's protocol provides both edges:
+        // * this store → the model's loads of the WQE: program order puts it before
+        //   `barrier::to_device` (a Release fence) and the doorbell-record store after it; the
+        //   model reads a slot only once a doorbell record it loaded covers it, and that load is
+        //   followed by an Acquire fence (`HeapDma::read`; the doorbell handler also hands the
+        //   work to the engine thread under a mutex), so fence–fence synchronization orders
+        //   this store before the model's reads.
+        // * the model's loads of an earlier lap → this store: the model never writes the ring
+        //   and reads a WQE before it writes the CQE completing it (or a later WQE); that CQE's
+        //   owner word is stored after a Release fence (`HeapDma::write`), and the caller
+        //   reuses the slot only after loading that owner word and issuing
+        //   `barrier::from_device` (an Acquire fence).
+        // The driver's own loads of the ring (BlueFlame copies) are on this thread,
+        // ordered by program order. A real device is outside the Rust memory model.
         unsafe {
             let v = core::mem::transmute::<[u64; 2], __m128i>(words);
             base.as_ptr().add(word).cast::<__m128i>().write_volatile(v)
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: as above, for two 8-byte words.
+    // SAFETY: as above (bounds, alignment), for two 8-byte words; atomic (`access`), so these
+    // need no protocol argument.
     unsafe {
         let p = base.as_ptr().add(word);
-        p.write_volatile(u64::from_ne_bytes(lo));
-        p.add(1).write_volatile(u64::from_ne_bytes(hi));
+        access::store_u64(p, u64::from_ne_bytes(lo));
+        access::store_u64(p.add(1), u64::from_ne_bytes(hi));
     }
 }
 
@@ -202,25 +231,8 @@ impl<const N: usize> FixedRing<N> {
 }
 
 impl<const N: usize> FixedRing<N> {
-    /// The 16 bytes of the control segment of the WQE at counter `pi` (its first block), as
-    /// they are in the ring.
-    #[inline(always)]
-    pub fn read_ctrl(&self, pi: u16) -> [u8; 16] {
-        let word = (pi as usize & (N - 1)) * (SEND_WQE_BB / 8);
-        // SAFETY: `word * 8 < N * 64`, inside the ring `new`'s RawRing vouched for (valid for
-        // reads and writes); volatile because the device reads these bytes concurrently.
-        let (a, b) = unsafe {
-            let p = self.base.as_ptr().add(word);
-            (p.read_volatile(), p.add(1).read_volatile())
-        };
-        let mut out = [0u8; 16];
-        out[..8].copy_from_slice(&a.to_ne_bytes());
-        out[8..].copy_from_slice(&b.to_ne_bytes());
-        out
-    }
-
     /// A handle for one post: its base address is read once, so the compiler need not reload
-    /// it after every (volatile) store to the ring.
+    /// it after every store to the ring.
     #[inline(always)]
     pub fn view(&mut self) -> RingView<'_, N> {
         RingView { base: self.base, _ring: PhantomData }
