@@ -78,3 +78,12 @@ pub fn wc_flush() {
     // full pipeline drain to every BlueFlame post).
     fence(Ordering::Release);
 }
+
+/// `mmio_wc_start`: the stores before this point (the doorbell record in write-back memory)
+/// reach the device before the write-combining stores after it (BlueFlame, the doorbell), so
+/// the device never sees a doorbell ahead of the record it announces. rdma-core defines it as
+/// `mmio_flush_writes` on every architecture; so does this.
+#[inline(always)]
+pub fn wc_start() {
+    wc_flush();
+}

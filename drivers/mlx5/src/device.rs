@@ -35,7 +35,7 @@ use rdma_pmd::{Error, Result};
 use rdma_pmd_hal::{Dma, Mmio};
 
 use crate::control::{Control, DeviceCaps, Pdn, Uar};
-use crate::datapath::doorbell::BF_OFFSET;
+use crate::datapath::send::BF_OFFSET;
 
 /// An open mlx5 device. See the module docs.
 pub struct Mlx5<M: Mmio, D: Dma, C: Control> {

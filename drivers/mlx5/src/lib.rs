@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use rdma_pmd::{QpNum, RemoteBuf, Rkey, Lkey, SendFlags, Sge};
-//! use rdma_pmd_mlx5::{layout::doorbell, datapath::wqe::{WqeBuilder, SliceRing}};
+//! use rdma_pmd_mlx5::{layout::wqe as seg, datapath::wqe::{WqeBuilder, SliceRing}};
 //!
 //! let builder = WqeBuilder::new(QpNum(0x123)).max_sge(30);
 //! let mut mem = [0u8; 64 * 64];
@@ -30,8 +30,8 @@
 //!     .write_sges(&mut ring, pi, 64, &sgl, SendFlags::SIGNALED, RemoteBuf::new(0x7f00_1122_3344, Rkey(0xa1b2_c3d4)), None)
 //!     .unwrap();
 //! // barrier, then:
-//! assert_eq!(doorbell::sq_dbrec(info.next_pi()), [0, 0, 0, 1]);       // dbrec[SND_DBR]
-//! assert_eq!(doorbell::bf_len(1, info.shape.ds, 256), 64);            // BlueFlame bytes
+//! assert_eq!(seg::sq_dbrec(info.next_pi()), [0, 0, 0, 1]);       // dbrec[SND_DBR]
+//! assert_eq!(seg::bf_len(1, info.shape.ds, 256), 64);            // BlueFlame bytes
 //! assert_eq!(info.doorbell, [0, 0, 0, 8, 0, 1, 0x23, 3]);             // or this 64-bit UAR store
 //! ```
 #![cfg_attr(not(any(feature = "std", test)), no_std)]

@@ -70,9 +70,9 @@ use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
 
 use crate::control::{Access, Control, Cqn, Path, QpParams, Transition, Uar};
 use crate::datapath::cq::CqRing;
-use crate::datapath::doorbell::SqDoorbell;
 use crate::datapath::recv::{RecvRing, STRIDE};
 use crate::datapath::send::SendRing;
+use crate::datapath::send::{BlueFlame, SqDoorbell};
 use crate::datapath::wqe::{RawRing, WqeBuilder};
 use crate::device::{check_uar, Mlx5};
 use crate::layout::codes::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
@@ -102,6 +102,8 @@ pub struct QpConfig {
     pub max_send_sge: Option<u32>,
     /// Lower the inline limit below what the device and ring allow.
     pub max_inline: Option<u32>,
+    /// When a single post rings with a BlueFlame copy (rdma-core's default: whenever it fits).
+    pub blueflame: BlueFlame,
 }
 
 /// The fields of the `RST2INIT`, `INIT2RTR` and `RTR2RTS` transitions that do not depend on
@@ -322,7 +324,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
             uar,
             scqn: b.scqn.take().expect("set above"),
             rcqn: b.rcqn.take().expect("set above"),
-            db: SqDoorbell::new(uar, dev.bf_half()),
+            db: SqDoorbell::new(uar, dev.bf_half(), cfg.blueflame),
             sq_off,
             sq,
             rq: RecvRing::new(0),

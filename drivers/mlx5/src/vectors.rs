@@ -25,7 +25,7 @@ use rdma_pmd::{Lkey, QpNum, RemoteBuf, Rkey, SendFlags, Sge, Source, WriteReques
 use crate::datapath::wqe::{SliceRing, WqeBuilder, WqeInfo, WqeSink};
 use crate::layout::codes::{CqeOpcode, SendOpcode, SEND_WQE_BB, SEND_WQE_DS};
 use crate::layout::cqe::{self, Cqe, CqeRepr};
-use crate::layout::doorbell;
+use crate::layout::wqe as seg;
 use crate::layout::wqe::{CtrlSeg, DataSeg, InlineSeg, RaddrSeg};
 
 /// BlueFlame half-register size the vectors assume (`bf_reg_size` 512 / 2).
@@ -377,9 +377,9 @@ fn run_case(r: &Record) -> Result<Verdict, String> {
         }
     }
     expect_eq!("sig", CtrlSeg::new_unchecked(&got[..]).signature() as u64, r.num("sig")?);
-    expect_eq!("dbrec", doorbell::sq_dbrec(info.next_pi()).to_vec(), r.body_hex("dbrec")?);
+    expect_eq!("dbrec", seg::sq_dbrec(info.next_pi()).to_vec(), r.body_hex("dbrec")?);
     expect_eq!("uar", info.doorbell.to_vec(), r.body_hex("uar")?);
-    let bf = doorbell::bf_len(1, info.shape.ds, BF_SIZE);
+    let bf = seg::bf_len(1, info.shape.ds, BF_SIZE);
     expect_eq!("bf", bf as u64, r.body_num("bf")?);
     check_views(r, &input, &want_wqe)?;
     Ok(Verdict::Pass)
@@ -463,9 +463,9 @@ fn run_ring(r: &Record, cases: &HashMap<&str, &Record>) -> Result<Verdict, Strin
             ));
         }
     }
-    expect_eq!("dbrec", doorbell::sq_dbrec(pi).to_vec(), r.body_hex("dbrec")?);
+    expect_eq!("dbrec", seg::sq_dbrec(pi).to_vec(), r.body_hex("dbrec")?);
     expect_eq!("uar", last.doorbell.to_vec(), r.body_hex("uar")?);
-    let bf = doorbell::bf_len(posts.len() as u32, last.shape.ds, BF_SIZE);
+    let bf = seg::bf_len(posts.len() as u32, last.shape.ds, BF_SIZE);
     expect_eq!("bf", bf as u64, r.body_num("bf")?);
     Ok(Verdict::Pass)
 }
@@ -504,11 +504,7 @@ fn run_cqe(r: &Record) -> Result<Verdict, String> {
     }
     let (ci, cnt) = (r.num("cq_index")? as u32, r.num("cqe_cnt")? as u32);
     expect_eq!("sw_owned", c.sw_owned(ci, cnt) as u64, r.num("sw_owned")?);
-    expect_eq!(
-        "ci_dbrec",
-        doorbell::cq_ci_dbrec(ci.wrapping_add(1)).to_vec(),
-        r.body_hex("ci_dbrec")?
-    );
+    expect_eq!("ci_dbrec", cqe::cq_ci_dbrec(ci.wrapping_add(1)).to_vec(), r.body_hex("ci_dbrec")?);
     Ok(Verdict::Pass)
 }
 

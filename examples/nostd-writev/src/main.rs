@@ -21,7 +21,7 @@ use core::ptr::{addr_of_mut, NonNull};
 use rdma_pmd::WriteRequest;
 use rdma_pmd::{Lkey, LocalBuf, QpNum, RegionUse, RemoteBuf, Rkey, SendFlags, Sge, Source};
 use rdma_pmd_mlx5::datapath::wqe::{RawRing, WqeBuilder, WqeInfo};
-use rdma_pmd_mlx5::layout::doorbell::{bf_len, sq_dbrec};
+use rdma_pmd_mlx5::layout::wqe::{bf_len, sq_dbrec};
 
 /// Slots of the static send ring.
 const SLOTS: u32 = 8;

@@ -16,7 +16,7 @@ use rdma_pmd_hal::{barrier, Dma, DmaBuf};
 
 use crate::control::{CqParams, Uar};
 use crate::layout::cqe::{self, OP_OWN_INVALID};
-use crate::layout::doorbell::{cq_ci_dbrec, CQ_SET_CI};
+use crate::layout::cqe::{cq_ci_dbrec, CQ_SET_CI};
 
 /// A completion queue's memory and consumer index.
 #[derive(Debug)]

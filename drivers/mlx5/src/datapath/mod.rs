@@ -3,14 +3,12 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`send`] | the send queue: request checks, WQE bookkeeping, push, commit, abort, and the retirement a completion drives (`qp.c` `_mlx5_post_send`, `cq.c` `mlx5_parse_cqe` for the requester side) |
+//! | [`send`] | the send queue: WQE bookkeeping, push, commit, abort, the doorbell (`post_send_db`), and the retirement a completion drives (`qp.c` `_mlx5_post_send`, `cq.c` `mlx5_parse_cqe` for the requester side) |
 //! | [`wqe`] | the WQE encoder and the ring sinks it stores through |
-//! | [`doorbell`] | ringing the send doorbell: doorbell record, BlueFlame or the 8-byte UAR store (`post_send_db`) |
 //! | [`cq`] | completion queue rings: ownership, the from-device barrier, the consumer-index doorbell record |
 //! | [`recv`] | the receive queue: receive WQEs, and responder CQEs turned into completions |
 
 pub mod cq;
-pub mod doorbell;
 pub mod recv;
 pub mod send;
 pub mod wqe;

@@ -16,7 +16,7 @@ use rdma_pmd_hal::{barrier, DmaBuf};
 
 use crate::layout::codes::CqeOpcode;
 use crate::layout::cqe::{Cqe, CqeRepr};
-use crate::layout::doorbell::RCV_DBR;
+use crate::layout::wqe::RCV_DBR;
 use crate::layout::wqe::{DataSeg, INVALID_LKEY};
 
 /// Bytes per receive WQE (one scatter entry).

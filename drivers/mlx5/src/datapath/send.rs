@@ -50,14 +50,14 @@ use rdma_pmd::{
     Caps, Completion, DeviceFault, Error, LocalBuf, QpNum, RegionUse, RemoteBuf, Result, SendFlags,
     SendQueue, Sge, WcOpcode, WcStatus, WriteRequest,
 };
-use rdma_pmd_hal::{Dma, Mmio};
+use rdma_pmd_hal::{access, barrier, Dma, DmaBuf, Mmio};
 
-use crate::control::Control;
-use crate::datapath::doorbell::RingAt;
-use crate::datapath::wqe::builder::HEADER_DS;
-use crate::datapath::wqe::{FixedRing, RawRing, WqeBuilder, WqeShape};
+use crate::control::{Control, Uar};
+use crate::datapath::wqe::{FixedRing, RawRing, WqeBuilder, WqeShape, HEADER_DS};
 use crate::layout::codes::CqeOpcode;
+use crate::layout::codes::SEND_WQE_BB;
 use crate::layout::cqe::{Cqe, CqeRepr};
+use crate::layout::wqe::{bf_len, sq_dbrec, SND_DBR};
 use crate::qp::{Qp, QpState};
 
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
@@ -65,13 +65,14 @@ const REFS_PER_BB: usize = 4;
 
 /// What the driver keeps about the WQE starting at a slot, in one word written at every push:
 /// `ds` in bits 0..6, "asked for a completion" in bit 6, the further region references it
-/// queued in bits 7..13.
+/// queued in bits 7..13, "inline payload" in bit 13.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Meta(u16);
 
 impl Meta {
     const SIGNALED: u16 = 1 << 6;
     const MORE_SHIFT: u32 = 7;
+    const INLINE: u16 = 1 << 13;
 
     #[inline(always)]
     fn new(ds: u8, signaled: bool, more: u8) -> Meta {
@@ -103,7 +104,18 @@ impl Meta {
     /// Region references queued beyond the slot's first.
     #[inline(always)]
     fn more(self) -> u8 {
-        (self.0 >> Self::MORE_SHIFT) as u8
+        (self.0 >> Self::MORE_SHIFT) as u8 & 0x3f
+    }
+
+    /// The WQE carries its payload inline.
+    #[inline(always)]
+    fn with_inline(self, inline: bool) -> Meta {
+        Meta(self.0 | (inline as u16) << 13)
+    }
+
+    #[inline(always)]
+    fn inline(self) -> bool {
+        self.0 & Self::INLINE != 0
     }
 }
 
@@ -419,7 +431,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let slot = at.pi as usize & Self::MASK;
         self.wr_ids[slot] = req.wr_id;
         self.set_first(slot, None);
-        self.meta[slot] = Meta::new(shape.ds, builder.signals(req.flags), 0);
+        self.meta[slot] =
+            Meta::new(shape.ds, builder.signals(req.flags), 0).with_inline(req.is_inline());
         at.advance(shape.wqebbs as u16);
         Ok(())
     }
@@ -460,11 +473,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
         }
     }
 
-    /// Close the batch: the WQEs pushed at the cursor join the ring. Returns the counter and
-    /// `ds` of the last of them and how many there were, for the doorbell, or `None` if none
-    /// was pushed.
+    /// Close the batch: the WQEs pushed at the cursor join the ring. Returns the last of them
+    /// and how many there were, for the doorbell, or `None` if none was pushed.
     #[inline]
-    pub fn commit(&mut self, at: SqCursor) -> Option<((u16, u8), u32)> {
+    pub fn commit(&mut self, at: SqCursor) -> Option<(Last, u32)> {
         let pushed = self.pushed(&at);
         // A cursor that is not this ring's live one (committed twice, or from another ring:
         // a broken `unsafe` contract) can claim blocks past the free space; rung, it would
@@ -476,8 +488,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.pi = at.pi;
         self.ref_head = at.ref_head;
         self.outstanding += pushed;
-        let ds = self.meta[last as usize & Self::MASK].ds();
-        Some(((last, ds), pushed))
+        let m = self.meta[last as usize & Self::MASK];
+        Some((Last { pi: last, ds: m.ds(), inline: m.inline() }, pushed))
     }
 
     /// Release the first region of the WQE at `slot`: the WQE is retired, rolled back or its
@@ -642,6 +654,147 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.tail = self.pi;
         self.outstanding = 0;
         self.pending = None;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The doorbell: the store sequence of rdma-core's `post_send_db` (`providers/mlx5/qp.c`), once
+// for every way of posting.
+//
+// 1. the WQEs are already in the ring (stores through `RawRing`);
+// 2. `barrier::to_device`: those stores reach memory before the doorbell record says so;
+// 3. `dbrec[SND_DBR] = htobe32(pi & 0xffff)` (`layout::wqe::sq_dbrec`);
+// 4. `barrier::wc_start` (`mmio_wc_start`): the record before any write-combining store;
+// 5. either a BlueFlame copy of the last WQE (one WQE posted, the policy allows it, and
+//    `1 < ds <= bf_size / 16`: `layout::wqe::bf_len` bytes in 64-byte write-combining chunks,
+//    the source wrapping at the ring's end), or one 64-bit store of the last WQE's first 8 bytes;
+// 6. `barrier::wc_flush` (`mmio_flush_writes`): the write-combining buffer leaves the CPU now;
+// 7. the next doorbell uses the other half of the BlueFlame register (`offset ^= bf_size`).
+//
+// The register is at byte `BF_OFFSET` of the QP's UAR page (`MLX5_BF_OFFSET` in rdma-core's
+// `providers/mlx5/mlx5.h`; the PRM's UAR page layout puts BlueFlame register 0 there).
+// ---------------------------------------------------------------------------------------------
+
+/// When a single post's doorbell is a BlueFlame copy of its WQE: the provider's
+/// `(inl || ctx->prefer_bf)` and `shut_up_bf` conditions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BlueFlame {
+    /// Every single post whose WQE fits (rdma-core's default: `MLX5_POST_SEND_PREFER_BF`
+    /// unset).
+    #[default]
+    Prefer,
+    /// Single inline posts only (`MLX5_POST_SEND_PREFER_BF=0`).
+    InlineOnly,
+    /// Never: always the 8-byte doorbell (`MLX5_SHUT_UP_BF=1`).
+    Off,
+}
+
+/// Byte offset of the first BlueFlame (doorbell) register in a UAR page (`MLX5_BF_OFFSET`).
+pub const BF_OFFSET: usize = 0x800;
+
+/// One send queue's doorbell: the BlueFlame register it rings and which half is next.
+#[derive(Debug)]
+pub struct SqDoorbell {
+    /// BAR offset of the register's first half.
+    reg: usize,
+    /// Size of one half (`mlx5dv_qp.bf.size`); 0 disables BlueFlame.
+    half: usize,
+    /// The half the next doorbell goes to (0 or `half`).
+    offset: usize,
+    policy: BlueFlame,
+}
+
+/// The last WQE a doorbell announces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Last {
+    /// Its WQE counter.
+    pub pi: u16,
+    /// Its size in 16-byte units.
+    pub ds: u8,
+    /// Whether its payload is inline.
+    pub inline: bool,
+}
+
+/// Where the send ring lives, for the BlueFlame copy (which reads the WQE back).
+#[derive(Clone, Copy, Debug)]
+pub struct RingAt<'a> {
+    /// The block holding the ring.
+    pub buf: &'a DmaBuf,
+    /// Byte offset of slot 0 in `buf`.
+    pub off: usize,
+    /// Number of 64-byte slots (a power of two).
+    pub wqe_cnt: u32,
+}
+
+impl SqDoorbell {
+    /// The doorbell of a QP on `uar` whose BlueFlame halves are `half` bytes (0: none).
+    pub fn new(uar: Uar, half: usize, policy: BlueFlame) -> Self {
+        SqDoorbell { reg: uar.bar_offset + BF_OFFSET, half, offset: 0, policy }
+    }
+
+    /// BAR offset the next doorbell goes to.
+    pub fn next_offset(&self) -> usize {
+        self.reg + self.offset
+    }
+
+    /// Publish every WQE up to counter `pi` (exclusive): `nreq` requests were pushed since the
+    /// last doorbell, the last of them at counter `last.pi` with size `last.ds`, inline or not.
+    /// `dbrec` is the QP's doorbell record.
+    #[inline]
+    pub fn ring<M: Mmio>(
+        &mut self,
+        mmio: &M,
+        dbrec: &DmaBuf,
+        ring: RingAt<'_>,
+        last: Last,
+        nreq: u32,
+        pi: u16,
+    ) {
+        // The WQE stores (relaxed atomics, to DMA memory) must be visible to the device before
+        // the doorbell record that announces them (udma_to_device_barrier; for the model, the
+        // Release fence that its Acquire after loading the record pairs with).
+        barrier::to_device();
+        dbrec.write_u32(SND_DBR * 4, u32::from_ne_bytes(sq_dbrec(pi)));
+        // The record before any write-combining store (mmio_wc_start).
+        barrier::wc_start();
+        let at = self.reg + self.offset;
+        let Last { pi: last_pi, ds, inline } = last;
+        let mask = ring.wqe_cnt - 1;
+        let bf = match self.policy {
+            BlueFlame::Prefer => true,
+            BlueFlame::InlineOnly => inline,
+            BlueFlame::Off => false,
+        };
+        let len = if bf { bf_len(nreq, ds, self.half as u32) } else { 0 };
+        if len == 0 {
+            // The first 8 bytes of the last WQE's control segment, as they are in the ring.
+            let head = ring.off + (last_pi as u32 & mask) as usize * SEND_WQE_BB;
+            mmio.write_u64(at, ring.buf.read_u64(head));
+        } else {
+            assert!(
+                (ring.buf.cpu().as_ptr() as usize + ring.off).is_multiple_of(8)
+                    && ring.off + ring.wqe_cnt as usize * SEND_WQE_BB <= ring.buf.len(),
+                "send ring outside its block"
+            );
+            let base = ring.buf.cpu().as_ptr().wrapping_add(ring.off).cast::<u64>();
+            for i in 0..len / SEND_WQE_BB {
+                let slot = ((last_pi as u32).wrapping_add(i as u32) & mask) as usize;
+                let src = base.wrapping_add(slot * (SEND_WQE_BB / 8));
+                // SAFETY: `slot < wqe_cnt`, so the 64 bytes at `src` lie inside the ring, which
+                // lies inside the block (asserted above) and is 8-byte aligned; the block is
+                // valid for reads while `ring.buf` is borrowed. Atomic (`access`): the device
+                // may read (never write) these bytes concurrently, and every access to the ring
+                // is atomic.
+                let block: [u64; 8] =
+                    core::array::from_fn(|k| unsafe { access::load_u64(src.add(k)) });
+                mmio.write_wc64(at + i * SEND_WQE_BB, &block);
+            }
+        }
+        // The doorbell (or BlueFlame burst) leaves the write-combining buffer before anything
+        // that follows, in particular before the next doorbell to the other half
+        // (mmio_flush_writes).
+        barrier::wc_flush();
+        self.offset ^= self.half;
     }
 }
 

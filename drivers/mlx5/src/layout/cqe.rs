@@ -45,6 +45,18 @@ pub const LEN: usize = 64;
 /// `op_own` of an entry the device has not written yet (`cq.c` initialises every entry so).
 pub const OP_OWN_INVALID: u8 = 0xf0;
 
+/// Index of a CQ's consumer-index doorbell record (`MLX5_CQ_SET_CI`).
+pub const CQ_SET_CI: usize = 0;
+/// Index of a CQ's arm doorbell record (`MLX5_CQ_ARM_DB`).
+pub const CQ_ARM_DB: usize = 1;
+
+/// The 4 bytes (memory order) to store at `dbrec[CQ_SET_CI]` once the consumer index is `ci`:
+/// `htobe32(ci & 0xffffff)` (`cq.c` `update_cons_index`).
+#[inline]
+pub const fn cq_ci_dbrec(ci: u32) -> [u8; 4] {
+    (ci & 0x00ff_ffff).to_be_bytes()
+}
+
 /// The provider's ownership test (`cq.c` `get_sw_cqe`): the entry polled at consumer index
 /// `ci` in a CQ of `cqe_cnt` entries (a power of two) belongs to software iff its opcode is not
 /// `MLX5_CQE_INVALID` and its owner bit equals `!!(ci & cqe_cnt)`, which flips every lap.
@@ -276,6 +288,11 @@ mod tests {
             *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
         }
         out
+    }
+
+    #[test]
+    fn the_consumer_index_record_is_24_bits_big_endian() {
+        assert_eq!(cq_ci_dbrec(0x0123_4567), [0, 0x23, 0x45, 0x67]);
     }
 
     #[test]

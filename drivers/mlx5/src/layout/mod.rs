@@ -1,5 +1,5 @@
 //! Every byte layout the driver shares with the HCA, and nothing else: send WQE segments, the
-//! CQE, doorbell records and the UAR doorbell word, opcodes and syndromes, and the `#[repr(C)]`
+//! CQE, doorbell records, opcodes and syndromes, and the `#[repr(C)]`
 //! mirrors of rdma-core's `mlx5dv.h` that pin the tables, and the command layouts generated
 //! from the kernel's `mlx5_ifc.h` ([`ifc`]).
 //!
@@ -13,9 +13,8 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`wqe`] | control, remote-address, data and inline segments of a send WQE; receive WQE entries |
-//! | [`cqe`] | the 64-byte CQE (success and error views), ownership test |
-//! | [`doorbell`] | doorbell-record values, BlueFlame length rule, CQ consumer index |
+//! | [`wqe`] | control, remote-address, data and inline segments of a send WQE; receive WQE entries; the work queues' doorbell record and BlueFlame rule |
+//! | [`cqe`] | the 64-byte CQE (success and error views), ownership test, the consumer-index record |
 //! | [`codes`] | send and CQE opcodes, CQE syndromes (→ [`rdma_pmd::WcStatus`]), `fm_ce_se` bits, sizes |
 //! | [`abi`] | `#[repr(C)]` mirrors of the mlx5dv.h structs, for the tests that pin the tables |
 //! | [`ifc`] | command and context layouts, generated from `mlx5_ifc.h` by `cargo xtask ifc` |
@@ -23,7 +22,6 @@
 pub mod abi;
 pub mod codes;
 pub mod cqe;
-pub mod doorbell;
 pub mod ifc;
 pub mod wqe;
 

@@ -28,11 +28,15 @@
 //! `struct mlx5_wqe_inl_data_seg` declares a host `uint32_t`), then the payload, padded to a
 //! 16-byte multiple. It takes `ceil((4 + len) / 16)` `ds` units, and none at all when empty. In
 //! a ring, payload that reaches the end of a 64-byte block continues in the next block's slot.
+//!
+//! **Doorbell record** of the work queues: `dbrec[MLX5_RCV_DBR]` and `dbrec[MLX5_SND_DBR]`, the
+//! big-endian counters the device reads after the doorbell ([`sq_dbrec`]), and the BlueFlame
+//! length rule of `post_send_db` ([`bf_len`]).
 
 use rdma_pmd::{Lkey, QpNum, RemoteBuf, Rkey, Sge};
 
 use super::be;
-use super::codes::{FmCeSe, SendOpcode, INLINE_SEG, MAX_DS, SEND_WQE_DS};
+use super::codes::{FmCeSe, SendOpcode, INLINE_SEG, MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
 use super::view;
 
 /// Length of each fixed segment in bytes (one `ds` unit).
@@ -387,6 +391,37 @@ impl InlineSeg<[u8; INLINE_HEADER_LEN]> {
         let mut h = InlineSeg::new_unchecked([0u8; INLINE_HEADER_LEN]);
         h.set_len(len);
         h.into_inner()
+    }
+}
+
+/// Index (in 32-bit words) of the receive queue's doorbell record (`MLX5_RCV_DBR`).
+pub const RCV_DBR: usize = 0;
+/// Index (in 32-bit words) of the send queue's doorbell record (`MLX5_SND_DBR`): byte offset 4
+/// of `mlx5dv_qp.dbrec`.
+pub const SND_DBR: usize = 1;
+
+/// The 4 bytes (memory order) to store at `dbrec[SND_DBR]` once the WQE counter is `pi`:
+/// `htobe32(pi & 0xffff)` (`post_send_db`).
+#[inline]
+pub const fn sq_dbrec(pi: u16) -> [u8; 4] {
+    (pi as u32).to_be_bytes()
+}
+
+/// How many bytes of the last WQE to copy to the BlueFlame register, or 0 for the plain
+/// 8-byte doorbell.
+///
+/// `nreq` is the number of WQEs rung by this doorbell, `ds` the last WQE's size, `bf_size` the
+/// size of one half of the BlueFlame register (`mlx5dv_qp.bf.size`; 0 when the QP has none).
+/// rdma-core uses BlueFlame only for a single WQE with `1 < ds <= bf_size / 16` (and only when
+/// the request was inline or the context prefers BlueFlame, which is the send queue's policy),
+/// and then copies `align(ds * 16, 64)` bytes.
+#[inline]
+pub const fn bf_len(nreq: u32, ds: u8, bf_size: u32) -> usize {
+    let bytes = ds as usize * SEND_WQE_DS;
+    if nreq == 1 && ds > 1 && bytes <= bf_size as usize {
+        bytes.next_multiple_of(SEND_WQE_BB)
+    } else {
+        0
     }
 }
 

@@ -636,3 +636,29 @@ fn a_gather_refused_at_its_third_region_releases_the_first_two() {
     assert_eq!((a.usage().in_flight(), b.usage().in_flight()), (1, 1));
     assert_eq!((qp.sq_pi(), qp.outstanding()), (2, 1));
 }
+
+#[test]
+fn the_blueflame_policy_follows_prefer_bf_and_shut_up_bf() {
+    use crate::datapath::send::BlueFlame;
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    for (policy, plain_bf, inline_bf) in [
+        (BlueFlame::Prefer, true, true),
+        (BlueFlame::InlineOnly, false, true),
+        (BlueFlame::Off, false, false),
+    ] {
+        let mut qp = r
+            .dev
+            .create_qp::<64, 16>(&QpConfig { blueflame: policy, ..QpConfig::default() })
+            .unwrap();
+        qp.connect_loopback(QpNum(0x777)).unwrap();
+        r.bar.take();
+        qp.post_write(1, region.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+        let s = r.bar.take();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].bytes.len(), if plain_bf { 64 } else { 8 }, "{policy:?}, registered");
+        qp.post_write_inline(2, &[b"sixteen bytes..."], SendFlags::SIGNALED, REMOTE).unwrap();
+        let s = r.bar.take();
+        assert_eq!(s[0].bytes.len(), if inline_bf { 64 } else { 8 }, "{policy:?}, inline");
+    }
+}

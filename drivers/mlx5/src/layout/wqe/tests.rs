@@ -151,3 +151,16 @@ fn ds_units_follow_set_data_inl_seg() {
     assert_eq!(inline_ds_units(13), 2);
     assert_eq!(inline_ds_units(220), 14);
 }
+
+#[test]
+fn doorbell_values_follow_the_provider() {
+    assert_eq!(sq_dbrec(1), [0, 0, 0, 1]);
+    assert_eq!(sq_dbrec(0xffff), [0, 0, 0xff, 0xff]);
+    assert_eq!(bf_len(1, 3, 256), 64);
+    assert_eq!(bf_len(1, 5, 256), 128);
+    assert_eq!(bf_len(1, 16, 256), 256);
+    assert_eq!(bf_len(1, 17, 256), 0);
+    assert_eq!(bf_len(1, 1, 256), 0);
+    assert_eq!(bf_len(2, 3, 256), 0);
+    assert_eq!(bf_len(1, 3, 0), 0);
+}

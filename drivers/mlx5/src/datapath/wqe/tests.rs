@@ -1,5 +1,4 @@
 use super::*;
-use crate::datapath::wqe::SliceRing;
 use crate::layout::wqe::{CtrlSeg, DataSeg, InlineSeg, RaddrSeg};
 use core::ptr::NonNull;
 use proptest::prelude::*;
@@ -375,4 +374,36 @@ proptest! {
             prop_assert!(w[36 + payload.len()..ds * 16].iter().all(|b| *b == 0));
         }
     }
+}
+
+#[test]
+fn sinks_mask_offsets() {
+    let mut buf = [0u8; 128];
+    let mut s = SliceRing::new(&mut buf, 2).unwrap();
+    s.put8(128 + 8, [1; 8]);
+    assert_eq!(s.bytes()[8..16], [1; 8]);
+    assert!(SliceRing::new(&mut [0u8; 64], 2).is_err());
+    assert!(SliceRing::new(&mut [0u8; 192], 3).is_err());
+
+    #[repr(align(16))]
+    struct Words([u64; 16]);
+    let mut words = Words([0; 16]);
+    let base = NonNull::new(words.0.as_mut_ptr().cast::<u8>()).unwrap();
+    // Misaligned for the 16-byte stores: refused.
+    // SAFETY: not used to write (`new` fails).
+    assert!(unsafe { RawRing::new(base.add(8), 1) }.is_err());
+    {
+        // SAFETY: `words` outlives `r`, is 16-aligned and 128 bytes; no reference is used
+        // while `r` writes.
+        let mut r = unsafe { RawRing::new(base, 2) }.unwrap();
+        r.put8(128 + 64, 0x0102_0304_0506_0708u64.to_be_bytes());
+        r.put16(3 * 128 + 112, [9; 8], [10; 8]);
+    }
+    let words = words.0;
+    assert_eq!(words[8].to_ne_bytes(), [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!((words[14].to_ne_bytes(), words[15].to_ne_bytes()), ([9; 8], [10; 8]));
+    let mut buf = [0u8; 64];
+    let mut s = SliceRing::new(&mut buf, 1).unwrap();
+    s.put16(64 * 7 + 48, [3; 8], [4; 8]);
+    assert_eq!(&buf[48..], &[[3u8; 8], [4u8; 8]].concat()[..]);
 }
