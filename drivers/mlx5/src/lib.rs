@@ -13,6 +13,7 @@
 //! | [`cq`], [`rq`] | completion polling, and the receive ring |
 //! | [`device`], [`qp`], [`mr`] | lifecycle: the opened device, queue pairs and their states, registered regions |
 //! | [`control`] | the control path: the [`control::Control`] seam, the command interface ([`control::cmd`]), HCA bring-up ([`control::bringup`]) and the firmware-backed seam ([`control::fw::FwControl`]) |
+//! | [`testing`] (`testing` feature) | the fakes of the data path's seams: a null control seam, a CQE writer |
 //! | `vectors` (`std` feature) | reader and runner for the conformance vector format |
 //!
 //! ## Posting one WRITE: what the data path calls
@@ -49,6 +50,8 @@ pub mod mr;
 pub mod qp;
 pub mod rq;
 pub mod sq;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod uar;
 #[cfg(any(test, feature = "std"))]
 pub mod vectors;
