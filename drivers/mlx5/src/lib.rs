@@ -43,8 +43,6 @@
 pub mod control;
 pub mod cq;
 pub mod device;
-#[cfg(test)]
-mod fake;
 pub mod layout;
 pub mod mr;
 pub mod qp;

@@ -13,9 +13,9 @@ use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use super::*;
 use crate::control::Translation;
 use crate::device::SharedDma;
-use crate::fake::{self, Recorder};
 use crate::layout::codes::{CqeOpcode, SendOpcode, Syndrome};
 use crate::layout::wqe::CtrlSeg;
+use crate::testing::bar::{self, Recorder};
 use crate::testing::{CqWriter, NullControl};
 
 type Dev<C = NullControl> = Mlx5<MemBar, SharedDma<Arc<HeapDma>>, C>;
@@ -32,7 +32,7 @@ pub(super) fn rig(log_bf_reg_size: u8) -> Rig {
 
 /// A rig whose device uses `ctl` (`&mut NullControl` keeps the records past the device).
 fn rig_over<C: Control>(ctl: C) -> Rig<C> {
-    let (bar, rec) = fake::bar();
+    let (bar, rec) = bar::bar();
     let dma = HeapDma::new();
     let dev = Mlx5::open(bar, SharedDma(dma.clone()), ctl).unwrap();
     Rig { dev, dma, bar: rec }

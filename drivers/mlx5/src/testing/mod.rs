@@ -9,10 +9,16 @@
 //!   describes, the way the HCA does (body, release fence, `op_own` with the lap's owner bit),
 //!   over whatever reaches the memory: heap DMA, or static identity-mapped memory.
 //!
-//! Both are `no_std` and allocate nothing.
+//! Both are `no_std` and allocate nothing. This crate's own tests also have, here, the fakes
+//! that need std: the recording BAR (`bar`) and the scripted firmware of the command
+//! interface (`fw`).
 
+#[cfg(test)]
+pub(crate) mod bar;
 mod control;
 mod cqe;
+#[cfg(test)]
+pub(crate) mod fw;
 
 pub use control::{NullControl, Table, CAPS, TABLE};
 pub use cqe::CqWriter;

@@ -1,5 +1,5 @@
-//! Test double of the BAR for the unit tests of the data path: a handler that records every
-//! store. The control seam's fake is [`crate::testing::NullControl`].
+//! The BAR fake of the data path's unit tests: a handler that records every store (test-only,
+//! std).
 
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
