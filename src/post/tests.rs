@@ -1,4 +1,7 @@
 //! The shared posting forms, over a fake queue that records what reaches the "device".
+//!
+//! `Fake` is the one software `SendQueue`: everything else that needs a queue (the load
+//! generator's tests, the benchmarks) runs a real backend on a fake device instead.
 
 use super::*;
 use crate::addr::{Lkey, Rkey};

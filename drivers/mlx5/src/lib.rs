@@ -12,6 +12,7 @@
 //! | [`datapath`] | one module per direction: the send queue (post, retire), the WQE encoder, the doorbell, completion queue rings, the receive queue |
 //! | [`device`], [`qp`], [`mr`] | lifecycle: the opened device, queue pairs and their states, registered regions |
 //! | [`control`] | the control path: the [`control::Control`] seam, the command interface ([`control::cmd`]), HCA bring-up ([`control::bringup`]) and the firmware-backed seam ([`control::fw::FwControl`]) |
+//! | [`testing`] (`testing` feature) | the fakes of the data path's seams: a null control seam, a CQE writer |
 //! | `vectors` (`std` feature) | reader and runner for the conformance vector format |
 //!
 //! ## Posting one WRITE: what the data path calls
@@ -41,11 +42,11 @@
 pub mod control;
 pub mod datapath;
 pub mod device;
-#[cfg(test)]
-mod fake;
 pub mod layout;
 pub mod mr;
 pub mod qp;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(any(test, feature = "std"))]
 pub mod vectors;
 #[cfg(feature = "vfio")]

@@ -9,7 +9,7 @@
 //!   against the QP's [`Caps`] and the ring's free blocks ([`Error::QueueFull`], ENOMEM) and
 //!   written into the ring by the [`WqeBuilder`]; the regions its buffers come from are
 //!   counted busy. A refused request changes nothing.
-//! * `commit`: the doorbell sequence of `post_send_db` ([`crate::datapath::doorbell`]), once per batch.
+//! * `commit`: the doorbell sequence of `post_send_db` ([`crate::datapath::send`]), once per batch.
 //! * `abort`: the WQEs since the last commit are forgotten and their regions released.
 //! * `poll`: send CQEs are copied out and turned into completions as [`crate::datapath::send`] describes
 //!   (selective signalling; error, then flush of everything outstanding, each reported once).

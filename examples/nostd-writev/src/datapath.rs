@@ -2,19 +2,19 @@
 //!
 //! The device context, regions, a QP and its CQ are created over [`IdentityBar`] (a static
 //! array standing in for BAR0) and [`StaticDma`] (a static page pool, identity mapped: bus
-//! address = CPU address), with a firmware stand-in ([`Recorder`]) that hands out numbers and
-//! remembers what it was given, so the check can look where the HCA would. A writev and a batch
-//! are posted through the core `PostWrite` API; the check then reads the doorbell record, the
-//! UAR doorbell and the WQE in the ring, plays the HCA by writing a requester CQE, and polls the
-//! completion back. No allocator, no std.
+//! address = CPU address), with the driver's null control seam ([`NullControl`]) that hands
+//! out numbers and remembers what it was given, so the check can look where the HCA would. A
+//! writev and a batch are posted through the core `PostWrite` API; the check then reads the
+//! doorbell record, the UAR doorbell and the WQE in the ring, plays the HCA by writing a
+//! requester CQE through the driver's CQE writer ([`CqWriter`]), and polls the completion back.
+//! No allocator, no std.
 
 use core::ptr::{addr_of_mut, NonNull};
 
-use rdma_pmd::{Completion, PostWrite, QpNum, SendFlags, SendQueue, WcStatus};
+use rdma_pmd::{BusAddr, Completion, PostWrite, QpNum, SendFlags, SendQueue, WcStatus};
 use rdma_pmd_hal::baremetal::{IdentityBar, StaticDma};
-use rdma_pmd_mlx5::control::{
-    Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Pdn, QpParams, Transition, Uar,
-};
+use rdma_pmd_mlx5::control::Access;
+use rdma_pmd_mlx5::testing::{CqWriter, NullControl};
 use rdma_pmd_mlx5::Mlx5;
 use x86_64::PhysAddr;
 
@@ -30,60 +30,6 @@ struct Bar([u8; BAR_LEN]);
 static mut POOL: Pool = Pool([0; PAGES * 4096]);
 /// The stand-in BAR0: reached only through `IdentityBar`.
 static mut BAR: Bar = Bar([0; BAR_LEN]);
-
-/// Firmware stand-in: numbers for every object, and a record of the queues' memory.
-#[derive(Default)]
-struct Recorder {
-    next: u32,
-    send_cq: Option<CqParams>,
-    qp: Option<QpParams>,
-}
-
-impl Control for Recorder {
-    fn caps(&self) -> DeviceCaps {
-        DeviceCaps { log_max_qp_sz: 15, log_max_cq_sz: 22, max_wqe_sz_sq: 1024, log_bf_reg_size: 9 }
-    }
-    fn alloc_uar(&mut self) -> Result<Uar, rdma_pmd::Error> {
-        self.next += 1;
-        Ok(Uar { index: 1, bar_offset: 4096 })
-    }
-    fn dealloc_uar(&mut self, _: Uar) -> Result<(), rdma_pmd::Error> {
-        Ok(())
-    }
-    fn alloc_pd(&mut self) -> Result<Pdn, rdma_pmd::Error> {
-        Ok(Pdn(1))
-    }
-    fn dealloc_pd(&mut self, _: Pdn) -> Result<(), rdma_pmd::Error> {
-        Ok(())
-    }
-    fn create_mkey(&mut self, _: &MkeyParams) -> Result<Mkey, rdma_pmd::Error> {
-        self.next += 1;
-        Ok(Mkey(self.next << 8))
-    }
-    fn destroy_mkey(&mut self, _: Mkey) -> Result<(), rdma_pmd::Error> {
-        Ok(())
-    }
-    fn create_cq(&mut self, p: &CqParams) -> Result<Cqn, rdma_pmd::Error> {
-        if self.send_cq.is_none() {
-            self.send_cq = Some(*p);
-        }
-        self.next += 1;
-        Ok(Cqn(self.next))
-    }
-    fn destroy_cq(&mut self, _: Cqn) -> Result<(), rdma_pmd::Error> {
-        Ok(())
-    }
-    fn create_qp(&mut self, p: &QpParams) -> Result<QpNum, rdma_pmd::Error> {
-        self.qp = Some(*p);
-        Ok(QpNum(0x321))
-    }
-    fn modify_qp(&mut self, _: QpNum, _: &Transition) -> Result<(), rdma_pmd::Error> {
-        Ok(())
-    }
-    fn destroy_qp(&mut self, _: QpNum) -> Result<(), rdma_pmd::Error> {
-        Ok(())
-    }
-}
 
 fn read8(addr: u64) -> u8 {
     // SAFETY: callers pass addresses inside POOL or BAR (identity mapped), read volatile.
@@ -103,7 +49,7 @@ pub fn check() -> i32 {
     let bar_addr = addr_of_mut!(BAR) as u64;
     // SAFETY: BAR is BAR_LEN bytes reached only through this handle.
     let bar = unsafe { IdentityBar::new(PhysAddr::new(bar_addr), BAR_LEN) };
-    let Ok(dev) = Mlx5::open(bar, dma, Recorder::default()) else { return 41 };
+    let Ok(dev) = Mlx5::open(bar, dma, NullControl::default()) else { return 41 };
     let Ok(src) = dev.reg_physical(4096, Access::LOCAL_WRITE) else { return 42 };
     let Ok(dst) = dev.reg_physical(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE) else {
         return 43;
@@ -125,9 +71,11 @@ pub fn check() -> i32 {
         }
     }
     batch.commit();
+    let qpn = qp.qp_num();
     let recorded = {
         let ctl = dev.control();
-        (ctl.qp, ctl.send_cq)
+        let qpp = ctl.qp(qpn);
+        (qpp, qpp.and_then(|p| ctl.cq(p.send_cq)))
     };
     let (Some(qpp), Some(cqp)) = recorded else { return 50 };
 
@@ -144,7 +92,7 @@ pub fn check() -> i32 {
         // BlueFlame halves alternate: the batch's doorbell went to the second half.
         ok &= read8(uar + 256 + k) == read8(last + k);
     }
-    if !ok || read8(last + 3) != 0x08 || read_be32(last + 4) >> 8 != 0x321 {
+    if !ok || read8(last + 3) != 0x08 || read_be32(last + 4) >> 8 != qpn.0 {
         return 52;
     }
     // The first WQE: two data segments (ds 4), the second one's lkey and length.
@@ -153,15 +101,13 @@ pub fn check() -> i32 {
     }
 
     // Play the HCA: one requester CQE for the last WQE (counter 3) retires all four.
-    let mut cqe = [0u8; 64];
-    cqe[56..60].copy_from_slice(&((0x08u32 << 24) | 0x321).to_be_bytes());
-    cqe[60..62].copy_from_slice(&3u16.to_be_bytes());
-    for (k, byte) in cqe.iter().enumerate().take(63) {
-        // SAFETY: the CQ buffer lies in POOL (identity mapped); the driver only reads it.
-        unsafe { ((cqp.buf.0 + k as u64) as *mut u8).write_volatile(*byte) };
-    }
-    // SAFETY: as above; op_own last (owner 0 on the first lap), as the HCA writes it.
-    unsafe { ((cqp.buf.0 + 63) as *mut u8).write_volatile(0) };
+    CqWriter::new(cqp).requester(qpn, 3, None, |at: BusAddr, bytes: &[u8]| {
+        for (k, byte) in bytes.iter().enumerate() {
+            // SAFETY: the CQ buffer lies in POOL (identity mapped: bus address = CPU address);
+            // the driver only reads it, and these are byte-wide volatile stores.
+            unsafe { ((at.0 + k as u64) as *mut u8).write_volatile(*byte) };
+        }
+    });
     let mut wc = [Completion::default(); 4];
     let Ok(n) = qp.poll(&mut wc) else { return 54 };
     if n != 1 || wc[0].wr_id != 10 || wc[0].status != WcStatus::Success || qp.outstanding() != 0 {

@@ -16,13 +16,12 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use rdma_pmd::{Completion, Error, LocalBuf, PostWrite, QpNum, SendFlags, SendQueue, Sge};
+use rdma_pmd::{Completion, LocalBuf, PostWrite, QpNum, SendFlags, SendQueue, Sge};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
-use rdma_pmd_hal::{BusAddr, Dma};
-use rdma_pmd_mlx5::control::{
-    Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Pdn, QpParams, Transition, Uar,
-};
+use rdma_pmd_hal::Dma;
+use rdma_pmd_mlx5::control::Access;
 use rdma_pmd_mlx5::device::{Mlx5, SharedDma};
+use rdma_pmd_mlx5::testing::{CqWriter, NullControl};
 
 const SQ: usize = 1024;
 
@@ -57,56 +56,6 @@ extern "C" {
     ) -> u32;
 }
 
-/// A control seam with no firmware behind it: numbers, and a record of the send CQ so the
-/// benchmark can play the device.
-#[derive(Default)]
-struct NullControl {
-    next: u32,
-    cqs: Vec<CqParams>,
-}
-
-impl Control for NullControl {
-    fn caps(&self) -> DeviceCaps {
-        DeviceCaps { log_max_qp_sz: 15, log_max_cq_sz: 22, max_wqe_sz_sq: 1024, log_bf_reg_size: 9 }
-    }
-    fn alloc_uar(&mut self) -> Result<Uar, Error> {
-        self.next += 1;
-        Ok(Uar { index: self.next, bar_offset: self.next as usize * 4096 })
-    }
-    fn dealloc_uar(&mut self, _: Uar) -> Result<(), Error> {
-        Ok(())
-    }
-    fn alloc_pd(&mut self) -> Result<Pdn, Error> {
-        Ok(Pdn(1))
-    }
-    fn dealloc_pd(&mut self, _: Pdn) -> Result<(), Error> {
-        Ok(())
-    }
-    fn create_mkey(&mut self, _: &MkeyParams) -> Result<Mkey, Error> {
-        self.next += 1;
-        Ok(Mkey(self.next << 8))
-    }
-    fn destroy_mkey(&mut self, _: Mkey) -> Result<(), Error> {
-        Ok(())
-    }
-    fn create_cq(&mut self, p: &CqParams) -> Result<Cqn, Error> {
-        self.cqs.push(*p);
-        Ok(Cqn(self.cqs.len() as u32))
-    }
-    fn destroy_cq(&mut self, _: Cqn) -> Result<(), Error> {
-        Ok(())
-    }
-    fn create_qp(&mut self, _: &QpParams) -> Result<QpNum, Error> {
-        Ok(QpNum(0x123))
-    }
-    fn modify_qp(&mut self, _: QpNum, _: &Transition) -> Result<(), Error> {
-        Ok(())
-    }
-    fn destroy_qp(&mut self, _: QpNum) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
 struct Case {
     name: &'static str,
     nsge: usize,
@@ -138,14 +87,18 @@ fn main() {
     let rounds: usize =
         std::env::var("BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
     let heap = HeapDma::new();
-    let ctl = NullControl::default();
-    let dev = Mlx5::open(MemBar::new(64 * 4096), SharedDma(heap.clone()), ctl).expect("open");
+    let dev = Mlx5::open(MemBar::new(64 * 4096), SharedDma(heap.clone()), NullControl::default())
+        .expect("open");
     let src = dev.reg(16 * 64, Access::LOCAL_WRITE).expect("register source");
     let dst = dev.reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).expect("register dest");
     let mut qp = dev.create_qp::<SQ, 16>(&Default::default()).expect("create qp");
     qp.connect_loopback(QpNum(0x124)).expect("connect");
-    let scq = dev.control().cqs[0];
-    let mut device = FakeHca { cq: scq, produced: 0 };
+    // The device side of the send CQ: one requester CQE per round.
+    let qpn = qp.qp_num();
+    let mut scq = {
+        let ctl = dev.control();
+        CqWriter::new(ctl.qp(qpn).and_then(|p| ctl.cq(p.send_cq)).expect("send CQ recorded"))
+    };
 
     // The C loops' ring, doorbell record and BAR page, shaped like ours (the BAR is plain
     // memory here as it is for ours: `MemBar` without a device behind it).
@@ -180,7 +133,9 @@ fn main() {
             ours.push(t.elapsed().as_nanos() as f64 / per_round as f64);
             // play the device: one CQE for the last WQE retires the round
             let last = qp.sq_pi().wrapping_sub(wqebbs(case.nsge) as u16);
-            device.complete(&heap, last);
+            scq.requester(qpn, last, None, |at, bytes| {
+                assert!(heap.write(at, bytes), "CQ buffer reachable")
+            });
             // Signalled WQEs before the last are reported too (completions are in order).
             let mut got = 0;
             for _ in 0..1_000_000 {
@@ -208,7 +163,7 @@ fn main() {
                     case.batch,
                     sges.as_ptr(),
                     sges.len() as u32,
-                    0x123,
+                    qpn.0,
                     remote.addr,
                     remote.rkey.0,
                     case.bf as i32,
@@ -294,29 +249,5 @@ fn post_round<'r, Q: SendQueue<'r>, const RAW: bool>(
         }
         b.commit();
         left -= n;
-    }
-}
-
-/// Plays the HCA's completion side for the benchmark: requester CQEs into the send CQ.
-struct FakeHca {
-    cq: CqParams,
-    produced: u32,
-}
-
-impl FakeHca {
-    /// Write a successful requester CQE (`struct mlx5_cqe64`: s_wqe_opcode/qpn at 56,
-    /// wqe_counter at 60, op_own at 63 with the lap's owner bit) for the WQE at `wqe_counter`,
-    /// body first, ownership byte last.
-    fn complete(&mut self, heap: &HeapDma, wqe_counter: u16) {
-        let size = 1u32 << self.cq.log_size;
-        let slot = BusAddr(self.cq.buf.0 + ((self.produced & (size - 1)) as u64) * 64);
-        let mut cqe = [0u8; 64];
-        cqe[56..60].copy_from_slice(&((0x08u32 << 24) | 0x123).to_be_bytes());
-        cqe[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
-        assert!(heap.write(slot, &cqe[..63]), "CQ buffer reachable");
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-        let owner = ((self.produced >> self.cq.log_size) & 1) as u8;
-        assert!(heap.write(slot.add(63), &[owner]), "CQ buffer reachable");
-        self.produced += 1;
     }
 }

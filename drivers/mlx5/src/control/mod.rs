@@ -222,6 +222,47 @@ pub trait Control {
     fn destroy_qp(&mut self, qp: QpNum) -> Result<(), Error>;
 }
 
+/// A control seam lent by exclusive reference, so its owner keeps it (and what it recorded)
+/// after the device that used it is gone.
+impl<C: Control + ?Sized> Control for &mut C {
+    fn caps(&self) -> DeviceCaps {
+        (**self).caps()
+    }
+    fn alloc_uar(&mut self) -> Result<Uar, Error> {
+        (**self).alloc_uar()
+    }
+    fn dealloc_uar(&mut self, uar: Uar) -> Result<(), Error> {
+        (**self).dealloc_uar(uar)
+    }
+    fn alloc_pd(&mut self) -> Result<Pdn, Error> {
+        (**self).alloc_pd()
+    }
+    fn dealloc_pd(&mut self, pd: Pdn) -> Result<(), Error> {
+        (**self).dealloc_pd(pd)
+    }
+    fn create_mkey(&mut self, p: &MkeyParams) -> Result<Mkey, Error> {
+        (**self).create_mkey(p)
+    }
+    fn destroy_mkey(&mut self, key: Mkey) -> Result<(), Error> {
+        (**self).destroy_mkey(key)
+    }
+    fn create_cq(&mut self, p: &CqParams) -> Result<Cqn, Error> {
+        (**self).create_cq(p)
+    }
+    fn destroy_cq(&mut self, cq: Cqn) -> Result<(), Error> {
+        (**self).destroy_cq(cq)
+    }
+    fn create_qp(&mut self, p: &QpParams) -> Result<QpNum, Error> {
+        (**self).create_qp(p)
+    }
+    fn modify_qp(&mut self, qp: QpNum, t: &Transition) -> Result<(), Error> {
+        (**self).modify_qp(qp, t)
+    }
+    fn destroy_qp(&mut self, qp: QpNum) -> Result<(), Error> {
+        (**self).destroy_qp(qp)
+    }
+}
+
 pub mod bringup;
 pub mod cmd;
 pub mod fw;

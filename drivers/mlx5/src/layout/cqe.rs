@@ -170,6 +170,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe<T> {
         be::set32(self.as_bytes_mut(), field::SRQN_UIDX, v);
     }
 
+    /// Set `imm_inval_pkey` (bytes 36..40, big-endian).
+    pub fn set_imm_inval_pkey(&mut self, v: u32) {
+        be::set32(self.as_bytes_mut(), field::IMM_INVAL_PKEY, v);
+    }
+
     /// Set `byte_cnt` (bytes 44..48, big-endian).
     pub fn set_byte_cnt(&mut self, v: u32) {
         be::set32(self.as_bytes_mut(), field::BYTE_CNT, v);
@@ -356,6 +361,7 @@ mod tests {
             byte_cnt in proptest::num::u32::ANY,
             ts in proptest::num::u64::ANY,
             uidx in proptest::num::u32::ANY,
+            imm in proptest::num::u32::ANY,
             syndrome in proptest::num::u8::ANY,
             vendor in proptest::num::u8::ANY,
             ci in proptest::num::u32::ANY,
@@ -364,6 +370,7 @@ mod tests {
             let mut b = [0u8; 64];
             let mut w = Cqe::new_unchecked(&mut b[..]);
             w.set_srqn_uidx(uidx);
+            w.set_imm_inval_pkey(imm);
             w.set_byte_cnt(byte_cnt);
             let err = CqeOpcode::from(opcode).is_error();
             if err {
@@ -381,6 +388,8 @@ mod tests {
             proptest::prop_assert_eq!(r.qpn, QpNum(qpn & QpNum::MAX));
             proptest::prop_assert_eq!(u8::from(r.s_wqe_opcode), s_op);
             proptest::prop_assert_eq!((r.byte_cnt, r.srqn_uidx), (byte_cnt, uidx));
+            proptest::prop_assert_eq!(Cqe::new_unchecked(&b[..]).imm_inval_pkey(), imm);
+            proptest::prop_assert_eq!(&b[36..40], &imm.to_be_bytes()[..]);
             if err {
                 proptest::prop_assert_eq!(r.error, Some((Syndrome::from(syndrome), vendor)));
                 proptest::prop_assert_eq!(r.status(), Syndrome::from(syndrome).wc_status());

@@ -448,7 +448,7 @@ fn device_case(seed: u64, t: &mut Tally) -> u64 {
                             c.set_error(syn, rng.next() as u8);
                         }
                     }
-                    hw.send_cqe_raw(&mut b, op);
+                    hw.send_cqe_raw(&b, op);
                 }
                 8 => {
                     // Rewrite some bytes of a posted WQE.

@@ -1,8 +1,6 @@
-//! Unit tests of the data path against a fake `Control`, a recording BAR and heap DMA: the
-//! test plays the device, reading the rings and writing CQEs by hand.
+//! Unit tests of the data path against the null control seam, a recording BAR and heap DMA:
+//! the test plays the device, reading the rings and writing CQEs through the CQE writer.
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::vec::Vec;
 
@@ -13,28 +11,39 @@ use rdma_pmd::{
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 
 use super::*;
-use crate::control::{CqParams, Translation};
+use crate::control::Translation;
 use crate::device::SharedDma;
-use crate::fake::{self, FakeControl, Log, Recorder};
 use crate::layout::codes::{CqeOpcode, SendOpcode, Syndrome};
 use crate::layout::cqe::Cqe;
 use crate::layout::wqe::CtrlSeg;
+use crate::testing::bar::{self, Recorder};
+use crate::testing::{CqWriter, NullControl};
 
-type Dev = Mlx5<MemBar, SharedDma<Arc<HeapDma>>, FakeControl>;
+type Dev<C = NullControl> = Mlx5<MemBar, SharedDma<Arc<HeapDma>>, C>;
 
-pub(super) struct Rig {
-    pub(super) dev: Dev,
+pub(super) struct Rig<C: Control = NullControl> {
+    pub(super) dev: Dev<C>,
     pub(super) dma: Arc<HeapDma>,
-    log: Rc<RefCell<Log>>,
     bar: Arc<Recorder>,
 }
 
 pub(super) fn rig(log_bf_reg_size: u8) -> Rig {
-    let (bar, rec) = fake::bar();
+    rig_over(NullControl::with_bf(log_bf_reg_size))
+}
+
+/// A rig whose device uses `ctl` (`&mut NullControl` keeps the records past the device).
+fn rig_over<C: Control>(ctl: C) -> Rig<C> {
+    let (bar, rec) = bar::bar();
     let dma = HeapDma::new();
-    let (ctl, log) = FakeControl::new(log_bf_reg_size);
     let dev = Mlx5::open(bar, SharedDma(dma.clone()), ctl).unwrap();
-    Rig { dev, dma, log, bar: rec }
+    Rig { dev, dma, bar: rec }
+}
+
+impl<C: Control> Rig<C> {
+    /// What the control seam recorded.
+    fn log(&self) -> core::cell::RefMut<'_, C> {
+        self.dev.control()
+    }
 }
 
 pub(super) const REMOTE: RemoteBuf = RemoteBuf::new(0x7000_0000, Rkey(0x99));
@@ -44,27 +53,22 @@ pub(super) struct Hw {
     dma: Arc<HeapDma>,
     qp: QpParams,
     qpn: QpNum,
-    scq: CqParams,
-    rcq: CqParams,
-    sci: u32,
-    rci: u32,
+    scq: CqWriter,
+    rcq: CqWriter,
     rq_bytes: usize,
 }
 
 impl Hw {
     fn of(r: &Rig, qpn: QpNum) -> Hw {
-        let log = r.log.borrow();
-        let qp = log.qps.iter().find(|(n, _)| *n == qpn).unwrap().1;
-        let cq = |n| log.cqs.iter().find(|(c, _)| *c == n).unwrap().1;
+        let log = r.log();
+        let qp = log.qp(qpn).unwrap();
         let rq_bytes = (1usize << qp.log_rq_size.unwrap()) << qp.log_rq_stride;
         Hw {
             dma: r.dma.clone(),
             qp,
             qpn,
-            scq: cq(qp.send_cq),
-            rcq: cq(qp.recv_cq),
-            sci: 0,
-            rci: 0,
+            scq: CqWriter::new(log.cq(qp.send_cq).unwrap()),
+            rcq: CqWriter::new(log.cq(qp.recv_cq).unwrap()),
             rq_bytes,
         }
     }
@@ -88,19 +92,14 @@ impl Hw {
         (self.be32(self.qp.dbrec), self.be32(self.qp.dbrec.add(4)))
     }
 
-    fn put(&self, cq: &CqParams, idx: u32, b: &mut [u8; 64], op: CqeOpcode) {
-        let size = 1u32 << cq.log_size;
-        let owner = (idx & size != 0) as u8;
-        Cqe::new_unchecked(&mut b[..]).set_op_own(u8::from(op) << 4 | owner);
-        let at = cq.buf.add((idx & (size - 1)) as u64 * 64);
-        assert!(self.dma.write(at, &b[..]));
+    /// How the device's stores reach memory.
+    fn store(dma: &HeapDma) -> impl FnMut(BusAddr, &[u8]) + '_ {
+        |at, bytes| assert!(dma.write(at, bytes), "CQ buffer reachable")
     }
 
     /// Write the next send CQE as `fill` makes it, with opcode `op` and the right owner bit.
-    pub(super) fn send_cqe_raw(&mut self, b: &mut [u8; 64], op: CqeOpcode) {
-        let scq = self.scq;
-        self.put(&scq, self.sci, b, op);
-        self.sci += 1;
+    pub(super) fn send_cqe_raw(&mut self, b: &[u8; 64], op: CqeOpcode) {
+        self.scq.write(b, op, Self::store(&self.dma));
     }
 
     /// The QP number the device answers for.
@@ -109,20 +108,7 @@ impl Hw {
     }
 
     pub(super) fn send_cqe(&mut self, counter: u16, error: Option<(Syndrome, u8)>) {
-        let mut b = [0u8; 64];
-        let mut c = Cqe::new_unchecked(&mut b[..]);
-        c.set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, self.qpn);
-        c.set_wqe_counter(counter);
-        let op = match error {
-            Some((s, v)) => {
-                c.set_error(s, v);
-                CqeOpcode::ReqErr
-            }
-            None => CqeOpcode::Req,
-        };
-        let scq = self.scq;
-        self.put(&scq, self.sci, &mut b, op);
-        self.sci += 1;
+        self.scq.requester(self.qpn, counter, error, Self::store(&self.dma));
     }
 
     /// Overwrite `bytes` at byte `off` of the send-ring block at `counter`: a device that
@@ -142,15 +128,13 @@ impl Hw {
         fill: impl FnOnce(&mut Cqe<&mut [u8]>),
     ) {
         let mut b = [0u8; 64];
-        b[36..40].copy_from_slice(&imm.to_be_bytes());
         let mut c = Cqe::new_unchecked(&mut b[..]);
+        c.set_imm_inval_pkey(imm);
         c.set_byte_cnt(byte_cnt);
         c.set_s_wqe_opcode_qpn(SendOpcode::Nop, self.qpn);
-        c.set_wqe_counter(self.rci as u16);
+        c.set_wqe_counter(self.rcq.produced() as u16);
         fill(&mut c);
-        let rcq = self.rcq;
-        self.put(&rcq, self.rci, &mut b, op);
-        self.rci += 1;
+        self.rcq.write(&b, op, Self::store(&self.dma));
     }
 
     pub(super) fn recv_cqe(&mut self, imm: u32, byte_cnt: u32) {
@@ -158,13 +142,13 @@ impl Hw {
     }
 
     fn scq_ci(&self) -> u32 {
-        self.be32(self.scq.dbrec)
+        self.be32(self.scq.cq().dbrec)
     }
 }
 
 pub(super) fn connected<const SQ: usize>(
     r: &Rig,
-) -> (Qp<'_, MemBar, SharedDma<Arc<HeapDma>>, FakeControl, SQ, 16>, Hw) {
+) -> (Qp<'_, MemBar, SharedDma<Arc<HeapDma>>, NullControl, SQ, 16>, Hw) {
     let mut qp = r.dev.create_qp::<SQ, 16>(&QpConfig::default()).unwrap();
     qp.connect_loopback(QpNum(0x777)).unwrap();
     let hw = Hw::of(r, qp.qp_num());
@@ -384,12 +368,12 @@ fn completions_for_requests_not_outstanding_are_refused() {
     // A completion for another QP.
     let mut b = [0u8; 64];
     Cqe::new_unchecked(&mut b[..]).set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, QpNum(0x4242));
-    hw.send_cqe_raw(&mut b, CqeOpcode::Req);
+    hw.send_cqe_raw(&b, CqeOpcode::Req);
     assert_eq!(poll_all_err(&mut qp), DeviceFault::WrongQp { qpn: QpNum(0x4242) }.into());
     // A responder opcode on the send CQ.
     let mut b = [0u8; 64];
     Cqe::new_unchecked(&mut b[..]).set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, hw.qpn());
-    hw.send_cqe_raw(&mut b, CqeOpcode::RespSend);
+    hw.send_cqe_raw(&b, CqeOpcode::RespSend);
     let e = poll_all_err(&mut qp);
     assert_eq!(e, DeviceFault::UnexpectedOpcode { opcode: CqeOpcode::RespSend.into() }.into());
     // The queue still counts right: the real completion retires the write.
@@ -451,10 +435,10 @@ fn dereg_is_refused_while_requests_use_the_region() {
     hw.send_cqe(0, None);
     assert_eq!(poll_all(&mut qp).len(), 1);
     region.dereg().unwrap();
-    assert_eq!(r.log.borrow().destroyed_mkeys, [region.mkey()]);
+    assert_eq!(r.log().destroyed_mkeys, [region.mkey()]);
     assert_eq!(region.slice(0, 8).unwrap_err(), Error::BadLkey);
     region.dereg().unwrap();
-    assert_eq!(r.log.borrow().destroyed_mkeys.len(), 1, "second dereg is a no-op");
+    assert_eq!(r.log().destroyed_mkeys.len(), 1, "second dereg is a no-op");
 }
 
 #[test]
@@ -467,7 +451,7 @@ fn posting_needs_rts_and_connect_walks_the_transitions() {
     assert_eq!(qp.post_recv(1), Err(Error::NotConnected));
     qp.connect_loopback(QpNum(0x55)).unwrap();
     assert_eq!(qp.state(), QpState::Rts);
-    let t: Vec<_> = r.log.borrow().transitions.iter().map(|(_, t)| *t).collect();
+    let t: Vec<_> = r.log().transitions.iter().map(|(_, t)| *t).collect();
     assert!(matches!(t[0], Transition::RstToInit { port: 1, .. }));
     assert!(matches!(
         t[1],
@@ -534,11 +518,14 @@ fn write_with_immediate_target_reaps_the_immediate() {
 
 #[test]
 fn drop_tears_down_and_leaves_regions_and_memory_consistent() {
-    let r = rig(9);
+    // The control is lent, so what it recorded outlives the device.
+    let mut ctl = NullControl::with_bf(9);
+    let r = rig_over(&mut ctl);
     {
         let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
         {
-            let (mut qp, _hw) = connected::<64>(&r);
+            let mut qp = r.dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+            qp.connect_loopback(QpNum(0x777)).unwrap();
             for i in 0..3 {
                 qp.post_write(i, region.slice(0, 8).unwrap(), SendFlags::empty(), REMOTE).unwrap();
             }
@@ -548,17 +535,16 @@ fn drop_tears_down_and_leaves_regions_and_memory_consistent() {
             assert_eq!(region.usage().in_flight(), 3);
         }
         assert_eq!(region.usage().in_flight(), 0);
-        let log = r.log.borrow();
+        let log = r.log();
         let t: Vec<_> = log.transitions.iter().map(|(_, t)| *t).collect();
         assert_eq!(t[3..], [Transition::ToErr, Transition::ToRst]);
         assert_eq!((log.destroyed_qps.len(), log.destroyed_cqs.len()), (1, 2));
     }
-    assert_eq!(r.log.borrow().destroyed_mkeys.len(), 1);
+    assert_eq!(r.log().destroyed_mkeys.len(), 1);
     let dma = r.dma.clone();
-    let log = r.log.clone();
     drop(r);
     assert_eq!(dma.live_blocks(), 0);
-    assert_eq!((log.borrow().live_uars, log.borrow().live_pds), (0, 0));
+    assert_eq!((ctl.live_uars, ctl.live_pds), (0, 0));
 }
 
 #[test]
@@ -566,7 +552,7 @@ fn regions_register_in_mtt_or_physical_mode_and_copy_bytes() {
     let r = rig(9);
     let m = r.dev.reg(10_000, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
     let p = r.dev.reg_physical(100, Access::LOCAL_WRITE).unwrap();
-    let log = r.log.borrow();
+    let log = r.log();
     let (km, pm) = log.mkeys[0];
     assert_eq!(km, m.mkey());
     assert_eq!((pm.start, pm.len, pm.pd), (m.addr(), 10_000, r.dev.pd()));

@@ -30,12 +30,11 @@ use rdma_pmd::BusAddr;
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{Clock, Mmio};
 
-use super::script_fw::{general_caps, page_request, Ring};
 use super::*;
-use crate::control::cmd::fake_fw::{FakeFw, Reply, Seen, BAR_SIZE};
 use crate::control::fw::FwControl;
 use crate::control::Control;
 use crate::layout::ifc::Field;
+use crate::testing::fw::{general_caps, page_request, FakeFw, Reply, Ring, Seen, BAR_SIZE};
 
 /// Cases in the default (CI) run.
 const CI_CASES: u64 = 300;
@@ -94,7 +93,12 @@ const CAP_FIELDS: &[Field] = &[
 /// Absurd page counts (as firmware's signed 32-bit `num_pages`).
 const PAGE_COUNTS: &[i32] = &[i32::MAX, i32::MIN, -1, 0, 1 << 20, -(1 << 20), 4096, -4096];
 
-/// What the hostile firmware holds and has done.
+/// What the hostile firmware holds and has done: the reply function this suite gives the
+/// scripted firmware ([`FakeFw`]) in place of the default script (`testing::fw::State`),
+/// because every answer here is drawn from the seed (which fault, which field is absurd, and
+/// the sane values themselves), and because it tracks exactly what memory firmware owns (pages
+/// lent, live EQ rings, the command queue while enabled), which the invariants check. It
+/// shares the script's EQ writer ([`Ring`]) and capability page ([`general_caps`]).
 struct Fw {
     rng: Rng,
     /// How hostile this case is: each fault's rate is scaled by it (0: only events).

@@ -56,8 +56,6 @@ mod page_cmds;
 pub mod pages;
 mod report;
 #[cfg(test)]
-pub(crate) mod script_fw;
-#[cfg(test)]
 mod tests;
 
 use rdma_pmd_hal::{Clock, Deadline, Dma, Mmio};

@@ -6,12 +6,11 @@ use rdma_pmd::{DeviceFault, Errno, Error, FirmwareFault};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{Clock, Mmio};
 
-use super::script_fw::{default_state, script, State};
 use super::*;
-use crate::control::cmd::fake_fw::FakeFw;
 use crate::control::cmd::CmdStatus;
 use crate::control::init_seg::{FwVersion, HealthSyndrome};
 use crate::control::DeviceCaps;
+use crate::testing::fw::{default_state, page_request, script, FakeFw, State};
 
 /// 1 µs per reading.
 struct Ticks(Cell<u64>);
@@ -432,7 +431,7 @@ fn page_requests_for_another_function_or_more_pages_than_lent_are_refused() {
     let dma = r.dma.clone();
     let post = |func: u16, n: i32| {
         let mut st = r.st.lock().unwrap();
-        st.rings[0].post(&dma, 0x0b, 0, &super::script_fw::page_request(func, n));
+        st.rings[0].post(&dma, 0x0b, 0, &page_request(func, n));
     };
     r.fw.log.lock().unwrap().clear();
     post(7, 5);
@@ -472,7 +471,7 @@ fn an_event_queue_that_never_runs_dry_is_serviced_in_bounded_batches() {
         {
             let mut st = r.st.lock().unwrap();
             st.ping_pong = true;
-            st.rings[0].post(&r.dma, 0x0b, 0, &super::script_fw::page_request(0, 1));
+            st.rings[0].post(&r.dma, 0x0b, 0, &page_request(0, 1));
         }
         let first = hca.poll_events();
         r.st.lock().unwrap().ping_pong = false;

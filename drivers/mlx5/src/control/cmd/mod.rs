@@ -16,8 +16,6 @@
 //! allocator is needed. Inputs are built in local buffers and copied in with volatile stores;
 //! nothing holds a reference into memory the device writes.
 
-#[cfg(test)]
-pub(crate) mod fake_fw;
 pub mod layout;
 pub mod status;
 

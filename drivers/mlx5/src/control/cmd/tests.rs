@@ -4,9 +4,9 @@ use std::vec::Vec;
 use rdma_pmd::{DeviceFault, Errno, Error, FirmwareFault};
 use rdma_pmd_hal::{Clock, Mmio};
 
-use super::fake_fw::{FakeFw, Reply};
 use super::*;
 use crate::layout::ifc::{self, consts, generated::*};
+use crate::testing::fw::{FakeFw, Reply};
 
 /// A clock that advances 1 µs per reading, so bounded waits end quickly and deterministically.
 pub(crate) struct Ticks(pub Cell<u64>);

@@ -4,9 +4,9 @@ use rdma_pmd::{BusAddr, Error, QpNum};
 use rdma_pmd_hal::Clock;
 
 use super::*;
-use crate::control::bringup::script_fw::{default_state, script};
 use crate::control::bringup::{bitmap_words, HcaConfig, PagePool, PortType};
 use crate::control::cmd::CmdConfig;
+use crate::testing::fw::{default_state, script};
 
 struct Ticks(Cell<u64>);
 impl Clock for Ticks {

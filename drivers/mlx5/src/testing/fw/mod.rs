@@ -1,11 +1,16 @@
-//! A scripted firmware for unit tests of the command queue and the bring-up sequence.
+//! The scripted firmware: the one firmware fake of the unit tests of the command queue, the
+//! bring-up sequence, the firmware-backed control seam and the hostile-firmware suite (the PRM
+//! device model, with its own firmware, is a separate crate).
 //!
-//! It answers the doorbell the way the PRM describes (reads the entry and the input mailbox
+//! [`FakeFw`] is the firmware side of the command interface. It answers the doorbell the way the PRM describes (reads the entry and the input mailbox
 //! chain through the IOMMU of [`HeapDma`], writes the output inline and into the output chain,
 //! returns ownership), and lets each test decide what a command answers. It checks what the
 //! driver must get right on the wire (entry type, token stamped on every block, block numbers,
-//! lengths) and records every command. The full device model lives elsewhere; this is only the
-//! transport plus a reply function.
+//! lengths) and records every command. What a command answers is the script's: [`script`]
+//! runs the default one ([`State`]: pages lent, objects numbered, capabilities, injected
+//! failures and hangs, and the EQ rings it writes events into with [`Ring`]); a test may
+//! instead pass its own reply function to [`FakeFw::new`] (the hostile suite draws its answers
+//! from a seed).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +19,13 @@ use std::vec::Vec;
 use rdma_pmd::BusAddr;
 use rdma_pmd_hal::mem::{BarHandler, BarMem, HeapDma, MemBar};
 
-use super::layout::{Block, Entry, BLOCK_DATA, BLOCK_SIZE, CMD_TYPE_PCI, ENTRY_SIZE, INLINE};
+use crate::control::cmd::layout::{
+    Block, Entry, BLOCK_DATA, BLOCK_SIZE, CMD_TYPE_PCI, ENTRY_SIZE, INLINE,
+};
+
+mod script;
+
+pub use script::{default_state, general_caps, page_request, script, Ring, State};
 
 /// One command as firmware saw it.
 #[derive(Clone, Debug)]

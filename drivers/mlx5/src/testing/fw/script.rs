@@ -1,13 +1,13 @@
-//! Scripted firmware answers for bring-up unit tests: enough state (pages lent, objects
-//! numbered, capabilities) to drive the sequence, plus injected faults. The transport is
-//! [`crate::control::cmd::fake_fw`]; the PRM device model lives in its own crate.
+//! The default script of [`FakeFw`]: enough state (pages lent, objects numbered,
+//! capabilities) to drive the bring-up sequence and the firmware-backed control seam, plus
+//! injected faults.
 
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 
-use crate::control::cmd::fake_fw::{FakeFw, Reply, Seen};
+use super::{FakeFw, Reply, Seen};
 use crate::layout::ifc::{self, consts, generated::*, Field};
 
 /// An event queue ring firmware writes: where it is, its size, the next entry to write.
