@@ -6,7 +6,8 @@
  * (mlx5dv_set_ctrl_seg, mlx5dv_set_data_seg, struct mlx5_wqe_raddr_seg), following the
  * provider's post-send policy (ds = 2 + SGEs, wqebbs = ceil(ds/4), data segments wrap at the
  * ring end), then rings the doorbell as the provider's post_send_db does: compiler barrier
- * (udma_to_device_barrier on x86), doorbell record = htobe32(pi & 0xffff), then either a
+ * (udma_to_device_barrier on x86), doorbell record = htobe32(pi & 0xffff), sfence
+ * (mmio_wc_start), then either a
  * BlueFlame copy of the single WQE or one 64-bit store of its first 8 bytes, then sfence
  * (mmio_flush_writes), and the BlueFlame half alternates.
  *
@@ -76,6 +77,7 @@ uint32_t c_post_mlx5dv(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
 
 		compiler_barrier();
 		dbrec[1] = htobe32(pi & 0xffff);
+		wc_flush(); /* mmio_wc_start */
 		if (use_bf && nreq == 1 && last_ds > 1 && last_ds <= bf_size / 16) {
 			uint32_t bytes = (last_ds * 16 + 63) & ~63u;
 			const char *src = last;
@@ -119,6 +121,7 @@ uint32_t c_post_floor(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
 		}
 		compiler_barrier();
 		dbrec[1] = htobe32(pi & 0xffff);
+		wc_flush(); /* mmio_wc_start */
 		*bar = *last;
 		wc_flush();
 		n -= nreq;
