@@ -264,22 +264,27 @@ impl<'r> RxeQp<'r> {
     /// the connection is established; the peer's accept data is then in
     /// [`Conn::peer_data`].
     pub fn connect(&mut self, private: &[u8]) -> Result<()> {
-        let mut p = Self::conn_param(private)?;
-        // SAFETY: a resolved id with our QP; `p` and its data outlive the call.
-        if unsafe { ffi::rdma_connect(self.conn.id(), &mut p) } != 0 {
-            return Err(last_errno());
-        }
-        self.connected = true;
-        Ok(())
+        // SAFETY: a resolved id with our QP; the parameters and their data outlive the call.
+        self.establish(private, |id, p| unsafe { ffi::rdma_connect(id, p) })
     }
 
     /// Passive side: `rdma_accept` a request from [`Listener::get_request`](crate::Listener),
     /// sending `private` (at most 196 bytes on RoCE). Read the request's data with
     /// [`Conn::peer_data`] before accepting.
     pub fn accept(&mut self, private: &[u8]) -> Result<()> {
+        // SAFETY: a requested id with our QP; the parameters and their data outlive the call.
+        self.establish(private, |id, p| unsafe { ffi::rdma_accept(id, p) })
+    }
+
+    /// Run `call` (`rdma_connect` or `rdma_accept`) on our id with `private` as the
+    /// connection's private data; the queue pair may post once it succeeded.
+    fn establish(
+        &mut self,
+        private: &[u8],
+        call: impl FnOnce(*mut ffi::rdma_cm_id, *mut ffi::rdma_conn_param) -> c_int,
+    ) -> Result<()> {
         let mut p = Self::conn_param(private)?;
-        // SAFETY: a requested id with our QP; `p` and its data outlive the call.
-        if unsafe { ffi::rdma_accept(self.conn.id(), &mut p) } != 0 {
+        if call(self.conn.id(), &mut p) != 0 {
             return Err(last_errno());
         }
         self.connected = true;

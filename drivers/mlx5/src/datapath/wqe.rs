@@ -705,8 +705,7 @@ unsafe fn store8(base: NonNull<u64>, mask: usize, off: usize, bytes: [u8; 8]) {
 /// On x86_64 this is one 16-byte store rather than two of 8. A WQE then takes three stores
 /// instead of six, so half as many wait in the store queue while the ring's cache lines are
 /// fetched (the ring is larger than the L1 cache, so every lap misses), and fewer of the loop's
-/// loads are held back behind them (`bench post`: about a fifth off the one-element batched
-/// post). The device sees no difference: it reads the ring after the doorbell, and the
+/// loads are held back behind them. The device sees no difference: it reads the ring after the doorbell, and the
 /// barrier before the doorbell record orders these stores like any others.
 ///
 /// This store is the one access to DMA memory that is not a `rdma_pmd_hal::access` atomic

@@ -26,36 +26,12 @@ use super::tests::{connected, rig, REMOTE};
 use crate::control::Access;
 use crate::layout::codes::{CqeOpcode, SendOpcode, Syndrome};
 use crate::layout::cqe::Cqe;
+use crate::testing::seeded::{self, Rng};
 
 const SQ: usize = 16;
 /// `max_sge` of a 16-block ring on the fake device (1 KiB WQEs): 63 units - 2.
 const MAX_SGE: usize = 61;
 const REGIONS: usize = 3;
-
-/// splitmix64: small, seedable, good enough to pick test actions.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
-
-/// Cases to run and the first seed: bounded for CI unless the environment asks for more.
-fn plan(ci_cases: u64) -> (u64, u64) {
-    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
-    (env("RDMA_PMD_HOSTILE_CASES").unwrap_or(ci_cases), env("RDMA_PMD_HOSTILE_SEED").unwrap_or(1))
-}
 
 /// A committed request as the reference sees it.
 #[derive(Clone, Debug)]
@@ -99,11 +75,11 @@ fn gen_req(rng: &mut Rng) -> Req {
     };
     let bufs = (0..n)
         .map(|_| {
-            let len = if rng.chance(15) { 0 } else { 1 + rng.below(40) as usize };
+            let len = if rng.chance(150) { 0 } else { 1 + rng.below(40) as usize };
             (rng.below(REGIONS as u64) as usize, rng.below(64) as usize, len)
         })
         .collect();
-    Req { bufs, signaled: rng.chance(40), inline: rng.chance(15), fault }
+    Req { bufs, signaled: rng.chance(400), inline: rng.chance(150), fault }
 }
 
 /// Blocks and held regions of a request the queue accepts.
@@ -127,7 +103,7 @@ fn shape(r: &Req) -> (u16, Vec<usize>) {
 }
 
 #[derive(Default, Debug)]
-struct Tally {
+pub(super) struct Tally {
     cases: u64,
     posted: u64,
     refused: u64,
@@ -138,7 +114,7 @@ struct Tally {
 
 #[test]
 fn hostile_caller() {
-    let (cases, seed0) = plan(64);
+    let (cases, seed0) = seeded::plan(64, 1);
     let mut t = Tally::default();
     for seed in seed0..seed0 + cases {
         caller_case(seed, &mut t);
@@ -148,7 +124,7 @@ fn hostile_caller() {
     assert!(t.completions > 0 && t.refused > 0 && t.leaked_batches > 0);
 }
 
-fn caller_case(seed: u64, t: &mut Tally) {
+pub(super) fn caller_case(seed: u64, t: &mut Tally) {
     let mut rng = Rng(seed);
     let r = rig(9);
     let regions: [_; REGIONS] =
@@ -270,7 +246,7 @@ fn caller_case(seed: u64, t: &mut Tally) {
                     executed -= last + 1;
                 }
             }
-            9 if !in_error && executed < live.len() && rng.chance(40) => {
+            9 if !in_error && executed < live.len() && rng.chance(400) => {
                 let first = executed;
                 hw.send_cqe(live[first].counter, Some((Syndrome::RemoteAccessErr, 0x42)));
                 for w in live.iter().skip(first + 1) {
@@ -287,7 +263,7 @@ fn caller_case(seed: u64, t: &mut Tally) {
                 in_error = true;
                 open = false;
             }
-            10 if rng.chance(50) => {
+            10 if rng.chance(500) => {
                 let g = rng.below(REGIONS as u64) as usize;
                 let held: usize =
                     live.iter().map(|w| w.holds.iter().filter(|&&h| h == g).count()).sum();
@@ -312,7 +288,7 @@ fn caller_case(seed: u64, t: &mut Tally) {
                     leaked[g] += 1;
                 }
             }
-            12 if open && rng.chance(20) => {
+            12 if open && rng.chance(200) => {
                 qp.to_error().unwrap();
                 // The device flushes what it did not execute, each with its own CQE; what it
                 // executed unsignalled stays silent, retired by those flushes.
@@ -367,7 +343,7 @@ fn caller_case(seed: u64, t: &mut Tally) {
 
 #[test]
 fn hostile_device() {
-    let (cases, seed0) = plan(64);
+    let (cases, seed0) = seeded::plan(64, 1);
     let mut t = Tally::default();
     let mut bogus = 0u64;
     for seed in seed0..seed0 + cases {
@@ -428,11 +404,11 @@ fn device_case(seed: u64, t: &mut Tally) -> u64 {
                         1 => CqeOpcode::ReqErr,
                         _ => CqeOpcode::Req,
                     };
-                    if rng.chance(10) {
+                    if rng.chance(100) {
                         b.iter_mut().for_each(|x| *x = rng.next() as u8);
                     } else {
                         let mut c = Cqe::new_unchecked(&mut b[..]);
-                        let qpn = if rng.chance(10) {
+                        let qpn = if rng.chance(100) {
                             rdma_pmd::QpNum(rng.next() as u32 & 0xff_ffff)
                         } else {
                             hw.qpn()
@@ -440,7 +416,7 @@ fn device_case(seed: u64, t: &mut Tally) -> u64 {
                         c.set_s_wqe_opcode_qpn(SendOpcode::RdmaWrite, qpn);
                         c.set_wqe_counter(counter);
                         if op == CqeOpcode::ReqErr {
-                            let syn = if rng.chance(50) {
+                            let syn = if rng.chance(500) {
                                 Syndrome::WrFlushErr
                             } else {
                                 Syndrome::RemoteAccessErr
@@ -461,7 +437,7 @@ fn device_case(seed: u64, t: &mut Tally) -> u64 {
                 }
                 _ => {
                     // The receive side: a receive posted, or a receive CQE that may be wrong.
-                    if rng.chance(50) {
+                    if rng.chance(500) {
                         if qp.post_recv(next_recv).is_ok() {
                             recv_posted.insert(next_recv);
                         }
@@ -472,7 +448,7 @@ fn device_case(seed: u64, t: &mut Tally) -> u64 {
                             _ => CqeOpcode::RespWrImm,
                         };
                         let other =
-                            rng.chance(20).then(|| rdma_pmd::QpNum(rng.next() as u32 & 0xff_ffff));
+                            rng.chance(200).then(|| rdma_pmd::QpNum(rng.next() as u32 & 0xff_ffff));
                         hw.recv_cqe_with(rng.next() as u32, 8, op, |c| {
                             if let Some(q) = other {
                                 c.set_s_wqe_opcode_qpn(SendOpcode::Nop, q);

@@ -19,6 +19,8 @@ mod control;
 mod cqe;
 #[cfg(test)]
 pub(crate) mod fw;
+#[cfg(test)]
+pub(crate) mod seeded;
 
 pub use control::{NullControl, Table, CAPS, TABLE};
 pub use cqe::CqWriter;

@@ -35,34 +35,12 @@ use crate::control::fw::FwControl;
 use crate::control::Control;
 use crate::layout::ifc::Field;
 use crate::testing::fw::{general_caps, page_request, FakeFw, Reply, Ring, Seen, BAR_SIZE};
+use crate::testing::seeded::{self, Rng};
 
 /// Cases in the default (CI) run.
 const CI_CASES: u64 = 300;
 /// Longest a case may take before the watchdog calls it a hang.
 const CASE_BOUND: Duration = Duration::from_secs(10);
-
-/// splitmix64: small, deterministic, good enough to pick faults.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// True with probability `per_mille / 1000`.
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.below(1000) < per_mille
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
 
 /// 1 µs per reading.
 struct Ticks(Cell<u64>);
@@ -487,12 +465,7 @@ fn violations(fw: &Fw, bar: &MemBar, dma: &HeapDma, fake: &FakeFw) -> Vec<String
 
 #[test]
 fn hostile_firmware_never_panics_hangs_or_frees_memory_it_owns() {
-    let cases: u64 = std::env::var("RDMA_PMD_HOSTILE_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CI_CASES);
-    let first: u64 =
-        std::env::var("RDMA_PMD_HOSTILE_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed);
+    let (cases, first) = seeded::plan(CI_CASES, 0x5eed);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for seed in first..first + cases {
