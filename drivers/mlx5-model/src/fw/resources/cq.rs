@@ -1,60 +1,56 @@
 //! `CREATE_CQ`, `DESTROY_CQ`.
 
-use rdma_pmd::BusAddr;
-use rdma_pmd_mlx5::control::{Control, CqParams, Cqn};
-
 use super::{busy, contiguous_queue, limit, model_err, no_such, reachable, unsupported};
 use crate::fw::codes::{syndrome as syn, CmdStatus};
+use crate::fw::decoded::{CreateCq, DestroyCq};
 use crate::fw::hca::{fail, CqObj, Hca, Res};
-use crate::fw::ifc::{self, cmd_hca_cap as gen, cqc, Field};
+use crate::fw::ifc::{self, cmd_hca_cap as gen};
 
 impl Hca {
-    pub(super) fn create_cq(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
-        use ifc::create_cq_in as i;
+    pub(super) fn create_cq(&mut self, d: &CreateCq, out: &mut [u8]) -> Res {
         limit(self.cqs.len(), self.cap(gen::LOG_MAX_CQ))?;
-        let c = |f: Field| f.at(i::CQ_CONTEXT).get(inp);
-        let log_size = c(cqc::LOG_CQ_SIZE) as u8;
+        let c = &d.cq_context;
+        let log_size = c.log_cq_size;
         if u64::from(log_size) > self.cap(gen::LOG_MAX_CQ_SZ) {
             return Err(fail(CmdStatus::BadSize, syn::QUEUE_TOO_BIG));
         }
-        if c(cqc::CQE_SZ) != 0
-            || c(cqc::CQE_COMP_EN) != 0
-            || c(cqc::PAGE_OFFSET) != 0
-            || c(cqc::DBR_UMEM_VALID) != 0
-            || i::CQ_UMEM_VALID.get(inp) != 0
+        if c.cqe_sz != 0
+            || c.cqe_comp_en
+            || c.page_offset != 0
+            || c.dbr_umem_valid
+            || d.cq_umem_valid
         {
             return Err(unsupported());
         }
-        let uar_idx = c(cqc::UAR_PAGE) as u32;
-        let uar = *self.uars.get(&uar_idx).ok_or_else(no_such)?;
-        let eqn = c(cqc::C_EQN);
-        if eqn > u64::from(u8::MAX) {
-            return Err(fail(CmdStatus::BadIndex, syn::INDEX_RANGE));
+        let uar = c.uar_page;
+        if !self.uars.contains(&uar) {
+            return Err(no_such());
         }
-        let eqn = eqn as u8;
+        let Ok(eqn) = u8::try_from(c.c_eqn) else {
+            return Err(fail(CmdStatus::BadIndex, syn::INDEX_RANGE));
+        };
         if !self.eqs.contains_key(&eqn) {
             return Err(no_such());
         }
-        let shift = 12 + c(cqc::LOG_PAGE_SIZE) as u32;
-        let buf = contiguous_queue(self, inp, i::PAS, shift, 64u64 << log_size)?;
-        let dbrec = c(cqc::DBR_ADDR);
+        let shift = 12 + u32::from(c.log_page_size);
+        let buf = contiguous_queue(self, &d.pas, shift, 64u64 << log_size)?;
+        let dbrec = c.dbr_addr;
         reachable(self, dbrec, 8)?;
-        let p = CqParams { log_size, buf: BusAddr(buf), dbrec: BusAddr(dbrec), uar };
-        let cqn = self.control.create_cq(&p).map_err(model_err)?;
-        self.cqs.insert(cqn.0, CqObj { uar: uar_idx, eqn });
-        ifc::create_cq_out::CQN.set(out, u64::from(cqn.0));
+        let cqn = self.shared.create_cq(log_size, buf, dbrec, uar).map_err(model_err)?;
+        self.cqs.insert(cqn, CqObj { uar, eqn });
+        ifc::create_cq_out::CQN.set(out, u64::from(cqn));
         Ok(())
     }
 
-    pub(super) fn destroy_cq(&mut self, inp: &[u8]) -> Res {
-        let cqn = ifc::destroy_cq_in::CQN.get(inp) as u32;
+    pub(super) fn destroy_cq(&mut self, d: &DestroyCq) -> Res {
+        let cqn = d.cqn;
         if !self.cqs.contains_key(&cqn) {
             return Err(no_such());
         }
         if self.qps.values().any(|q| q.cqs.contains(&cqn)) {
             return Err(busy());
         }
-        self.control.destroy_cq(Cqn(cqn)).map_err(model_err)?;
+        self.shared.destroy_cq(cqn).map_err(model_err)?;
         self.cqs.remove(&cqn);
         Ok(())
     }

@@ -1,47 +1,42 @@
 //! `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`.
 
-use rdma_pmd::{BusAddr, Error};
-use rdma_pmd_mlx5::control::{Access, Control, Mkey, MkeyParams, Pdn, Translation};
+use rdma_pmd::Error;
 
-use super::{limit, model_err, no_such, pas_list, reachable, unsupported};
+use super::{limit, model_err, no_such, pas_first, reachable, unsupported};
 use crate::fw::codes::{syndrome as syn, CmdStatus, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA};
+use crate::fw::decoded::{CreateMkey, DestroyMkey};
 use crate::fw::hca::{fail, Hca, MkeyObj, Res};
-use crate::fw::ifc::{self, cmd_hca_cap as gen, mkc, Field};
+use crate::fw::ifc::{self, cmd_hca_cap as gen};
 use crate::model::Shared;
+use crate::objects::{Mkey, Rights, Xlate};
 
 impl Hca {
-    pub(super) fn create_mkey(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
-        use ifc::create_mkey_in as i;
+    pub(super) fn create_mkey(&mut self, d: &CreateMkey, out: &mut [u8]) -> Res {
         limit(self.mkeys.len(), self.cap(gen::LOG_MAX_MKEY))?;
-        let m = |f: Field| f.at(i::MKEY_CONTEXT).get(inp);
-        let pd = m(mkc::PD) as u32;
+        let m = &d.mkey_context;
+        let pd = m.pd;
         if !self.pds.contains(&pd) {
             return Err(no_such());
         }
-        if m(mkc::FREE) == 1 || m(mkc::LENGTH64) == 1 {
+        if m.free || m.length64 {
             return Err(unsupported());
         }
-        let (start, len) = (m(mkc::START_ADDR), m(mkc::LEN));
+        let (start, len) = (m.start_addr, m.len);
         if len == 0 {
             return Err(fail(CmdStatus::BadParam, syn::EMPTY_RANGE));
         }
-        let mut access = Access::empty();
-        access.set(Access::LOCAL_WRITE, m(mkc::LW) == 1);
-        access.set(Access::REMOTE_WRITE, m(mkc::RW) == 1);
-        access.set(Access::REMOTE_READ, m(mkc::RR) == 1);
-        let mode = (m(mkc::ACCESS_MODE_4_2) << 2 | m(mkc::ACCESS_MODE_1_0)) as u8;
-        let translation = match mode {
-            MKC_ACCESS_MODE_PA => Translation::Physical,
+        let rights = Rights { local_write: m.lw, remote_write: m.rw, remote_read: m.rr };
+        let xlate = match m.access_mode() {
+            MKC_ACCESS_MODE_PA => Xlate::Physical,
             MKC_ACCESS_MODE_MTT => {
-                let shift = m(mkc::LOG_PAGE_SIZE) as u32;
+                let shift = u32::from(m.log_page_size);
                 if !(12..=30).contains(&shift) {
                     return Err(unsupported());
                 }
                 let pg = 1u64 << shift;
-                let octs = i::TRANSLATIONS_OCTWORD_ACTUAL_SIZE.get(inp) as usize;
-                // Two 64-bit MTT entries per octword; `klm_pas_mtt` counts 32-bit units.
-                let mtt = Field::new(i::KLM_PAS_MTT.bit, 64);
-                let list = pas_list(inp, mtt, 2 * octs)?;
+                // Two 64-bit MTT entries per octword.
+                let octs = d.translations_octword_actual_size as usize;
+                let list = pas_first(&d.klm_pas_mtt, 2 * octs)?;
                 let Some(end) = (start & (pg - 1)).checked_add(len) else {
                     return Err(fail(CmdStatus::BadParam, syn::MODEL_REFUSED));
                 };
@@ -58,17 +53,16 @@ impl Hca {
                     return Err(fail(CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
                 }
                 reachable(self, pages[0] + (start & (pg - 1)), len)?;
-                Translation::Mtt { base: BusAddr(pages[0]), page_shift: shift as u8 }
+                Xlate::Mtt { base: pages[0], page_shift: shift as u8 }
             }
             _ => return Err(unsupported()),
         };
-        let p = MkeyParams { pd: Pdn(pd), start, len, access, translation };
-        let key = self.control.create_mkey(&p).map_err(model_err)?;
-        let variant = m(mkc::MKEY_7_0) as u8;
-        let key = match self.shared.fw_rekey_mkey(key.0, variant) {
+        let key =
+            self.shared.create_mkey(Mkey { pd, start, len, rights, xlate }).map_err(model_err)?;
+        let key = match self.shared.fw_rekey_mkey(key, m.mkey_7_0) {
             Ok(k) => k,
             Err(e) => {
-                let _ = self.control.destroy_mkey(key);
+                let _ = self.shared.destroy_mkey(key);
                 return Err(model_err(e));
             }
         };
@@ -77,10 +71,10 @@ impl Hca {
         Ok(())
     }
 
-    pub(super) fn destroy_mkey(&mut self, inp: &[u8]) -> Res {
-        let idx = ifc::destroy_mkey_in::MKEY_INDEX.get(inp) as u32;
+    pub(super) fn destroy_mkey(&mut self, d: &DestroyMkey) -> Res {
+        let idx = d.mkey_index;
         let key = self.mkeys.get(&idx).ok_or_else(no_such)?.key;
-        self.control.destroy_mkey(Mkey(key)).map_err(model_err)?;
+        self.shared.destroy_mkey(key).map_err(model_err)?;
         self.mkeys.remove(&idx);
         Ok(())
     }

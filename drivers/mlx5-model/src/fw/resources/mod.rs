@@ -1,8 +1,9 @@
 //! Resource commands: UARs, PDs, EQs, memory keys, CQs, QPs and their transitions, the NIC
-//! vport context. Each decodes its PRM input (offsets in [`super::ifc`]), applies the
-//! firmware's checks with their PRM status, and then creates or changes the same object the
-//! model's direct control path does (through [`ModelControl`](crate::direct::ModelControl)),
-//! so what the engine executes afterwards is exactly what the command described.
+//! vport context, one module per object. Each decodes its whole PRM input into the
+//! firmware's own types ([`super::decoded`], from the tables in [`super::ifc`]), applies the
+//! firmware's checks with their PRM status, and then creates or changes the object through
+//! the model's own resource commands (the `commands` module, which the direct control path
+//! uses too), so what the engine executes afterwards is exactly what the command described.
 //!
 //! | command | checks (status) |
 //! |---|---|
@@ -33,6 +34,7 @@ mod vport;
 use rdma_pmd::{BusAddr, Errno, Error};
 
 use super::codes::{syndrome as syn, CmdStatus, Opcode};
+use super::decoded::{decode, Entries};
 use super::hca::{fail, Fail, Hca, Res};
 use super::ifc::Field;
 
@@ -69,28 +71,19 @@ fn unsupported() -> Fail {
     fail(CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT)
 }
 
-/// Read `n` 64-bit PAS entries starting at `pas`.
-fn pas_list(inp: &[u8], pas: Field, n: usize) -> Result<Vec<u64>, Fail> {
-    if inp.len() < pas.byte() + 8 * n {
-        return Err(fail(CmdStatus::BadInputLen, syn::PAS_TOO_SHORT));
-    }
-    Ok((0..n as u32).map(|k| pas.index(k).get(inp)).collect())
+/// The first `n` entries of a PAS list; a shorter list is `BAD_INPUT_LEN`.
+fn pas_first(list: &Entries, n: usize) -> Result<&[u64], Fail> {
+    list.first(n).ok_or(fail(CmdStatus::BadInputLen, syn::PAS_TOO_SHORT))
 }
 
-/// A queue buffer of `bytes` bytes in pages of `1 << shift` listed at `pas`: the model needs it
-/// bus-contiguous. Returns its bus address.
-fn contiguous_queue(
-    hca: &Hca,
-    inp: &[u8],
-    pas: Field,
-    shift: u32,
-    bytes: u64,
-) -> Result<u64, Fail> {
+/// A queue buffer of `bytes` bytes in pages of `1 << shift` listed in `pas`: the model needs
+/// it bus-contiguous. Returns its bus address.
+fn contiguous_queue(hca: &Hca, pas: &Entries, shift: u32, bytes: u64) -> Result<u64, Fail> {
     if !(12..=30).contains(&shift) {
         return Err(unsupported());
     }
     let pg = 1u64 << shift;
-    let list = pas_list(inp, pas, bytes.div_ceil(pg) as usize)?;
+    let list = pas_first(pas, bytes.div_ceil(pg) as usize)?;
     let base = list[0];
     if base % pg != 0 {
         return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
@@ -118,24 +111,28 @@ impl Hca {
         use Opcode::*;
         match op {
             AllocUar => self.alloc_uar(out),
-            DeallocUar => self.dealloc_uar(inp),
+            DeallocUar => self.dealloc_uar(&decode(inp)),
             AllocPd => self.alloc_pd(out),
-            DeallocPd => self.dealloc_pd(inp),
-            CreateEq => self.create_eq(inp, out),
-            DestroyEq => self.destroy_eq(inp),
-            CreateMkey => self.create_mkey(inp, out),
-            DestroyMkey => self.destroy_mkey(inp),
-            CreateCq => self.create_cq(inp, out),
-            DestroyCq => self.destroy_cq(inp),
-            CreateQp => self.create_qp(inp, out),
-            DestroyQp => self.destroy_qp(inp),
-            Rst2InitQp | Init2RtrQp | Rtr2RtsQp | ToErrQp | ToRstQp => self.modify_qp(op, inp),
-            ModifyNicVportContext => self.modify_vport(inp),
-            QueryNicVportContext => self.query_vport(inp, out),
-            QueryQp => self.query_qp(inp, out),
-            QueryVportState => self.query_vport_state(inp, out),
-            QueryRoceAddress => self.query_roce_address(inp, out),
-            SetRoceAddress => self.set_roce_address(inp),
+            DeallocPd => self.dealloc_pd(&decode(inp)),
+            CreateEq => self.create_eq(&decode(inp), out),
+            DestroyEq => self.destroy_eq(&decode(inp)),
+            CreateMkey => self.create_mkey(&decode(inp), out),
+            DestroyMkey => self.destroy_mkey(&decode(inp)),
+            CreateCq => self.create_cq(&decode(inp), out),
+            DestroyCq => self.destroy_cq(&decode(inp)),
+            CreateQp => self.create_qp(&decode(inp), out),
+            DestroyQp => self.destroy_qp(&decode(inp)),
+            Rst2InitQp => self.rst2init_qp(&decode(inp)),
+            Init2RtrQp => self.init2rtr_qp(&decode(inp)),
+            Rtr2RtsQp => self.rtr2rts_qp(&decode(inp)),
+            ToErrQp => self.qp_2err(&decode(inp)),
+            ToRstQp => self.qp_2rst(&decode(inp)),
+            ModifyNicVportContext => self.modify_vport(&decode(inp)),
+            QueryNicVportContext => self.query_vport(&decode(inp), out),
+            QueryQp => self.query_qp(&decode(inp), out),
+            QueryVportState => self.query_vport_state(&decode(inp), out),
+            QueryRoceAddress => self.query_roce_address(&decode(inp), out),
+            SetRoceAddress => self.set_roce_address(&decode(inp)),
             _ => Err(fail(CmdStatus::BadOp, syn::UNKNOWN_OPCODE)),
         }
     }
