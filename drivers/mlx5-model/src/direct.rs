@@ -18,9 +18,9 @@ use rdma_pmd_mlx5::control::{
     Translation, Uar,
 };
 
-use crate::commands::{QpCmd, QpSpec};
+use crate::commands::QpCmd;
 use crate::model::{Model, Shared, UAR_PAGE};
-use crate::objects::{self, Rights, Route, Xlate};
+use crate::objects::{self, QpSpec, Rights, Route, Xlate};
 
 /// A [`Control`] that hands the command fields to a model. Cheap to clone; every clone talks
 /// to the same device.

@@ -18,7 +18,7 @@ pub(super) fn req_cqe(sh: &Shared, dev: &mut Device, qpn: u32, req: &Request) {
     c.wqe_counter = req.idx;
     c.s_wqe_opcode = req.opcode;
     c.byte_cnt = req.packet.payload.len() as u32;
-    let cqn = dev.qps[&qpn].send_cq;
+    let cqn = dev.qps[&qpn].spec.send_cq;
     if let Some(cq) = dev.cqs.get_mut(&cqn) {
         if crate::cq::push(sh, cqn, cq, c) {
             bump(&sh.stats.req_cqes);
@@ -50,7 +50,7 @@ pub(super) fn fail(
     c.s_wqe_opcode = opcode;
     c.syndrome = Some(syndrome);
     c.vendor_err = r.vendor_code();
-    let cqn = qp.send_cq;
+    let cqn = qp.spec.send_cq;
     if let Some(cq) = cqs.get_mut(&cqn) {
         if crate::cq::push(sh, cqn, cq, c) {
             sh.stats.error_cqe(syndrome);

@@ -36,19 +36,19 @@ pub(super) fn flush(sh: &Shared, dev: &mut Device, qpn: u32) -> bool {
                 sh.note(qpn, Some(qp.sq_pi), Reason::DmaFault { bus: at, len: 16 });
                 (0, 1)
             };
-            flush_cqe(sh, cqs, qp.send_cq, CqeOpcode::ReqErr, qpn, qp.sq_pi, opcode);
+            flush_cqe(sh, cqs, qp.spec.send_cq, CqeOpcode::ReqErr, qpn, qp.sq_pi, opcode);
             qp.sq_pi = qp.sq_pi.wrapping_add(n as u16);
             covered -= n;
         }
         done_doorbell(sh);
     }
     ready.remove(&qpn);
-    if qp.log_rq_size.is_some() {
-        if let Some(rec) = sh.read_be32(qp.dbrec) {
+    if qp.spec.log_rq_size.is_some() {
+        if let Some(rec) = sh.read_be32(qp.spec.dbrec) {
             let posted = u32::from((rec as u16).wrapping_sub(qp.rq_ci));
             if posted <= qp.rq_cnt() {
                 for _ in 0..posted {
-                    flush_cqe(sh, cqs, qp.recv_cq, CqeOpcode::RespErr, qpn, qp.rq_ci, 0);
+                    flush_cqe(sh, cqs, qp.spec.recv_cq, CqeOpcode::RespErr, qpn, qp.rq_ci, 0);
                     qp.rq_ci = qp.rq_ci.wrapping_add(1);
                     did = true;
                 }
@@ -61,7 +61,7 @@ pub(super) fn flush(sh: &Shared, dev: &mut Device, qpn: u32) -> bool {
 /// Called by commands when a QP enters ERR: flush what the send doorbell record already
 /// covers, even without a further doorbell.
 pub(crate) fn flush_on_error(sh: &Shared, qp: &mut Qp, qpn: u32, dev_ready: &mut BTreeSet<u32>) {
-    if let Some(rec) = sh.read_be32(qp.dbrec + 4) {
+    if let Some(rec) = sh.read_be32(qp.spec.dbrec + 4) {
         qp.pending.push_back(Doorbell {
             head: [0; 8],
             target: rec as u16,

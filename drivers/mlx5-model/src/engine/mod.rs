@@ -96,7 +96,7 @@ fn pass(sh: &Arc<Shared>) -> bool {
                 .iter()
                 .filter(|(n, q)| {
                     !dev.ready.contains(n)
-                        && ((q.state == QpState::Error && q.log_rq_size.is_some())
+                        && ((q.state == QpState::Error && q.spec.log_rq_size.is_some())
                             || q.rnr.is_some())
                 })
                 .map(|(n, _)| *n),

@@ -134,7 +134,7 @@ pub(super) fn validate(
     for g in &gathers {
         if let Gather::Pointer { lkey, addr, len } = *g {
             let Some(mk) = dev.mkeys.get(&lkey) else { return err(Reason::UnknownLkey { lkey }) };
-            if mk.pd != qp.pd {
+            if mk.pd != qp.spec.pd {
                 return err(Reason::LkeyPdMismatch { lkey });
             }
             if !mk.covers(addr, len) {

@@ -2,14 +2,14 @@
 //! `RTR2RTS_QP`, `2ERR_QP`, `2RST_QP`) and `QUERY_QP`.
 
 use super::{contiguous_queue, limit, model_err, no_such, reachable, unsupported};
-use crate::commands::{QpCmd, QpSpec};
+use crate::commands::QpCmd;
 use crate::fw::codes::{self, syndrome as syn, CmdStatus, QPC_ST_RC, ZERO_LEN_RQ};
 use crate::fw::decoded::{
     CreateQp, DestroyQp, Init2RtrQp, Qp2Err, Qp2Rst, QueryQp, Rst2InitQp, Rtr2RtsQp,
 };
 use crate::fw::hca::{fail, Hca, QpObj, Res};
 use crate::fw::ifc::{self, cmd_hca_cap as gen, qpc, Field};
-use crate::objects::{QpState, Rights, Route};
+use crate::objects::{QpSpec, QpState, Rights, Route};
 
 impl Hca {
     pub(super) fn create_qp(&mut self, d: &CreateQp, out: &mut [u8]) -> Res {
@@ -164,18 +164,18 @@ impl Hca {
         let mut set = |f: Field, v: u64| f.at(ctx).set(out, v);
         set(qpc::STATE, u64::from(u8::from(state)));
         set(qpc::ST, u64::from(QPC_ST_RC));
-        set(qpc::PD, u64::from(q.pd));
-        set(qpc::UAR_PAGE, u64::from(q.uar));
-        set(qpc::LOG_SQ_SIZE, u64::from(q.log_sq_size));
-        match q.log_rq_size {
+        set(qpc::PD, u64::from(q.spec.pd));
+        set(qpc::UAR_PAGE, u64::from(q.spec.uar));
+        set(qpc::LOG_SQ_SIZE, u64::from(q.spec.log_sq_size));
+        match q.spec.log_rq_size {
             Some(l) => set(qpc::LOG_RQ_SIZE, u64::from(l)),
             None => set(qpc::RQ_TYPE, u64::from(ZERO_LEN_RQ)),
         }
-        set(qpc::LOG_RQ_STRIDE, u64::from(q.log_rq_stride.saturating_sub(4)));
-        set(qpc::CQN_SND, u64::from(q.send_cq));
-        set(qpc::CQN_RCV, u64::from(q.recv_cq));
+        set(qpc::LOG_RQ_STRIDE, u64::from(q.spec.log_rq_stride.saturating_sub(4)));
+        set(qpc::CQN_SND, u64::from(q.spec.send_cq));
+        set(qpc::CQN_RCV, u64::from(q.spec.recv_cq));
         set(qpc::REMOTE_QPN, u64::from(q.remote_qpn));
-        set(qpc::DBR_ADDR, q.dbrec);
+        set(qpc::DBR_ADDR, q.spec.dbrec);
         Ok(())
     }
 }
