@@ -118,7 +118,7 @@ fn respond_locked(sh: &Shared, p: &Packet) -> Resp {
         let Some(mk) = mkeys.get(&rkey) else {
             return access_error(qp, Reason::UnknownRkey { rkey });
         };
-        if mk.pd != qp.pd {
+        if mk.pd != qp.spec.pd {
             return access_error(qp, Reason::RkeyPdMismatch { rkey });
         }
         if !mk.rights.remote_write {
@@ -135,9 +135,9 @@ fn respond_locked(sh: &Shared, p: &Packet) -> Resp {
     }
     let mut recv = None;
     if p.with_imm {
-        let posted = match qp.log_rq_size {
+        let posted = match qp.spec.log_rq_size {
             None => 0,
-            Some(_) => match sh.read_be32(qp.dbrec) {
+            Some(_) => match sh.read_be32(qp.spec.dbrec) {
                 Some(rec) => u32::from((rec as u16).wrapping_sub(qp.rq_ci)),
                 None => 0,
             },
@@ -146,13 +146,13 @@ fn respond_locked(sh: &Shared, p: &Packet) -> Resp {
             bump(&sh.stats.rnr_naks);
             return Resp::Rnr;
         }
-        let slot = u64::from(u32::from(qp.rq_ci) & (qp.rq_cnt() - 1)) << qp.log_rq_stride;
-        let mut wqe = vec![0u8; 1 << qp.log_rq_stride];
-        if !sh.dma.read(BusAddr(qp.buf + slot), &mut wqe) {
+        let slot = u64::from(u32::from(qp.rq_ci) & (qp.rq_cnt() - 1)) << qp.spec.log_rq_stride;
+        let mut wqe = vec![0u8; 1 << qp.spec.log_rq_stride];
+        if !sh.dma.read(BusAddr(qp.spec.buf + slot), &mut wqe) {
             sh.note(
                 qpn,
                 Some(qp.rq_ci),
-                Reason::DmaFault { bus: qp.buf + slot, len: wqe.len() as u64 },
+                Reason::DmaFault { bus: qp.spec.buf + slot, len: wqe.len() as u64 },
             );
             qp.state = QpState::Error;
             return Resp::Fail(Reason::RecvWqeFault { qpn });
@@ -174,7 +174,7 @@ fn respond_locked(sh: &Shared, p: &Packet) -> Resp {
         c.byte_cnt = len as u32;
         c.imm = p.imm;
         c.rqpn = p.src_qpn;
-        let cqn = qp.recv_cq;
+        let cqn = qp.spec.recv_cq;
         if let Some(cq) = cqs.get_mut(&cqn) {
             if crate::cq::push(sh, cqn, cq, c) {
                 bump(&sh.stats.resp_cqes);

@@ -185,6 +185,33 @@ impl Env {
     }
 }
 
+/// Two QPs on one model, each with its CQ: `a` (no receive queue) sends to `b` (8 receive
+/// WQEs); a 4 KiB source and destination region.
+pub struct Pair {
+    pub env: Env,
+    pub cq_a: TCq,
+    pub cq_b: TCq,
+    pub a: TQp,
+    pub b: TQp,
+    pub src: Region,
+    pub dst: Region,
+}
+
+impl Pair {
+    /// Build the pair; `connect` brings `a` and `b` to RTS.
+    pub fn new(connect: impl FnOnce(&mut Env, &TQp, &TQp)) -> Pair {
+        let mut env = Env::new();
+        let cq_a = env.cq(4);
+        let cq_b = env.cq(4);
+        let a = env.qp(&cq_a, &cq_a, 4, None);
+        let b = env.qp(&cq_b, &cq_b, 4, Some(3));
+        connect(&mut env, &a, &b);
+        let src = env.region(4096, 0x10_0000, RW);
+        let dst = env.region(4096, 0x20_0000, RW);
+        Pair { env, cq_a, cq_b, a, b, src, dst }
+    }
+}
+
 pub fn rts(
     ctl: &mut ModelControl,
     qpn: u32,

@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use rdma_pmd::BusAddr;
-use rdma_pmd_mlx5::control::Uar;
 
 use super::codes::{
     syndrome as syn, CapType, CmdStatus, ManagePagesMode, Opcode, PagesStage, PORT_TYPE_ETH,
@@ -25,7 +24,6 @@ use super::eq::Eq;
 use super::ifc::{self, cmd_hca_cap as gen, roce_cap, Field};
 use super::pages::{Pages, PAGE_SIZE};
 use super::FwConfig;
-use crate::direct::ModelControl;
 use crate::model::Shared;
 
 /// A refused command: the status and syndrome written to its output.
@@ -98,13 +96,12 @@ pub(crate) struct Hca {
     pub host_endianness: [u8; ifc::register_host_endianness::SIZE],
     pub roce_en: bool,
     pub vport_mtu: u16,
-    pub uars: BTreeMap<u32, Uar>,
+    pub uars: BTreeSet<u32>,
     pub pds: BTreeSet<u32>,
     pub mkeys: BTreeMap<u32, MkeyObj>,
     pub cqs: BTreeMap<u32, CqObj>,
     pub qps: BTreeMap<u32, QpObj>,
     pub eqs: BTreeMap<u8, Eq>,
-    pub control: ModelControl,
     pub shared: Arc<Shared>,
     pub log: Vec<Executed>,
     /// `MANAGE_PAGES` asking for pages back returns none ([`Firmware::set_keep_pages`]).
@@ -214,7 +211,7 @@ const SETTABLE: &[Field] =
     &[gen::LOG_MAX_QP, gen::CQE_VERSION, gen::UAR_4K, gen::ROCE, gen::CMDIF_CHECKSUM];
 
 impl Hca {
-    pub(crate) fn new(cfg: FwConfig, control: ModelControl, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(cfg: FwConfig, shared: Arc<Shared>) -> Self {
         let gen_max = general_caps(&cfg, &shared);
         let roce_max = roce_caps();
         Hca {
@@ -228,13 +225,12 @@ impl Hca {
             host_endianness: [0; ifc::register_host_endianness::SIZE],
             roce_en: false,
             vport_mtu: 1500,
-            uars: BTreeMap::new(),
+            uars: BTreeSet::new(),
             pds: BTreeSet::new(),
             mkeys: BTreeMap::new(),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
             eqs: BTreeMap::new(),
-            control,
             shared,
             log: Vec::new(),
             keep_pages: false,

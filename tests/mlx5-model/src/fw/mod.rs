@@ -100,6 +100,7 @@
 
 pub mod cmdq;
 pub mod codes;
+pub mod decoded;
 pub mod eq;
 mod hca;
 pub mod ifc;
@@ -479,8 +480,8 @@ impl fmt::Debug for Firmware {
 }
 
 impl Firmware {
-    /// Start the firmware of `model`. Its objects are created on the model (through the same
-    /// path as [`Model::control`]).
+    /// Start the firmware of `model`. Its objects are created on the model by the same
+    /// resource commands [`Model::control`] reaches.
     pub fn start(model: &Model, cfg: FwConfig) -> Result<Firmware, Error> {
         if cfg.log_cmdq_size > 5 || cfg.log_cmdq_stride < 6 {
             return Err(Error::InvalidArgument("command queue of more than 32 slots or <64 B"));
@@ -489,7 +490,7 @@ impl Firmware {
             return Err(Error::InvalidArgument("command queue larger than a page"));
         }
         let shared = model.shared().clone();
-        let hca = Hca::new(cfg.clone(), model.control(), shared.clone());
+        let hca = Hca::new(cfg.clone(), shared.clone());
         let fw = Arc::new(FwShared {
             hca: Mutex::new(hca),
             regs: Mutex::new(Regs::default()),

@@ -23,24 +23,10 @@ use rdma_pmd::{Errno, Error};
 
 use crate::engine::flush_on_error;
 use crate::model::Shared;
-use crate::objects::{Cq, Mkey, Qp, QpState, Rights, Route, UarState, Xlate};
+use crate::objects::{Cq, Mkey, Qp, QpSpec, QpState, Rights, Route, UarState, Xlate};
 
 fn inval(what: &'static str) -> Error {
     Error::InvalidArgument(what)
-}
-
-/// `CREATE_QP` fields.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct QpSpec {
-    pub pd: u32,
-    pub send_cq: u32,
-    pub recv_cq: u32,
-    pub log_sq_size: u8,
-    pub log_rq_size: Option<u8>,
-    pub log_rq_stride: u8,
-    pub buf: u64,
-    pub dbrec: u64,
-    pub uar: u32,
 }
 
 /// A QP state transition.
@@ -68,7 +54,7 @@ impl Shared {
         if !dev.uars.contains_key(&idx) {
             return Err(inval("unknown UAR"));
         }
-        if dev.cqs.values().any(|c| c.uar == idx) || dev.qps.values().any(|q| q.uar == idx) {
+        if dev.cqs.values().any(|c| c.uar == idx) || dev.qps.values().any(|q| q.spec.uar == idx) {
             return Err(inval("UAR still used by a CQ or QP"));
         }
         dev.uars.remove(&idx);
@@ -88,7 +74,7 @@ impl Shared {
         if !dev.pds.contains(&pd) {
             return Err(inval("unknown PD"));
         }
-        if dev.mkeys.values().any(|m| m.pd == pd) || dev.qps.values().any(|q| q.pd == pd) {
+        if dev.mkeys.values().any(|m| m.pd == pd) || dev.qps.values().any(|q| q.spec.pd == pd) {
             return Err(inval("PD still used by a memory key or QP"));
         }
         dev.pds.remove(&pd);
@@ -167,7 +153,7 @@ impl Shared {
         if !dev.cqs.contains_key(&cqn) {
             return Err(inval("unknown CQ"));
         }
-        if dev.qps.values().any(|q| q.send_cq == cqn || q.recv_cq == cqn) {
+        if dev.qps.values().any(|q| q.spec.send_cq == cqn || q.spec.recv_cq == cqn) {
             return Err(inval("CQ still used by a QP"));
         }
         dev.cqs.remove(&cqn);
@@ -210,15 +196,7 @@ impl Shared {
         dev.qps.insert(
             qpn,
             Qp {
-                pd: s.pd,
-                send_cq: s.send_cq,
-                recv_cq: s.recv_cq,
-                log_sq_size: s.log_sq_size,
-                log_rq_size: s.log_rq_size,
-                log_rq_stride: s.log_rq_stride,
-                buf: s.buf,
-                dbrec: s.dbrec,
-                uar: s.uar,
+                spec: s,
                 state: QpState::Reset,
                 rights: Rights::default(),
                 remote_qpn: 0,

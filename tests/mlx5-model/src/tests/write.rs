@@ -3,7 +3,7 @@ use crate::{CqeOpcode, Reason, Syndrome};
 use rdma_pmd_hal::Mmio;
 
 /// A loopback pair with a source and a target region.
-struct Pair {
+struct WritePair {
     env: Env,
     cq_a: TCq,
     cq_b: TCq,
@@ -12,7 +12,17 @@ struct Pair {
     dst: Region,
 }
 
-fn pair(log_cq: u8, log_sq: u8) -> Pair {
+impl WritePair {
+    /// An RDMA WRITE at `a`'s counter with `fm_ce_se`, of the `len` bytes at `src + src_off`
+    /// to `dst + dst_off`.
+    fn write_wqe(&self, fm_ce_se: u8, dst_off: u64, src_off: u64, len: u32) -> Vec<u8> {
+        let sge = (self.src.va + src_off, len, self.src.key.0);
+        let (a, dst) = (&self.a, &self.dst);
+        wqe(a.pi, a.qpn, 0x08, fm_ce_se, 0, dst.va + dst_off, dst.key.0, &[sge])
+    }
+}
+
+fn pair(log_cq: u8, log_sq: u8) -> WritePair {
     let mut env = Env::new();
     let cq_a = env.cq(log_cq);
     let cq_b = env.cq(log_cq);
@@ -21,7 +31,7 @@ fn pair(log_cq: u8, log_sq: u8) -> Pair {
     env.connect_loopback(&a, &b);
     let src = env.region(8192, 0x7f00_0000_1000, RW);
     let dst = env.region(8192, 0x5500_0000_0000, RW);
-    Pair { env, cq_a, cq_b, a, src, dst }
+    WritePair { env, cq_a, cq_b, a, src, dst }
 }
 
 #[test]
@@ -65,22 +75,12 @@ fn signaled_write_lands_with_a_correct_cqe_and_owner_bit_over_laps() {
 fn unsignaled_writes_make_no_cqe() {
     let mut p = pair(4, 4);
     fill(&p.src.buf, 0, 256, 0x40);
-    let w =
-        wqe(p.a.pi, p.a.qpn, 0x08, 0x00, 0, p.dst.va, p.dst.key.0, &[(p.src.va, 128, p.src.key.0)]);
+    let w = p.write_wqe(0x00, 0, 0, 128);
     p.env.ring(&mut p.a, &w);
     assert_empty(&p.env.model, &p.cq_a);
     assert_eq!(bytes(&p.dst.buf, 0, 128), bytes(&p.src.buf, 0, 128));
     let pi = p.a.pi;
-    let w = wqe(
-        pi,
-        p.a.qpn,
-        0x08,
-        0x08,
-        0,
-        p.dst.va + 128,
-        p.dst.key.0,
-        &[(p.src.va + 128, 8, p.src.key.0)],
-    );
+    let w = p.write_wqe(0x08, 128, 128, 8);
     p.env.ring(&mut p.a, &w);
     let c = poll(&mut p.cq_a);
     assert_eq!(c.wqe_counter(), pi, "only the signaled WQE completes");
@@ -96,16 +96,7 @@ fn several_wqes_under_one_doorbell_and_alternating_halves() {
     fill(&p.src.buf, 0, 512, 3);
     let mut last = Vec::new();
     for i in 0..4u64 {
-        let w = wqe(
-            p.a.pi,
-            p.a.qpn,
-            0x08,
-            0x08,
-            0,
-            p.dst.va + i * 100,
-            p.dst.key.0,
-            &[(p.src.va + i * 100, 100, p.src.key.0)],
-        );
+        let w = p.write_wqe(0x08, i * 100, i * 100, 100);
         post(&p.env.bar, &mut p.a, &w, Ring::None);
         last = w;
     }
@@ -117,8 +108,7 @@ fn several_wqes_under_one_doorbell_and_alternating_halves() {
     assert_eq!(bytes(&p.dst.buf, 0, 400), bytes(&p.src.buf, 0, 400));
     // Ringing the same half again is noted (the provider alternates halves).
     p.a.half = 0;
-    let w =
-        wqe(p.a.pi, p.a.qpn, 0x08, 0x08, 0, p.dst.va, p.dst.key.0, &[(p.src.va, 1, p.src.key.0)]);
+    let w = p.write_wqe(0x08, 0, 0, 1);
     p.env.ring(&mut p.a, &w);
     poll(&mut p.cq_a);
     let v = p.env.model.violations();
@@ -129,11 +119,9 @@ fn several_wqes_under_one_doorbell_and_alternating_halves() {
 #[test]
 fn doorbell_that_is_not_the_last_wqe_is_noted() {
     let mut p = pair(4, 4);
-    let w0 =
-        wqe(p.a.pi, p.a.qpn, 0x08, 0x08, 0, p.dst.va, p.dst.key.0, &[(p.src.va, 4, p.src.key.0)]);
+    let w0 = p.write_wqe(0x08, 0, 0, 4);
     post(&p.env.bar, &mut p.a, &w0, Ring::None);
-    let w1 =
-        wqe(p.a.pi, p.a.qpn, 0x08, 0x08, 0, p.dst.va, p.dst.key.0, &[(p.src.va, 4, p.src.key.0)]);
+    let w1 = p.write_wqe(0x08, 0, 0, 4);
     post(&p.env.bar, &mut p.a, &w1, Ring::None);
     // Wrong: the doorbell carries the FIRST WQE's head.
     p.env.bar.write_bytes8(p.a.uar_off + 0x800, w0[..8].try_into().unwrap());
@@ -169,16 +157,7 @@ fn blueflame_copy_is_executed_instead_of_the_ring() {
     // (but is noted, since the next plain doorbell would read it).
     let idx = p.a.pi;
     assert_eq!(idx, 2, "the first WQE took 2 WQEBBs");
-    let w = wqe(
-        idx,
-        p.a.qpn,
-        0x08,
-        0x08,
-        0,
-        p.dst.va + 1000,
-        p.dst.key.0,
-        &[(p.src.va, 8, p.src.key.0)],
-    );
+    let w = p.write_wqe(0x08, 1000, 0, 8);
     let mut stale = w.clone();
     stale[16..24].copy_from_slice(&0u64.to_be_bytes());
     let slot = usize::from(p.a.pi) & 15;
@@ -242,8 +221,7 @@ fn doorbells_for_another_uar_or_an_unknown_qp_are_dropped() {
     use rdma_pmd_mlx5::control::Control;
     let mut p = pair(4, 4);
     let other = p.env.ctl.alloc_uar().unwrap();
-    let w =
-        wqe(p.a.pi, p.a.qpn, 0x08, 0x08, 0, p.dst.va, p.dst.key.0, &[(p.src.va, 8, p.src.key.0)]);
+    let w = p.write_wqe(0x08, 0, 0, 8);
     post(&p.env.bar, &mut p.a, &w, Ring::None);
     p.env.bar.write_bytes8(other.bar_offset + 0x800, w[..8].try_into().unwrap());
     let mut bogus = w.clone();

@@ -147,18 +147,29 @@ pub(crate) struct RnrWait {
     pub left: Option<u8>,
 }
 
-/// A queue pair.
-#[derive(Debug)]
-pub(crate) struct Qp {
+/// What a QP is created with (`CREATE_QP`'s fields, as the model keeps them).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpSpec {
     pub pd: u32,
     pub send_cq: u32,
     pub recv_cq: u32,
     pub log_sq_size: u8,
+    /// `None`: a zero-length receive queue.
     pub log_rq_size: Option<u8>,
+    /// log2 of the receive WQE stride in bytes.
     pub log_rq_stride: u8,
+    /// Bus address of the queue buffer (receive queue, then send queue).
     pub buf: u64,
+    /// Bus address of the doorbell record (`dbrec[0]` receive, `dbrec[1]` send).
     pub dbrec: u64,
     pub uar: u32,
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    /// Fixed at creation.
+    pub spec: QpSpec,
     pub state: QpState,
     pub rights: Rights,
     pub remote_qpn: u32,
@@ -183,16 +194,16 @@ pub(crate) struct Qp {
 
 impl Qp {
     pub fn sq_cnt(&self) -> u32 {
-        1 << self.log_sq_size
+        1 << self.spec.log_sq_size
     }
 
     pub fn rq_cnt(&self) -> u32 {
-        self.log_rq_size.map_or(0, |l| 1 << l)
+        self.spec.log_rq_size.map_or(0, |l| 1 << l)
     }
 
     /// Bus address of the send queue: after the receive queue (PRM order).
     pub fn sq_base(&self) -> u64 {
-        self.buf + (u64::from(self.rq_cnt()) << self.log_rq_stride)
+        self.spec.buf + (u64::from(self.rq_cnt()) << self.spec.log_rq_stride)
     }
 
     /// Bus address of send WQEBB slot `slot`.

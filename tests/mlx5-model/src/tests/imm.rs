@@ -1,31 +1,15 @@
 use super::harness::*;
 use crate::{QpState, Reason};
 
-struct Setup {
-    env: Env,
-    cq_a: TCq,
-    cq_b: TCq,
-    a: TQp,
-    b: TQp,
-    src: Region,
-    dst: Region,
+fn setup(rnr_retry: u8) -> Pair {
+    Pair::new(|env, a, b| {
+        let lo = rdma_pmd_mlx5::control::Path::Loopback;
+        rts(&mut env.ctl, a.qpn, b.qpn, lo, 0x200, 0x300, rnr_retry);
+        rts(&mut env.ctl, b.qpn, a.qpn, lo, 0x300, 0x200, 7);
+    })
 }
 
-fn setup(rnr_retry: u8) -> Setup {
-    let mut env = Env::new();
-    let cq_a = env.cq(4);
-    let cq_b = env.cq(4);
-    let a = env.qp(&cq_a, &cq_a, 4, None);
-    let b = env.qp(&cq_b, &cq_b, 4, Some(3));
-    let lo = rdma_pmd_mlx5::control::Path::Loopback;
-    rts(&mut env.ctl, a.qpn, b.qpn, lo, 0x200, 0x300, rnr_retry);
-    rts(&mut env.ctl, b.qpn, a.qpn, lo, 0x300, 0x200, 7);
-    let src = env.region(4096, 0x10_0000, RW);
-    let dst = env.region(4096, 0x20_0000, RW);
-    Setup { env, cq_a, cq_b, a, b, src, dst }
-}
-
-fn write_imm(s: &mut Setup, len: u32, imm: u32) -> u16 {
+fn write_imm(s: &mut Pair, len: u32, imm: u32) -> u16 {
     let pi = s.a.pi;
     let sges = if len == 0 { vec![] } else { vec![(s.src.va, len, s.src.key.0)] };
     let w = wqe(pi, s.a.qpn, 0x09, 0x08, imm, s.dst.va + 64, s.dst.key.0, &sges);

@@ -147,7 +147,13 @@ fn full_bring_up_objects_and_teardown() {
         let dev = d.model.shared().dev();
         let q = &dev.qps[&a];
         assert_eq!(
-            (q.pd, q.send_cq, q.log_sq_size, q.log_rq_size, q.log_rq_stride),
+            (
+                q.spec.pd,
+                q.spec.send_cq,
+                q.spec.log_sq_size,
+                q.spec.log_rq_size,
+                q.spec.log_rq_stride
+            ),
             (pd, cq, 6, Some(4), 5)
         );
     }

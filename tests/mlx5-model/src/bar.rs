@@ -146,7 +146,7 @@ fn doorbell(sh: &Shared, page: u32, half: u8, head: [u8; 8], bf: Option<Vec<u8>>
             notes.push(Reason::DoorbellUnknownQp { qpn });
             false
         }
-        Some(qp) if qp.uar != page => {
+        Some(qp) if qp.spec.uar != page => {
             notes.push(Reason::DoorbellWrongUar { qpn, uar: page });
             false
         }
@@ -154,7 +154,7 @@ fn doorbell(sh: &Shared, page: u32, half: u8, head: [u8; 8], bf: Option<Vec<u8>>
             notes.push(Reason::DoorbellQpNotReady { qpn });
             false
         }
-        Some(qp) => match sh.read_be32(qp.dbrec + 4) {
+        Some(qp) => match sh.read_be32(qp.spec.dbrec + 4) {
             None => {
                 notes.push(Reason::DoorbellRecordFault { qpn });
                 false

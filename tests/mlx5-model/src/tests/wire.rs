@@ -9,21 +9,38 @@ fn on(wire: &Wire) -> Env {
     )
 }
 
-#[test]
-fn roce_write_crosses_the_wire() {
+/// Two models on one wire, QP `a` on `x` and QP `b` on `y`, connected over RoCE v2 (UDP source
+/// port `udp_sport`) and in RTS.
+struct Across {
+    x: Env,
+    y: Env,
+    cq_x: TCq,
+    _cq_y: TCq,
+    a: TQp,
+    b: TQp,
+    /// `x`'s path to `y`.
+    to_y: Path,
+}
+
+fn across(udp_sport: u16) -> Across {
     let wire = Wire::new();
     let mut x = on(&wire);
     let mut y = on(&wire);
-    let mut cq_x = x.cq(4);
+    let cq_x = x.cq(4);
     let cq_y = y.cq(4);
-    let mut a = x.qp(&cq_x, &cq_x, 4, None);
+    let a = x.qp(&cq_x, &cq_x, 4, None);
     let b = y.qp(&cq_y, &cq_y, 4, None);
     let (gx, gy) = (x.model.gids()[0], y.model.gids()[0]);
     assert_ne!(gx.gid, gy.gid);
-    let to =
-        |g: crate::Gid| Path::RoceV2 { dgid: g.gid, dmac: g.mac, sgid_index: 0, udp_sport: 0xc000 };
+    let to = |g: crate::Gid| Path::RoceV2 { dgid: g.gid, dmac: g.mac, sgid_index: 0, udp_sport };
     rts(&mut x.ctl, a.qpn, b.qpn, to(gy), 1, 1, 7);
     rts(&mut y.ctl, b.qpn, a.qpn, to(gx), 1, 1, 7);
+    Across { x, y, cq_x, _cq_y: cq_y, a, b, to_y: to(gy) }
+}
+
+#[test]
+fn roce_write_crosses_the_wire() {
+    let Across { mut x, mut y, mut cq_x, _cq_y, mut a, b, to_y } = across(0xc000);
     let src = x.region(4096, 0x1000, RW);
     let dst = y.region(4096, 0x1000, RW);
     fill(&src.buf, 0, 4096, 0x21);
@@ -36,7 +53,7 @@ fn roce_write_crosses_the_wire() {
 
     // A wrong destination MAC reaches nobody: retry exceeded.
     let mut c = x.qp(&cq_x, &cq_x, 4, None);
-    let mut bad = to(gy);
+    let mut bad = to_y;
     if let Path::RoceV2 { dmac, .. } = &mut bad {
         dmac[5] ^= 1;
     }
@@ -78,17 +95,7 @@ fn responder_path_not_leading_back_loses_the_ack() {
 
 #[test]
 fn responder_on_another_model_logs_its_side() {
-    let wire = Wire::new();
-    let mut x = on(&wire);
-    let mut y = on(&wire);
-    let mut cq_x = x.cq(4);
-    let cq_y = y.cq(4);
-    let mut a = x.qp(&cq_x, &cq_x, 4, None);
-    let b = y.qp(&cq_y, &cq_y, 4, None);
-    let (gx, gy) = (x.model.gids()[0], y.model.gids()[0]);
-    let to = |g: crate::Gid| Path::RoceV2 { dgid: g.gid, dmac: g.mac, sgid_index: 0, udp_sport: 1 };
-    rts(&mut x.ctl, a.qpn, b.qpn, to(gy), 1, 1, 7);
-    rts(&mut y.ctl, b.qpn, a.qpn, to(gx), 1, 1, 7);
+    let Across { mut x, y, mut cq_x, _cq_y, mut a, b, .. } = across(1);
     let src = x.region(4096, 0x1000, RW);
     let w = wqe(0, a.qpn, 0x08, 0x08, 0, 0x1000, 0xbad, &[(src.va, 8, src.key.0)]);
     x.ring(&mut a, &w);

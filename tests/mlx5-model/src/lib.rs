@@ -35,9 +35,9 @@
 //!   moved forward by at most the ring size; BlueFlame copies have `1 < ds <= 16` and arrive in
 //!   order ([`bar`], [`engine`]);
 //! * each send WQE's control, remote-address, data and inline segments ([`engine`]'s
-//!   `validate`), each lkey (exists, PD, bounds, translation) and, at the responder, the rkey
-//!   (exists, PD of the target QP, REMOTE_WRITE on key and QP, bounds, translation), PSN, MTU
-//!   and the return path ([`responder`]);
+//!   `validate` stage), each lkey (exists, PD, bounds, translation) and, at the responder,
+//!   the rkey (exists, PD of the target QP, REMOTE_WRITE on key and QP, bounds, translation),
+//!   PSN, MTU and the return path ([`responder`]);
 //! * CQ consumer index (overflow) ([`cq`]); command fields ([`commands`]).
 //!
 //! Fatal findings complete the WQE with the error CQE the HCA would write (syndromes in

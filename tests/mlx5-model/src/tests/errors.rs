@@ -5,36 +5,18 @@ use rdma_pmd_mlx5::control::{Access, Control, MkeyParams, Transition, Translatio
 use super::harness::*;
 use crate::{Event, QpState, Reason};
 
-struct Setup {
-    env: Env,
-    cq_a: TCq,
-    cq_b: TCq,
-    a: TQp,
-    b: TQp,
-    src: Region,
-    dst: Region,
+fn setup() -> Pair {
+    Pair::new(|env, a, b| env.connect_loopback(a, b))
 }
 
-fn setup() -> Setup {
-    let mut env = Env::new();
-    let cq_a = env.cq(4);
-    let cq_b = env.cq(4);
-    let a = env.qp(&cq_a, &cq_a, 4, None);
-    let b = env.qp(&cq_b, &cq_b, 4, Some(3));
-    env.connect_loopback(&a, &b);
-    let src = env.region(4096, 0x10_0000, RW);
-    let dst = env.region(4096, 0x20_0000, RW);
-    Setup { env, cq_a, cq_b, a, b, src, dst }
-}
-
-fn write(s: &mut Setup, fm: u8, raddr: u64, rkey: u32, sges: &[(u64, u32, u32)]) -> u16 {
+fn write(s: &mut Pair, fm: u8, raddr: u64, rkey: u32, sges: &[(u64, u32, u32)]) -> u16 {
     let pi = s.a.pi;
     let w = wqe(pi, s.a.qpn, 0x08, fm, 0, raddr, rkey, sges);
     s.env.ring(&mut s.a, &w);
     pi
 }
 
-fn expect_err(s: &mut Setup, syndrome: u8, idx: u16) -> Cqe {
+fn expect_err(s: &mut Pair, syndrome: u8, idx: u16) -> Cqe {
     let c = poll(&mut s.cq_a);
     assert_eq!(c.opcode(), 13, "REQ_ERR: {c:?}");
     assert_eq!(c.syndrome(), syndrome, "{:?}", s.env.model.violations());

@@ -1,6 +1,14 @@
-//! `ModelControl`: the driver's [`Control`] seam implemented directly on a model, the path
-//! used until the firmware command interface exists. This is the only module that knows the
-//! driver crate; it converts the driver's command fields into the model's and back.
+//! `ModelControl`: the driver's [`Control`] seam implemented directly on a model, without a
+//! firmware. It serves the driver's tests that need a device's objects but not its bring-up
+//! (today the doc examples of the driver's `qp` module) and the model's own tests; the
+//! driver's end-to-end tests and the demo bring the model up through the firmware command
+//! interface ([`crate::fw`]) instead. Both paths
+//! end in the same resource commands (the `commands` module), so an object is the same
+//! object whichever path created it.
+//!
+//! This is the only module that knows the driver crate: it translates the driver's
+//! parameters (`MkeyParams`, `CqParams`, `QpParams`, `Transition`) into the model's own
+//! command types and back.
 
 use std::sync::Arc;
 
@@ -10,9 +18,9 @@ use rdma_pmd_mlx5::control::{
     Translation, Uar,
 };
 
-use crate::commands::{QpCmd, QpSpec};
+use crate::commands::QpCmd;
 use crate::model::{Model, Shared, UAR_PAGE};
-use crate::objects::{self, Rights, Route, Xlate};
+use crate::objects::{self, QpSpec, Rights, Route, Xlate};
 
 /// A [`Control`] that hands the command fields to a model. Cheap to clone; every clone talks
 /// to the same device.

@@ -1,0 +1,82 @@
+//! Complete: the requester's CQEs. A `REQ` CQE for a signaled WQE that was acknowledged; an
+//! error CQE (`REQ_ERR`, the reason's syndrome and vendor code) for one that failed, which
+//! also moves the QP to ERR; a flush CQE (`WR_FLUSH_ERR`) for each WQE reached in ERR. Each is
+//! written by [`cq::push`](crate::cq::push) (body, release fence, `op_own`).
+
+use std::collections::BTreeMap;
+
+use super::{Prepared, Request};
+use crate::codes::{CqeOpcode, Syndrome};
+use crate::counters::{bump, Reason};
+use crate::cqe::CqeRepr;
+use crate::model::Shared;
+use crate::objects::{Cq, Device, QpState};
+
+/// The `REQ` CQE of the acknowledged, signaled request `req` on QP `qpn`.
+pub(super) fn req_cqe(sh: &Shared, dev: &mut Device, qpn: u32, req: &Request) {
+    let mut c = CqeRepr::new(CqeOpcode::Req, qpn);
+    c.wqe_counter = req.idx;
+    c.s_wqe_opcode = req.opcode;
+    c.byte_cnt = req.packet.payload.len() as u32;
+    let cqn = dev.qps[&qpn].spec.send_cq;
+    if let Some(cq) = dev.cqs.get_mut(&cqn) {
+        if crate::cq::push(sh, cqn, cq, c) {
+            bump(&sh.stats.req_cqes);
+        }
+    }
+}
+
+/// Complete the WQE at `idx` in error with `r`'s syndrome, move the QP to ERR and step over
+/// `adv` WQEBBs.
+pub(super) fn fail(
+    sh: &Shared,
+    dev: &mut Device,
+    qpn: u32,
+    idx: u16,
+    opcode: u8,
+    r: Reason,
+    adv: u32,
+) -> Prepared {
+    sh.note(qpn, Some(idx), r);
+    bump(&sh.stats.wqes_failed);
+    let Device { qps, cqs, .. } = dev;
+    let Some(qp) = qps.get_mut(&qpn) else { return Prepared::Failed };
+    qp.state = QpState::Error;
+    qp.rnr = None;
+    qp.sq_pi = qp.sq_pi.wrapping_add(adv as u16);
+    let syndrome = r.syndrome().expect("fatal reasons have a syndrome");
+    let mut c = CqeRepr::new(CqeOpcode::ReqErr, qpn);
+    c.wqe_counter = idx;
+    c.s_wqe_opcode = opcode;
+    c.syndrome = Some(syndrome);
+    c.vendor_err = r.vendor_code();
+    let cqn = qp.spec.send_cq;
+    if let Some(cq) = cqs.get_mut(&cqn) {
+        if crate::cq::push(sh, cqn, cq, c) {
+            sh.stats.error_cqe(syndrome);
+        }
+    }
+    Prepared::Failed
+}
+
+/// A flush CQE (`op`: `REQ_ERR` for a send WQE, `RESP_ERR` for a receive WQE) on CQ `cqn`.
+pub(super) fn flush_cqe(
+    sh: &Shared,
+    cqs: &mut BTreeMap<u32, Cq>,
+    cqn: u32,
+    op: CqeOpcode,
+    qpn: u32,
+    idx: u16,
+    opcode: u8,
+) {
+    bump(&sh.stats.wqes_flushed);
+    let mut c = CqeRepr::new(op, qpn);
+    c.wqe_counter = idx;
+    c.s_wqe_opcode = opcode;
+    c.syndrome = Some(Syndrome::WrFlush);
+    if let Some(cq) = cqs.get_mut(&cqn) {
+        if crate::cq::push(sh, cqn, cq, c) {
+            sh.stats.error_cqe(Syndrome::WrFlush);
+        }
+    }
+}

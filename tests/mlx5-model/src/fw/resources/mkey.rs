@@ -1,0 +1,100 @@
+//! `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`.
+
+use rdma_pmd::Error;
+
+use super::{limit, model_err, no_such, pas_first, reachable, unsupported};
+use crate::fw::codes::{syndrome as syn, CmdStatus, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA};
+use crate::fw::decoded::{CreateMkey, DestroyMkey};
+use crate::fw::hca::{fail, Hca, MkeyObj, Res};
+use crate::fw::ifc::{self, cmd_hca_cap as gen};
+use crate::model::Shared;
+use crate::objects::{Mkey, Rights, Xlate};
+
+impl Hca {
+    pub(super) fn create_mkey(&mut self, d: &CreateMkey, out: &mut [u8]) -> Res {
+        limit(self.mkeys.len(), self.cap(gen::LOG_MAX_MKEY))?;
+        let m = &d.mkey_context;
+        let pd = m.pd;
+        if !self.pds.contains(&pd) {
+            return Err(no_such());
+        }
+        if m.free || m.length64 {
+            return Err(unsupported());
+        }
+        let (start, len) = (m.start_addr, m.len);
+        if len == 0 {
+            return Err(fail(CmdStatus::BadParam, syn::EMPTY_RANGE));
+        }
+        let rights = Rights { local_write: m.lw, remote_write: m.rw, remote_read: m.rr };
+        let xlate = match m.access_mode() {
+            MKC_ACCESS_MODE_PA => Xlate::Physical,
+            MKC_ACCESS_MODE_MTT => {
+                let shift = u32::from(m.log_page_size);
+                if !(12..=30).contains(&shift) {
+                    return Err(unsupported());
+                }
+                let pg = 1u64 << shift;
+                // Two 64-bit MTT entries per octword.
+                let octs = d.translations_octword_actual_size as usize;
+                let list = pas_first(&d.klm_pas_mtt, 2 * octs)?;
+                let Some(end) = (start & (pg - 1)).checked_add(len) else {
+                    return Err(fail(CmdStatus::BadParam, syn::MODEL_REFUSED));
+                };
+                let need = end.div_ceil(pg) as usize;
+                if list.len() < need {
+                    return Err(fail(CmdStatus::BadParam, syn::PAS_TOO_SHORT));
+                }
+                // Low bits of an entry are flags (read/write present, kernel MLX5_IB_MTT_*).
+                let pages: Vec<u64> = list[..need].iter().map(|e| e & !7).collect();
+                if pages[0] % pg != 0 {
+                    return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
+                }
+                if pages.iter().enumerate().any(|(k, a)| *a != pages[0] + k as u64 * pg) {
+                    return Err(fail(CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
+                }
+                reachable(self, pages[0] + (start & (pg - 1)), len)?;
+                Xlate::Mtt { base: pages[0], page_shift: shift as u8 }
+            }
+            _ => return Err(unsupported()),
+        };
+        let key =
+            self.shared.create_mkey(Mkey { pd, start, len, rights, xlate }).map_err(model_err)?;
+        let key = match self.shared.fw_rekey_mkey(key, m.mkey_7_0) {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = self.shared.destroy_mkey(key);
+                return Err(model_err(e));
+            }
+        };
+        self.mkeys.insert(key >> 8, MkeyObj { key, pd });
+        ifc::create_mkey_out::MKEY_INDEX.set(out, u64::from(key >> 8));
+        Ok(())
+    }
+
+    pub(super) fn destroy_mkey(&mut self, d: &DestroyMkey) -> Res {
+        let idx = d.mkey_index;
+        let key = self.mkeys.get(&idx).ok_or_else(no_such)?.key;
+        self.shared.destroy_mkey(key).map_err(model_err)?;
+        self.mkeys.remove(&idx);
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// Give memory key `key` the variant byte `variant` the driver chose (`mkc.mkey_7_0`): the
+    /// command interface's key is `mkey_index << 8 | mkey_7_0`, the direct path's variant is
+    /// the model's own. Returns the new key.
+    pub(crate) fn fw_rekey_mkey(&self, key: u32, variant: u8) -> Result<u32, Error> {
+        let new = (key & !0xff) | u32::from(variant);
+        if new == key {
+            return Ok(key);
+        }
+        let mut dev = self.dev();
+        if dev.mkeys.contains_key(&new) {
+            return Err(Error::InvalidArgument("memory key already exists"));
+        }
+        let mk = dev.mkeys.remove(&key).ok_or(Error::InvalidArgument("unknown memory key"))?;
+        dev.mkeys.insert(new, mk);
+        Ok(new)
+    }
+}

@@ -1,0 +1,139 @@
+//! Resource commands: UARs, PDs, EQs, memory keys, CQs, QPs and their transitions, the NIC
+//! vport context, one module per object. Each decodes its whole PRM input into the
+//! firmware's own types ([`super::decoded`], from the tables in [`super::ifc`]), applies the
+//! firmware's checks with their PRM status, and then creates or changes the object through
+//! the model's own resource commands (the `commands` module, which the direct control path
+//! uses too), so what the engine executes afterwards is exactly what the command described.
+//!
+//! | command | checks (status) |
+//! |---|---|
+//! | `ALLOC_PD`, `CREATE_EQ/MKEY/CQ/QP` | count below `1 << log_max_*` (`EXCEED_LIM`) |
+//! | `DEALLOC_*`, `DESTROY_*` | object exists (`BAD_RESOURCE`; `BAD_INDEX` for an EQ number or UAR index beyond the table); not referenced (`RESOURCE_BUSY`) |
+//! | `CREATE_EQ` | `log_eq_size <= log_max_eq_sz` (`BAD_PARAM`); UAR allocated (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`) and translates (`BAD_PARAM`) |
+//! | `CREATE_MKEY` | PD exists (`BAD_RESOURCE`); PA or MTT mode, not free, not `length64` (`BAD_PARAM`); MTT: 4 KiB ≤ page ≤ 1 GiB, enough entries (`BAD_INPUT_LEN` / `BAD_PARAM`), page aligned, contiguous, range translates (`BAD_PARAM`) |
+//! | `CREATE_CQ` | `log_cq_size <= log_max_cq_sz` (`BAD_SIZE`); 64-byte CQEs, no compression, no umem, `page_offset` 0 (`BAD_PARAM`); UAR and EQ exist (`BAD_RESOURCE`); PAS covers, contiguous, translates; doorbell record translates (`BAD_PARAM`) |
+//! | `CREATE_QP` | RC, has an SQ, regular or zero-length RQ (`BAD_PARAM`); PD, CQs, UAR exist (`BAD_RESOURCE`); queue sizes within `log_max_qp_sz` (`BAD_PARAM`); PAS as for CQs |
+//! | `RST2INIT/INIT2RTR/RTR2RTS_QP` | QP exists (`BAD_RESOURCE`); QP state is RST/INIT/RTR (`BAD_QP_STATE`); port 1, MTU 1..=5 (`BAD_PARAM`); a RoCE path needs `roce_en` (`BAD_PARAM`; force-loopback does not: `fl_rc_qp_when_roce_disabled`) |
+//! | `2ERR_QP`, `2RST_QP` | QP exists |
+//! | `MODIFY_NIC_VPORT_CONTEXT` | own vport only; `roce_en` only if the RoCE capability is on (`BAD_PARAM`) |
+//! | `QUERY_QP` | QP exists; reports the model's state and the creation fields |
+//! | `QUERY_VPORT_STATE` | own vport only; always up |
+//! | `QUERY_ROCE_ADDRESS` | port 0 or 1 (`BAD_PARAM`); index below `roce_address_table_size` (`BAD_INDEX`); the model's GID table, empty past its end |
+//! | `SET_ROCE_ADDRESS` | as `QUERY_ROCE_ADDRESS`; the entry must equal the model's configured one (RoCE v2, no VLAN), or be all zero past the table's end (`BAD_PARAM`) |
+//!
+//! The model's own checks (see the `commands` module) run after these; a refusal there is
+//! reported as `BAD_PARAM` (or `NO_RESOURCES` when the model is full).
+
+mod cq;
+mod eq;
+mod mkey;
+mod qp;
+mod uar_pd;
+mod vport;
+
+use rdma_pmd::{BusAddr, Errno, Error};
+
+use super::codes::{syndrome as syn, CmdStatus, Opcode};
+use super::decoded::{decode, Entries};
+use super::hca::{fail, Fail, Hca, Res};
+use super::ifc::Field;
+
+/// A refusal by the device model, as a command status.
+fn model_err(e: Error) -> Fail {
+    match e {
+        Error::Device(Errno::ENOMEM) | Error::Device(Errno::ENOSPC) => {
+            fail(CmdStatus::NoResources, syn::MODEL_FULL)
+        }
+        Error::Device(Errno::EBUSY) | Error::RegionBusy { .. } => {
+            fail(CmdStatus::ResourceBusy, syn::OBJECT_IN_USE)
+        }
+        Error::Timeout(_) | Error::Device(_) => fail(CmdStatus::InternalError, syn::MODEL_REFUSED),
+        _ => fail(CmdStatus::BadParam, syn::MODEL_REFUSED),
+    }
+}
+
+fn no_such() -> Fail {
+    fail(CmdStatus::BadResource, syn::NO_SUCH_OBJECT)
+}
+
+fn busy() -> Fail {
+    fail(CmdStatus::ResourceBusy, syn::OBJECT_IN_USE)
+}
+
+fn limit(count: usize, log_max: u64) -> Res {
+    if count as u64 >= 1u64 << log_max {
+        return Err(fail(CmdStatus::ExceedLim, syn::OBJECT_LIMIT));
+    }
+    Ok(())
+}
+
+fn unsupported() -> Fail {
+    fail(CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT)
+}
+
+/// The first `n` entries of a PAS list; a shorter list is `BAD_INPUT_LEN`.
+fn pas_first(list: &Entries, n: usize) -> Result<&[u64], Fail> {
+    list.first(n).ok_or(fail(CmdStatus::BadInputLen, syn::PAS_TOO_SHORT))
+}
+
+/// A queue buffer of `bytes` bytes in pages of `1 << shift` listed in `pas`: the model needs
+/// it bus-contiguous. Returns its bus address.
+fn contiguous_queue(hca: &Hca, pas: &Entries, shift: u32, bytes: u64) -> Result<u64, Fail> {
+    if !(12..=30).contains(&shift) {
+        return Err(unsupported());
+    }
+    let pg = 1u64 << shift;
+    let list = pas_first(pas, bytes.div_ceil(pg) as usize)?;
+    let base = list[0];
+    if base % pg != 0 {
+        return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
+    }
+    if list.iter().enumerate().any(|(k, a)| *a != base + k as u64 * pg) {
+        return Err(fail(CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
+    }
+    reachable(hca, base, bytes)?;
+    Ok(base)
+}
+
+fn reachable(hca: &Hca, at: u64, len: u64) -> Res {
+    if hca.shared.dma.translate(BusAddr(at), len as usize).is_none() {
+        return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
+    }
+    Ok(())
+}
+
+impl Hca {
+    fn cap(&self, f: Field) -> u64 {
+        f.get(&self.gen_cur)
+    }
+
+    pub(crate) fn resource_command(&mut self, op: Opcode, inp: &[u8], out: &mut [u8]) -> Res {
+        use Opcode::*;
+        match op {
+            AllocUar => self.alloc_uar(out),
+            DeallocUar => self.dealloc_uar(&decode(inp)),
+            AllocPd => self.alloc_pd(out),
+            DeallocPd => self.dealloc_pd(&decode(inp)),
+            CreateEq => self.create_eq(&decode(inp), out),
+            DestroyEq => self.destroy_eq(&decode(inp)),
+            CreateMkey => self.create_mkey(&decode(inp), out),
+            DestroyMkey => self.destroy_mkey(&decode(inp)),
+            CreateCq => self.create_cq(&decode(inp), out),
+            DestroyCq => self.destroy_cq(&decode(inp)),
+            CreateQp => self.create_qp(&decode(inp), out),
+            DestroyQp => self.destroy_qp(&decode(inp)),
+            Rst2InitQp => self.rst2init_qp(&decode(inp)),
+            Init2RtrQp => self.init2rtr_qp(&decode(inp)),
+            Rtr2RtsQp => self.rtr2rts_qp(&decode(inp)),
+            ToErrQp => self.qp_2err(&decode(inp)),
+            ToRstQp => self.qp_2rst(&decode(inp)),
+            ModifyNicVportContext => self.modify_vport(&decode(inp)),
+            QueryNicVportContext => self.query_vport(&decode(inp), out),
+            QueryQp => self.query_qp(&decode(inp), out),
+            QueryVportState => self.query_vport_state(&decode(inp), out),
+            QueryRoceAddress => self.query_roce_address(&decode(inp), out),
+            SetRoceAddress => self.set_roce_address(&decode(inp)),
+            _ => Err(fail(CmdStatus::BadOp, syn::UNKNOWN_OPCODE)),
+        }
+    }
+}

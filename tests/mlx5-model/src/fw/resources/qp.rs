@@ -1,0 +1,181 @@
+//! `CREATE_QP`, `DESTROY_QP`, the state transitions (`RST2INIT_QP`, `INIT2RTR_QP`,
+//! `RTR2RTS_QP`, `2ERR_QP`, `2RST_QP`) and `QUERY_QP`.
+
+use super::{contiguous_queue, limit, model_err, no_such, reachable, unsupported};
+use crate::commands::QpCmd;
+use crate::fw::codes::{self, syndrome as syn, CmdStatus, QPC_ST_RC, ZERO_LEN_RQ};
+use crate::fw::decoded::{
+    CreateQp, DestroyQp, Init2RtrQp, Qp2Err, Qp2Rst, QueryQp, Rst2InitQp, Rtr2RtsQp,
+};
+use crate::fw::hca::{fail, Hca, QpObj, Res};
+use crate::fw::ifc::{self, cmd_hca_cap as gen, qpc, Field};
+use crate::objects::{QpSpec, QpState, Rights, Route};
+
+impl Hca {
+    pub(super) fn create_qp(&mut self, d: &CreateQp, out: &mut [u8]) -> Res {
+        limit(self.qps.len(), self.cap(gen::LOG_MAX_QP))?;
+        let q = &d.qpc;
+        if q.st != QPC_ST_RC || q.no_sq {
+            return Err(unsupported());
+        }
+        if q.page_offset != 0 || d.wq_umem_valid {
+            return Err(unsupported());
+        }
+        let (pd, scq, rcq, uar) = (q.pd, q.cqn_snd, q.cqn_rcv, q.uar_page);
+        if !self.pds.contains(&pd) || !self.cqs.contains_key(&scq) || !self.cqs.contains_key(&rcq) {
+            return Err(no_such());
+        }
+        if !self.uars.contains(&uar) {
+            return Err(no_such());
+        }
+        let log_sq_size = q.log_sq_size;
+        let log_rq_size = match q.rq_type {
+            0 => Some(q.log_rq_size),
+            ZERO_LEN_RQ => None,
+            _ => return Err(unsupported()),
+        };
+        let max = self.cap(gen::LOG_MAX_QP_SZ);
+        if u64::from(log_sq_size) > max || log_rq_size.is_some_and(|l| u64::from(l) > max) {
+            return Err(fail(CmdStatus::BadParam, syn::QUEUE_TOO_BIG));
+        }
+        // qpc.log_rq_stride is log2(stride) - 4 (the stride is at least one 16-byte segment).
+        let log_rq_stride = q.log_rq_stride + 4;
+        let rq_bytes = log_rq_size.map_or(0, |l| 1u64 << (l + log_rq_stride));
+        let bytes = rq_bytes + (64u64 << log_sq_size);
+        let shift = 12 + u32::from(q.log_page_size);
+        let buf = contiguous_queue(self, &d.pas, shift, bytes)?;
+        let dbrec = q.dbr_addr;
+        reachable(self, dbrec, 8)?;
+        let spec = QpSpec {
+            pd,
+            send_cq: scq,
+            recv_cq: rcq,
+            log_sq_size,
+            log_rq_size,
+            log_rq_stride,
+            buf,
+            dbrec,
+            uar,
+        };
+        let qpn = self.shared.create_qp(spec).map_err(model_err)?;
+        self.qps.insert(qpn, QpObj { pd, cqs: [scq, rcq], uar });
+        ifc::create_qp_out::QPN.set(out, u64::from(qpn));
+        Ok(())
+    }
+
+    pub(super) fn destroy_qp(&mut self, d: &DestroyQp) -> Res {
+        let qpn = d.qpn;
+        if !self.qps.contains_key(&qpn) {
+            return Err(no_such());
+        }
+        self.shared.destroy_qp(qpn).map_err(model_err)?;
+        self.qps.remove(&qpn);
+        Ok(())
+    }
+
+    /// The QP exists (`BAD_RESOURCE`) and, for a transition that starts from one, is in state
+    /// `from` (`BAD_QP_STATE`).
+    fn transition_from(&self, qpn: u32, from: Option<QpState>) -> Res {
+        if !self.qps.contains_key(&qpn) {
+            return Err(no_such());
+        }
+        let state = self.shared.dev().qps.get(&qpn).map(|q| q.state);
+        if from.is_some() && state != from {
+            return Err(fail(CmdStatus::BadQpState, syn::QP_TRANSITION));
+        }
+        Ok(())
+    }
+
+    pub(super) fn rst2init_qp(&mut self, d: &Rst2InitQp) -> Res {
+        self.transition_from(d.qpn, Some(QpState::Reset))?;
+        let port = d.qpc.primary_address_path.vhca_port_num;
+        if port != 1 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_PORT));
+        }
+        let rights = Rights { local_write: false, remote_write: d.qpc.rwe, remote_read: d.qpc.rre };
+        self.shared.modify_qp(d.qpn, QpCmd::RstToInit { port, rights }).map_err(model_err)
+    }
+
+    pub(super) fn init2rtr_qp(&mut self, d: &Init2RtrQp) -> Res {
+        self.transition_from(d.qpn, Some(QpState::Init))?;
+        let q = &d.qpc;
+        let path = &q.primary_address_path;
+        if !(1..=5).contains(&q.mtu) {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_MTU));
+        }
+        let route = if path.fl {
+            Route::Loopback
+        } else {
+            if !self.roce_en {
+                return Err(fail(CmdStatus::BadParam, syn::ROCE_DISABLED));
+            }
+            Route::RoceV2 {
+                dgid: path.rgid_rip,
+                dmac: path.rmac(),
+                sgid_index: path.src_addr_index,
+            }
+        };
+        let cmd = QpCmd::InitToRtr {
+            remote_qpn: q.remote_qpn,
+            route,
+            mtu: q.mtu,
+            rq_psn: q.next_rcv_psn,
+        };
+        self.shared.modify_qp(d.qpn, cmd).map_err(model_err)
+    }
+
+    pub(super) fn rtr2rts_qp(&mut self, d: &Rtr2RtsQp) -> Res {
+        self.transition_from(d.qpn, Some(QpState::Rtr))?;
+        let q = &d.qpc;
+        let cmd = QpCmd::RtrToRts {
+            sq_psn: q.next_send_psn,
+            timeout: q.primary_address_path.ack_timeout,
+            retry_cnt: q.retry_count,
+            rnr_retry: q.rnr_retry,
+        };
+        self.shared.modify_qp(d.qpn, cmd).map_err(model_err)
+    }
+
+    pub(super) fn qp_2err(&mut self, d: &Qp2Err) -> Res {
+        self.transition_from(d.qpn, None)?;
+        self.shared.modify_qp(d.qpn, QpCmd::ToErr).map_err(model_err)
+    }
+
+    pub(super) fn qp_2rst(&mut self, d: &Qp2Rst) -> Res {
+        self.transition_from(d.qpn, None)?;
+        self.shared.modify_qp(d.qpn, QpCmd::ToRst).map_err(model_err)
+    }
+
+    pub(super) fn query_qp(&mut self, d: &QueryQp, out: &mut [u8]) -> Res {
+        let qpn = d.qpn;
+        if !self.qps.contains_key(&qpn) {
+            return Err(no_such());
+        }
+        let dev = self.shared.dev();
+        let q = dev.qps.get(&qpn).ok_or_else(no_such)?;
+        let ctx = ifc::query_qp_out::QPC;
+        let state = match q.state {
+            QpState::Reset => codes::QpState::Rst,
+            QpState::Init => codes::QpState::Init,
+            QpState::Rtr => codes::QpState::Rtr,
+            QpState::Rts => codes::QpState::Rts,
+            QpState::Error => codes::QpState::Err,
+        };
+        let mut set = |f: Field, v: u64| f.at(ctx).set(out, v);
+        set(qpc::STATE, u64::from(u8::from(state)));
+        set(qpc::ST, u64::from(QPC_ST_RC));
+        set(qpc::PD, u64::from(q.spec.pd));
+        set(qpc::UAR_PAGE, u64::from(q.spec.uar));
+        set(qpc::LOG_SQ_SIZE, u64::from(q.spec.log_sq_size));
+        match q.spec.log_rq_size {
+            Some(l) => set(qpc::LOG_RQ_SIZE, u64::from(l)),
+            None => set(qpc::RQ_TYPE, u64::from(ZERO_LEN_RQ)),
+        }
+        set(qpc::LOG_RQ_STRIDE, u64::from(q.spec.log_rq_stride.saturating_sub(4)));
+        set(qpc::CQN_SND, u64::from(q.spec.send_cq));
+        set(qpc::CQN_RCV, u64::from(q.spec.recv_cq));
+        set(qpc::REMOTE_QPN, u64::from(q.remote_qpn));
+        set(qpc::DBR_ADDR, q.spec.dbrec);
+        Ok(())
+    }
+}
