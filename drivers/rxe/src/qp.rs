@@ -404,15 +404,7 @@ impl<'r> RxeQp<'r> {
             }
             self.recv_slots[slot] = (0, None);
             self.recv_head = self.recv_head.max(wc.wr_id + 1);
-            out[i] = Completion {
-                wr_id,
-                status: WcStatus::from(wc.status),
-                opcode: WcOpcode::from(wc.opcode),
-                vendor_err: wc.vendor_err,
-                byte_len: wc.byte_len,
-                qp_num: QpNum(wc.qp_num),
-                imm: (wc.wc_flags & ffi::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(wc.imm_data)),
-            };
+            out[i] = completion(wc, wr_id);
         }
         Ok(n)
     }
@@ -580,15 +572,7 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
                     self.head += 1;
                 }
             }
-            *o = Completion {
-                wr_id,
-                status: WcStatus::from(wc.status),
-                opcode: WcOpcode::from(wc.opcode),
-                vendor_err: wc.vendor_err,
-                byte_len: wc.byte_len,
-                qp_num: QpNum(wc.qp_num),
-                imm: None,
-            };
+            *o = completion(&wc, wr_id);
         }
         Ok(n)
     }
@@ -620,5 +604,19 @@ impl Drop for RxeQp<'_> {
             ffi::ibv_destroy_cq(self.send_cq.as_ptr());
             ffi::ibv_destroy_cq(self.recv_cq.as_ptr());
         }
+    }
+}
+
+/// The completion the user sees for `wc`, whose request the user knows as `wr_id`: `ibv_wc`
+/// field for field, the immediate only where `IBV_WC_WITH_IMM` says there is one.
+fn completion(wc: &ffi::ibv_wc, wr_id: u64) -> Completion {
+    Completion {
+        wr_id,
+        status: WcStatus::from(wc.status),
+        opcode: WcOpcode::from(wc.opcode),
+        vendor_err: wc.vendor_err,
+        byte_len: wc.byte_len,
+        qp_num: QpNum(wc.qp_num),
+        imm: (wc.wc_flags & ffi::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(wc.imm_data)),
     }
 }
