@@ -17,9 +17,11 @@
 //! | [`cqe`] | the 64-byte CQE (success and error views), ownership test, the consumer-index record |
 //! | [`codes`] | send and CQE opcodes, CQE syndromes (→ [`rdma_pmd::WcStatus`]), `fm_ce_se` bits, sizes |
 //! | [`abi`] | `#[repr(C)]` mirrors of the mlx5dv.h structs, for the tests that pin the tables |
+//! | [`cmd`] | the command queue entry and the mailbox block of the command interface |
 //! | [`ifc`] | command and context layouts, generated from `mlx5_ifc.h` by `cargo xtask ifc` |
 
 pub mod abi;
+pub mod cmd;
 pub mod codes;
 pub mod cqe;
 pub mod ifc;

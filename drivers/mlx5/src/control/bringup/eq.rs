@@ -11,6 +11,8 @@
 
 use rdma_pmd_hal::{barrier, Dma, DmaBuf, Mmio};
 
+use crate::layout::be;
+
 /// Size of an EQE.
 pub const EQE_SIZE: usize = 64;
 /// Offset of the EQ doorbell (arm) in a UAR page (`MLX5_EQ_DOORBEL_OFFSET`).
@@ -98,12 +100,11 @@ pub enum Event {
 /// Decode a copied-out EQE.
 pub fn decode(eqe: &[u8; EQE_SIZE]) -> Event {
     let data = &eqe[32..60];
-    let be32 = |o: usize| u32::from_be_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]);
+    let be32 = |o: usize| be::get32(data, o);
     match EventType::from(eqe[1]) {
-        EventType::PageRequest => Event::PageRequest {
-            func_id: u16::from_be_bytes([data[2], data[3]]),
-            num_pages: be32(4) as i32,
-        },
+        EventType::PageRequest => {
+            Event::PageRequest { func_id: be::get16(data, 2), num_pages: be32(4) as i32 }
+        }
         EventType::Command => Event::Command { vector: be32(0) },
         EventType::Completion => Event::Completion { cqn: be32(24) & 0xff_ffff },
         EventType::PortChange => Event::PortChange { sub_type: eqe[3], port: data[8] >> 4 },

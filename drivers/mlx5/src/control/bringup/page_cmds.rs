@@ -4,6 +4,7 @@
 use rdma_pmd_hal::Deadline;
 
 use crate::control::cmd::{Pas, SLOT_CMD, SLOT_PAGES};
+use crate::layout::be;
 use crate::layout::ifc::{self, consts, generated::*};
 
 use super::{input, Hca, HcaError};
@@ -106,7 +107,7 @@ impl Hca<'_> {
         for i in 0..got {
             let mut a = [0u8; 8];
             self.cmd.read_out(slot, manage_pages_out::PAS.at(i as u32).byte(), &mut a);
-            let addr = u64::from_be_bytes(a);
+            let addr = be::get64(&a, 0);
             if !self.pages.give_back(addr) {
                 return Err(HcaError::BadPageReturn { addr });
             }

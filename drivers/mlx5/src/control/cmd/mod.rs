@@ -3,8 +3,8 @@
 //! Firmware tells the driver the queue's geometry in `cmdq_addr_l_sz` (2^log_size entries of
 //! 2^log_stride bytes, at most one 4 KiB page); the driver allocates the page and writes its bus
 //! address back (kernel `cmd.c` `mlx5_cmd_init`). A command is posted by filling an entry
-//! ([`layout::Entry`]): the first 16 bytes of the input travel inline, the rest in a chain of
-//! 512-byte mailbox blocks ([`layout::Block`]); the output comes back the same way. The driver
+//! ([`crate::layout::cmd::Entry`]): the first 16 bytes of the input travel inline, the rest in a chain of
+//! 512-byte mailbox blocks ([`crate::layout::cmd::Block`]); the output comes back the same way. The driver
 //! sets the ownership bit, rings the doorbell bit of the slot, and polls until firmware clears
 //! ownership, within a bound ([`CmdConfig::timeout_ns`]). Then the delivery status (could firmware
 //! read it?) and the command status + syndrome (did it execute?) become a [`CmdError`].
@@ -16,13 +16,13 @@
 //! allocator is needed. Inputs are built in local buffers and copied in with volatile stores;
 //! nothing holds a reference into memory the device writes.
 
-pub mod layout;
 pub mod status;
 
 use rdma_pmd_hal::{barrier, Clock, Deadline, Dma, DmaBuf, Mmio};
 
 use crate::control::init_seg::InitSeg;
-use layout::{
+use crate::layout::be;
+use crate::layout::cmd::{
     Block, Entry, BLOCK_CTRL, BLOCK_DATA, BLOCK_SIZE, BLOCK_STRIDE, BLOCK_TOKEN, CMD_TYPE_PCI,
     ENTRY_SIZE, INLINE, OWNER_HW, STATUS_OWN_OFFSET,
 };
@@ -266,8 +266,8 @@ impl<'a> CmdQueue<'a> {
         outlen: usize,
     ) -> Result<(), CmdError> {
         assert!(head.len() >= 8 && slot < SLOTS, "command without header or bad slot");
-        let opcode = u16::from_be_bytes([head[0], head[1]]);
-        let op_mod = u16::from_be_bytes([head[6], head[7]]);
+        let opcode = be::get16(head, 0);
+        let op_mod = be::get16(head, 6);
         let inlen = head.len() + 8 * pas.len();
         if inlen > self.max_in() {
             return Err(CmdError::TooLarge { opcode, len: inlen, max: self.max_in() });
@@ -349,7 +349,7 @@ impl<'a> CmdQueue<'a> {
         let out = e.inline_out();
         let status = CmdStatus::from(out[0]);
         if status != CmdStatus::Ok {
-            let syndrome = u32::from_be_bytes([out[4], out[5], out[6], out[7]]);
+            let syndrome = be::get32(out, 4);
             return Some(Err(CmdError::Failed {
                 opcode: pending.opcode,
                 op_mod: pending.op_mod,

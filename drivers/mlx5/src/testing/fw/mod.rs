@@ -19,9 +19,7 @@ use std::vec::Vec;
 use rdma_pmd::BusAddr;
 use rdma_pmd_hal::mem::{BarHandler, BarMem, HeapDma, MemBar};
 
-use crate::control::cmd::layout::{
-    Block, Entry, BLOCK_DATA, BLOCK_SIZE, CMD_TYPE_PCI, ENTRY_SIZE, INLINE,
-};
+use crate::layout::cmd::{Block, Entry, BLOCK_DATA, BLOCK_SIZE, CMD_TYPE_PCI, ENTRY_SIZE, INLINE};
 
 mod script;
 

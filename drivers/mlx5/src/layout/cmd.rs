@@ -20,7 +20,7 @@
 //!   (bus address of the next block) at 560, `block_num` at 568, `token` at 573, `ctrl_sig` at
 //!   574, `sig` at 575.
 
-use core::ops::Range;
+use super::{be, view};
 
 /// Size of a command queue entry.
 pub const ENTRY_SIZE: usize = 64;
@@ -41,12 +41,12 @@ pub const OWNER_HW: u8 = 0x1;
 mod entry {
     use core::ops::Range;
     pub const TYPE: usize = 0;
-    pub const INLEN: Range<usize> = 4..8;
-    pub const IN_PTR: Range<usize> = 8..16;
+    pub const INLEN: usize = 4;
+    pub const IN_PTR: usize = 8;
     pub const IN: Range<usize> = 16..32;
     pub const OUT: Range<usize> = 32..48;
-    pub const OUT_PTR: Range<usize> = 48..56;
-    pub const OUTLEN: Range<usize> = 56..60;
+    pub const OUT_PTR: usize = 48;
+    pub const OUTLEN: usize = 56;
     pub const TOKEN: usize = 60;
     pub const SIG: usize = 61;
     pub const STATUS_OWN: usize = 63;
@@ -55,177 +55,155 @@ mod entry {
 mod block {
     use core::ops::Range;
     pub const DATA: Range<usize> = 0..512;
-    pub const NEXT: Range<usize> = 560..568;
-    pub const BLOCK_NUM: Range<usize> = 568..572;
+    pub const NEXT: usize = 560;
+    pub const BLOCK_NUM: usize = 568;
     pub const TOKEN: usize = 573;
     pub const CTRL_SIG: usize = 574;
     pub const SIG: usize = 575;
 }
 
-fn be32(b: &[u8], r: Range<usize>) -> u32 {
-    u32::from_be_bytes(b[r].try_into().expect("4-byte field"))
-}
-
-fn be64(b: &[u8], r: Range<usize>) -> u64 {
-    u64::from_be_bytes(b[r].try_into().expect("8-byte field"))
-}
-
-/// A command queue entry over a byte buffer.
-#[derive(Debug, Clone)]
-pub struct Entry<T: AsRef<[u8]>> {
-    buf: T,
-}
+view!(
+    /// A command queue entry.
+    Entry,
+    ENTRY_SIZE,
+    "a command queue entry"
+);
 
 impl<T: AsRef<[u8]>> Entry<T> {
-    /// Wrap `buf`, checking it holds a whole entry.
-    pub fn new_checked(buf: T) -> Option<Self> {
-        (buf.as_ref().len() >= ENTRY_SIZE).then_some(Entry { buf })
-    }
-    /// The buffer.
-    pub fn into_inner(self) -> T {
-        self.buf
-    }
     /// `type` (byte 0).
     pub fn cmd_type(&self) -> u8 {
-        self.buf.as_ref()[entry::TYPE]
+        self.as_bytes()[entry::TYPE]
     }
     /// `inlen`, big-endian.
     pub fn inlen(&self) -> u32 {
-        be32(self.buf.as_ref(), entry::INLEN)
+        be::get32(self.as_bytes(), entry::INLEN)
     }
     /// `in_ptr`, big-endian.
     pub fn in_ptr(&self) -> u64 {
-        be64(self.buf.as_ref(), entry::IN_PTR)
+        be::get64(self.as_bytes(), entry::IN_PTR)
     }
     /// The 16 inline input bytes.
     pub fn inline_in(&self) -> &[u8] {
-        &self.buf.as_ref()[entry::IN]
+        &self.as_bytes()[entry::IN]
     }
     /// The 16 inline output bytes.
     pub fn inline_out(&self) -> &[u8] {
-        &self.buf.as_ref()[entry::OUT]
+        &self.as_bytes()[entry::OUT]
     }
     /// `out_ptr`, big-endian.
     pub fn out_ptr(&self) -> u64 {
-        be64(self.buf.as_ref(), entry::OUT_PTR)
+        be::get64(self.as_bytes(), entry::OUT_PTR)
     }
     /// `outlen`, big-endian.
     pub fn outlen(&self) -> u32 {
-        be32(self.buf.as_ref(), entry::OUTLEN)
+        be::get32(self.as_bytes(), entry::OUTLEN)
     }
     /// `token`.
     pub fn token(&self) -> u8 {
-        self.buf.as_ref()[entry::TOKEN]
+        self.as_bytes()[entry::TOKEN]
     }
     /// `sig`.
     pub fn sig(&self) -> u8 {
-        self.buf.as_ref()[entry::SIG]
+        self.as_bytes()[entry::SIG]
     }
     /// Whether hardware owns the entry (`status_own[0]`).
     pub fn hw_owned(&self) -> bool {
-        self.buf.as_ref()[entry::STATUS_OWN] & OWNER_HW != 0
+        self.as_bytes()[entry::STATUS_OWN] & OWNER_HW != 0
     }
     /// Delivery status (`status_own[7:1]`).
     pub fn delivery_status(&self) -> u8 {
-        self.buf.as_ref()[entry::STATUS_OWN] >> 1
+        self.as_bytes()[entry::STATUS_OWN] >> 1
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Entry<T> {
     /// Set `type`.
     pub fn set_cmd_type(&mut self, v: u8) {
-        self.buf.as_mut()[entry::TYPE] = v;
+        self.as_bytes_mut()[entry::TYPE] = v;
     }
     /// Set `inlen`.
     pub fn set_inlen(&mut self, v: u32) {
-        self.buf.as_mut()[entry::INLEN].copy_from_slice(&v.to_be_bytes());
+        be::set32(self.as_bytes_mut(), entry::INLEN, v);
     }
     /// Set `in_ptr`.
     pub fn set_in_ptr(&mut self, v: u64) {
-        self.buf.as_mut()[entry::IN_PTR].copy_from_slice(&v.to_be_bytes());
+        be::set64(self.as_bytes_mut(), entry::IN_PTR, v);
     }
     /// The inline input bytes, to fill.
     pub fn inline_in_mut(&mut self) -> &mut [u8] {
-        &mut self.buf.as_mut()[entry::IN]
+        &mut self.as_bytes_mut()[entry::IN]
     }
     /// The inline output bytes, to clear.
     pub fn inline_out_mut(&mut self) -> &mut [u8] {
-        &mut self.buf.as_mut()[entry::OUT]
+        &mut self.as_bytes_mut()[entry::OUT]
     }
     /// Set `out_ptr`.
     pub fn set_out_ptr(&mut self, v: u64) {
-        self.buf.as_mut()[entry::OUT_PTR].copy_from_slice(&v.to_be_bytes());
+        be::set64(self.as_bytes_mut(), entry::OUT_PTR, v);
     }
     /// Set `outlen`.
     pub fn set_outlen(&mut self, v: u32) {
-        self.buf.as_mut()[entry::OUTLEN].copy_from_slice(&v.to_be_bytes());
+        be::set32(self.as_bytes_mut(), entry::OUTLEN, v);
     }
     /// Set `token`.
     pub fn set_token(&mut self, v: u8) {
-        self.buf.as_mut()[entry::TOKEN] = v;
+        self.as_bytes_mut()[entry::TOKEN] = v;
     }
     /// Set `status_own` from a delivery status and the ownership bit.
     pub fn set_status_own(&mut self, delivery: u8, hw_owned: bool) {
-        self.buf.as_mut()[entry::STATUS_OWN] = (delivery << 1) | hw_owned as u8;
+        self.as_bytes_mut()[entry::STATUS_OWN] = (delivery << 1) | hw_owned as u8;
     }
 }
 
 /// Byte offset of `status_own` in an entry (the driver polls it alone).
 pub const STATUS_OWN_OFFSET: usize = entry::STATUS_OWN;
 
-/// A mailbox block over a byte buffer.
-#[derive(Debug, Clone)]
-pub struct Block<T: AsRef<[u8]>> {
-    buf: T,
-}
+view!(
+    /// A mailbox block.
+    Block,
+    BLOCK_SIZE,
+    "a mailbox block"
+);
 
 impl<T: AsRef<[u8]>> Block<T> {
-    /// Wrap `buf`, checking it holds a whole block.
-    pub fn new_checked(buf: T) -> Option<Self> {
-        (buf.as_ref().len() >= BLOCK_SIZE).then_some(Block { buf })
-    }
-    /// The buffer.
-    pub fn into_inner(self) -> T {
-        self.buf
-    }
     /// The 512 data bytes.
     pub fn data(&self) -> &[u8] {
-        &self.buf.as_ref()[block::DATA]
+        &self.as_bytes()[block::DATA]
     }
     /// `next`, big-endian.
     pub fn next(&self) -> u64 {
-        be64(self.buf.as_ref(), block::NEXT)
+        be::get64(self.as_bytes(), block::NEXT)
     }
     /// `block_num`, big-endian.
     pub fn block_num(&self) -> u32 {
-        be32(self.buf.as_ref(), block::BLOCK_NUM)
+        be::get32(self.as_bytes(), block::BLOCK_NUM)
     }
     /// `token`.
     pub fn token(&self) -> u8 {
-        self.buf.as_ref()[block::TOKEN]
+        self.as_bytes()[block::TOKEN]
     }
     /// `ctrl_sig`.
     pub fn ctrl_sig(&self) -> u8 {
-        self.buf.as_ref()[block::CTRL_SIG]
+        self.as_bytes()[block::CTRL_SIG]
     }
     /// `sig`.
     pub fn sig(&self) -> u8 {
-        self.buf.as_ref()[block::SIG]
+        self.as_bytes()[block::SIG]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Block<T> {
     /// Set `next`.
     pub fn set_next(&mut self, v: u64) {
-        self.buf.as_mut()[block::NEXT].copy_from_slice(&v.to_be_bytes());
+        be::set64(self.as_bytes_mut(), block::NEXT, v);
     }
     /// Set `block_num`.
     pub fn set_block_num(&mut self, v: u32) {
-        self.buf.as_mut()[block::BLOCK_NUM].copy_from_slice(&v.to_be_bytes());
+        be::set32(self.as_bytes_mut(), block::BLOCK_NUM, v);
     }
     /// Set `token`.
     pub fn set_token(&mut self, v: u8) {
-        self.buf.as_mut()[block::TOKEN] = v;
+        self.as_bytes_mut()[block::TOKEN] = v;
     }
 }
 
@@ -233,7 +211,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Block<T> {
 pub const BLOCK_TOKEN: usize = block::TOKEN;
 
 /// Byte range of the control part of a block (`next` .. `sig`), written separately from data.
-pub const BLOCK_CTRL: Range<usize> = block::NEXT.start..BLOCK_SIZE;
+pub const BLOCK_CTRL: core::ops::Range<usize> = block::NEXT..BLOCK_SIZE;
 
 #[cfg(test)]
 mod tests {
@@ -275,18 +253,18 @@ mod tests {
     #[test]
     fn offsets_match_device_h() {
         assert_eq!(size_of::<mlx5_cmd_layout>(), ENTRY_SIZE);
-        assert_eq!(offset_of!(mlx5_cmd_layout, inlen), entry::INLEN.start);
-        assert_eq!(offset_of!(mlx5_cmd_layout, in_ptr), entry::IN_PTR.start);
+        assert_eq!(offset_of!(mlx5_cmd_layout, inlen), entry::INLEN);
+        assert_eq!(offset_of!(mlx5_cmd_layout, in_ptr), entry::IN_PTR);
         assert_eq!(offset_of!(mlx5_cmd_layout, in_), entry::IN.start);
         assert_eq!(offset_of!(mlx5_cmd_layout, out), entry::OUT.start);
-        assert_eq!(offset_of!(mlx5_cmd_layout, out_ptr), entry::OUT_PTR.start);
-        assert_eq!(offset_of!(mlx5_cmd_layout, outlen), entry::OUTLEN.start);
+        assert_eq!(offset_of!(mlx5_cmd_layout, out_ptr), entry::OUT_PTR);
+        assert_eq!(offset_of!(mlx5_cmd_layout, outlen), entry::OUTLEN);
         assert_eq!(offset_of!(mlx5_cmd_layout, token), entry::TOKEN);
         assert_eq!(offset_of!(mlx5_cmd_layout, sig), entry::SIG);
         assert_eq!(offset_of!(mlx5_cmd_layout, status_own), entry::STATUS_OWN);
         assert_eq!(size_of::<mlx5_cmd_prot_block>(), BLOCK_SIZE);
-        assert_eq!(offset_of!(mlx5_cmd_prot_block, next), block::NEXT.start);
-        assert_eq!(offset_of!(mlx5_cmd_prot_block, block_num), block::BLOCK_NUM.start);
+        assert_eq!(offset_of!(mlx5_cmd_prot_block, next), block::NEXT);
+        assert_eq!(offset_of!(mlx5_cmd_prot_block, block_num), block::BLOCK_NUM);
         assert_eq!(offset_of!(mlx5_cmd_prot_block, token), block::TOKEN);
         assert_eq!(offset_of!(mlx5_cmd_prot_block, ctrl_sig), block::CTRL_SIG);
         assert_eq!(offset_of!(mlx5_cmd_prot_block, sig), block::SIG);
@@ -304,7 +282,7 @@ mod tests {
         e.set_outlen(0x10);
         e.set_token(0x2a);
         e.set_status_own(0, true);
-        let b = e.clone().into_inner();
+        let b = e.into_inner();
         assert_eq!(b[0], 7);
         assert_eq!(&b[1..4], &[0xa5; 3], "reserved bytes untouched");
         assert_eq!(&b[4..8], &[0, 0, 1, 0x10]);
@@ -331,18 +309,18 @@ mod tests {
 
     #[test]
     fn block_control_fields() {
-        let mut b = Block { buf: [0x5au8; BLOCK_SIZE] };
+        let mut b = Block::new_unchecked([0x5au8; BLOCK_SIZE]);
         b.set_next(0x0000_00e0_0000_0400);
         b.set_block_num(3);
         b.set_token(9);
-        let raw = b.buf;
+        let raw = b.into_inner();
         assert_eq!(&raw[560..568], &[0, 0, 0, 0xe0, 0, 0, 0x04, 0]);
         assert_eq!(&raw[568..572], &[0, 0, 0, 3]);
         assert_eq!(raw[572], 0x5a);
         assert_eq!(raw[573], 9);
         assert_eq!(b.next(), 0x0000_00e0_0000_0400);
         assert_eq!(b.block_num(), 3);
-        assert!(Block::new_checked([0u8; 575]).is_none());
-        assert!(Entry::new_checked([0u8; 63]).is_none());
+        assert!(Block::new_checked([0u8; 575]).is_err());
+        assert!(Entry::new_checked([0u8; 63]).is_err());
     }
 }
