@@ -3,6 +3,9 @@
 //! (the "BAR" is plain memory, as `MemBar` is for ours), and a send CQ whose entries the bench
 //! writes as the device would, through the same [`CqWriter`] that plays the device for ours.
 
+// Each benchmark uses its part of this module.
+#![allow(dead_code)]
+
 use std::sync::Arc;
 
 use rdma_pmd::{QpNum, RemoteBuf, Sge};
