@@ -1,130 +1,333 @@
 /*
- * Reference posting loops for `cargo xtask bench post`, linked into the Rust benchmark so both
+ * Reference posting loops for `cargo xtask bench post`, linked into the Rust benchmark so all
  * run side by side in one process.
  *
- * c_post_mlx5dv: builds RDMA WRITE WQEs with rdma-core's public mlx5dv.h helpers
- * (mlx5dv_set_ctrl_seg, mlx5dv_set_data_seg, struct mlx5_wqe_raddr_seg), following the
- * provider's post-send policy (ds = 2 + SGEs, wqebbs = ceil(ds/4), data segments wrap at the
- * ring end), then rings the doorbell as the provider's post_send_db does: compiler barrier
- * (udma_to_device_barrier on x86), doorbell record = htobe32(pi & 0xffff), sfence
- * (mmio_wc_start), then either a
- * BlueFlame copy of the single WQE or one 64-bit store of its first 8 bytes, then sfence
- * (mmio_flush_writes), and the BlueFlame half alternates.
+ * c_post_mlx5dv: RDMA WRITE WQEs posted as rdma-core's provider posts them
+ * (providers/mlx5/qp.c _mlx5_post_send, for an RC QP, no inline, no fence): per work request
+ * the queue-overflow and SGE-count checks, bytes 8..11 of the control segment zeroed, imm and
+ * fm_ce_se, the remote-address segment, the data segments (skipping empty SGEs, wrapping at
+ * the ring's end), then opmod_idx_opcode and qpn_ds, wrid[idx] and wqe_head[idx], cur_post
+ * advanced by ceil(ds / 4) blocks. Then the doorbell as post_send_db rings it: head += nreq,
+ * udma_to_device_barrier, dbrec[MLX5_SND_DBR] = htobe32(cur_post & 0xffff), mmio_wc_start,
+ * either a BlueFlame copy of the single WQE (nreq == 1, prefer_bf, 1 < ds <= buf_size / 16:
+ * 64-byte chunks of 8-byte stores, the source wrapping at the ring's end) or one 8-byte store
+ * of the WQE's first 8 bytes, mmio_flush_writes, and the BlueFlame half alternates.
  *
- * c_post_floor: the floor: the same number of bytes stored into the same ring slots with plain
- * 64-bit stores, and the same doorbell-record and doorbell stores, with nothing computed.
+ * c_post_floor: the cheapest code that stores the same bytes: each WQE's segments built once
+ * per call in vector registers and stored whole (16-byte stores, one index computation per
+ * WQE, none per word), only the control segment's WQE counter and completion flag computed per
+ * WQE; the same doorbell record, barriers, doorbell or BlueFlame copy and half alternation.
  */
 #include <endian.h>
+#include <emmintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
-#include <infiniband/mlx5dv.h>
 
-struct bench_sge {
-	uint64_t addr;
-	uint32_t length;
-	uint32_t lkey;
-};
+#include "bench_mlx5.h"
 
-#define compiler_barrier() asm volatile("" ::: "memory")
-#define wc_flush() asm volatile("sfence" ::: "memory")
+_Static_assert(sizeof(struct bench_sge) == sizeof(struct ibv_sge), "SGE layout");
+_Static_assert(sizeof(struct mlx5_wqe_ctrl_seg) == 16, "control segment");
+_Static_assert(sizeof(struct mlx5_wqe_raddr_seg) == 16, "remote-address segment");
+_Static_assert(sizeof(struct mlx5_wqe_data_seg) == 16, "data segment");
 
-static inline void *slot(void *ring, uint32_t wqe_cnt, uint32_t idx)
+struct bench_qp *c_qp_new(void *sq_buf, unsigned wqe_cnt, uint32_t *db, void *bf_reg,
+			  unsigned bf_size, uint32_t qp_num, int max_gs, void *cq_buf,
+			  unsigned log_cqe_cnt, uint32_t *cq_dbrec);
+void c_qp_free(struct bench_qp *qp);
+uint32_t c_qp_cur_post(const struct bench_qp *qp);
+int c_post_mlx5dv(struct bench_qp *qp, uint64_t n, uint32_t batch,
+		  const struct bench_sge *sges, uint32_t nsge, uint64_t raddr, uint32_t rkey,
+		  uint64_t wr_id);
+uint32_t c_post_floor(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
+		      volatile char *bf_reg, uint32_t bf_size, uint32_t pi, uint64_t n,
+		      uint32_t batch, const struct bench_sge *sges, uint32_t nsge, uint32_t qpn,
+		      uint64_t raddr, uint32_t rkey, int use_bf);
+
+/*
+ * A QP over the caller's memory: the send ring (wqe_cnt blocks of 64 bytes), its doorbell
+ * record, the BlueFlame register (two halves of bf_size bytes), and a send CQ of
+ * 2^log_cqe_cnt 64-byte entries, each marked invalid as the provider does, with its doorbell
+ * record. The wrid and wqe_head tables are ours. NULL if they cannot be allocated.
+ */
+struct bench_qp *c_qp_new(void *sq_buf, unsigned wqe_cnt, uint32_t *db, void *bf_reg,
+			  unsigned bf_size, uint32_t qp_num, int max_gs, void *cq_buf,
+			  unsigned log_cqe_cnt, uint32_t *cq_dbrec)
 {
-	return (char *)ring + ((size_t)(idx & (wqe_cnt - 1)) << 6);
+	struct bench_qp *qp = calloc(1, sizeof(*qp));
+
+	if (!qp)
+		return NULL;
+	qp->sq.wrid = calloc(wqe_cnt, sizeof(*qp->sq.wrid));
+	qp->sq.wqe_head = calloc(wqe_cnt, sizeof(*qp->sq.wqe_head));
+	if (!qp->sq.wrid || !qp->sq.wqe_head) {
+		c_qp_free(qp);
+		return NULL;
+	}
+	qp->sq.wqe_cnt = wqe_cnt;
+	/* Work requests against blocks: never binding here, but checked as the provider does. */
+	qp->sq.max_post = wqe_cnt;
+	qp->sq.max_gs = max_gs;
+	qp->sq.start = sq_buf;
+	qp->sq.qend = (char *)sq_buf + ((size_t)wqe_cnt << MLX5_SEND_WQE_SHIFT);
+	qp->bf.reg = bf_reg;
+	qp->bf.buf_size = bf_size;
+	qp->db = db;
+	qp->qp_num = qp_num;
+	/* rdma-core's default: MLX5_POST_SEND_PREFER_BF unset means BlueFlame for single posts. */
+	qp->prefer_bf = 1;
+	qp->send_cq.buf = cq_buf;
+	qp->send_cq.cqe = (1u << log_cqe_cnt) - 1;
+	qp->send_cq.dbrec = cq_dbrec;
+	for (unsigned i = 0; i <= qp->send_cq.cqe; i++) {
+		struct mlx5_cqe64 *cqe = (struct mlx5_cqe64 *)cq_buf + i;
+
+		cqe->op_own = MLX5_CQE_INVALID << 4;
+	}
+	return qp;
 }
 
-uint32_t c_post_mlx5dv(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
-		       volatile uint64_t *bar, uint32_t bf_size, uint32_t pi, uint64_t n,
-		       uint32_t batch, const struct bench_sge *sges, uint32_t nsge,
-		       uint32_t qpn, uint64_t raddr, uint32_t rkey, int use_bf)
+void c_qp_free(struct bench_qp *qp)
 {
-	char *qend = (char *)ring + ((size_t)wqe_cnt << 6);
-	uint32_t bf_off = 0;
+	free(qp->sq.wrid);
+	free(qp->sq.wqe_head);
+	free(qp);
+}
+
+uint32_t c_qp_cur_post(const struct bench_qp *qp)
+{
+	return qp->sq.cur_post;
+}
+
+static inline int wq_overflow(const struct bench_wq *wq, unsigned nreq)
+{
+	/* The provider re-reads under the CQ lock before failing; one thread here. */
+	return wq->head - wq->tail + nreq >= wq->max_post;
+}
+
+static inline void *send_wqe(struct bench_qp *qp, unsigned idx)
+{
+	return (char *)qp->sq.start + ((size_t)idx << MLX5_SEND_WQE_SHIFT);
+}
+
+static inline void bf_copy(volatile uint64_t *dst, const uint64_t *src, unsigned bytecnt,
+			   const struct bench_qp *qp)
+{
+	do {
+		for (int k = 0; k < 8; k++)
+			dst[k] = src[k];
+		bytecnt -= 64;
+		dst += 8;
+		src += 8;
+		if (unlikely((const void *)src == qp->sq.qend))
+			src = qp->sq.start;
+	} while (bytecnt > 0);
+}
+
+static inline void post_send_db(struct bench_qp *qp, unsigned nreq, unsigned size, void *ctrl)
+{
+	if (unlikely(!nreq))
+		return;
+	qp->sq.head += nreq;
+	to_device_barrier();
+	qp->db[MLX5_SND_DBR] = htobe32(qp->sq.cur_post & 0xffff);
+	wc_sfence(); /* mmio_wc_start */
+	if (nreq == 1 && qp->prefer_bf && size > 1 && size <= qp->bf.buf_size / 16)
+		bf_copy((volatile uint64_t *)(qp->bf.reg + qp->bf.offset), ctrl,
+			(size * 16 + 63) & ~63u, qp);
+	else
+		*(volatile uint64_t *)(qp->bf.reg + qp->bf.offset) = *(uint64_t *)ctrl;
+	wc_sfence(); /* mmio_flush_writes */
+	qp->bf.offset ^= qp->bf.buf_size;
+}
+
+/*
+ * Post n RDMA WRITEs of the same SGEs in doorbell batches of `batch`, the last of each batch
+ * signalled, with wr_ids wr_id, wr_id + 1, ... Returns 0, or -1 if the queue was full (what
+ * was posted before is rung).
+ */
+int c_post_mlx5dv(struct bench_qp *qp, uint64_t n, uint32_t batch,
+		  const struct bench_sge *sges, uint32_t nsge, uint64_t raddr, uint32_t rkey,
+		  uint64_t wr_id)
+{
+	void *qend = qp->sq.qend;
 
 	while (n) {
-		uint32_t nreq = n < batch ? (uint32_t)n : batch;
-		void *last = NULL;
-		uint8_t last_ds = 0;
+		unsigned todo = n < batch ? (unsigned)n : batch;
+		struct mlx5_wqe_ctrl_seg *ctrl = NULL;
+		unsigned size = 0;
+		unsigned nreq;
 
-		for (uint32_t r = 0; r < nreq; r++) {
-			struct mlx5_wqe_ctrl_seg *ctrl = slot(ring, wqe_cnt, pi);
-			struct mlx5_wqe_raddr_seg *rseg = (void *)(ctrl + 1);
-			struct mlx5_wqe_data_seg *dseg = (void *)(rseg + 1);
-			uint8_t ds = 2;
-			uint8_t fm_ce_se = (r + 1 == nreq) ? MLX5_WQE_CTRL_CQ_UPDATE : 0;
+		for (nreq = 0; nreq < todo; ++nreq) {
+			struct mlx5_wqe_raddr_seg *rseg;
+			struct mlx5_wqe_data_seg *dpseg;
+			unsigned idx;
+			char *seg;
 
+			if (unlikely(wq_overflow(&qp->sq, nreq)) ||
+			    unlikely((int)nsge > qp->sq.max_gs)) {
+				post_send_db(qp, nreq, size, ctrl);
+				return -1;
+			}
+			idx = qp->sq.cur_post & (qp->sq.wqe_cnt - 1);
+			seg = send_wqe(qp, idx);
+			ctrl = (void *)seg;
+			*(uint32_t *)(seg + 8) = 0;
+			ctrl->imm = 0;
+			ctrl->fm_ce_se = qp->sq_signal_bits |
+					 (nreq + 1 == todo ? MLX5_WQE_CTRL_CQ_UPDATE : 0);
+			seg += sizeof(*ctrl);
+			size = sizeof(*ctrl) / 16;
+
+			rseg = (void *)seg;
 			rseg->raddr = htobe64(raddr);
 			rseg->rkey = htobe32(rkey);
 			rseg->reserved = 0;
-			for (uint32_t i = 0; i < nsge; i++) {
-				if ((char *)dseg == qend)
-					dseg = ring;
-				if (!sges[i].length)
-					continue;
-				mlx5dv_set_data_seg(dseg, sges[i].length, sges[i].lkey,
-						    (uintptr_t)sges[i].addr);
-				dseg++;
-				ds++;
-			}
-			/* the provider zeroes bytes 8..11 before filling the ctrl segment */
-			*(uint32_t *)((char *)ctrl + 8) = 0;
-			mlx5dv_set_ctrl_seg(ctrl, (uint16_t)pi, MLX5_OPCODE_RDMA_WRITE, 0, qpn,
-					    fm_ce_se, ds, 0, 0);
-			last = ctrl;
-			last_ds = ds;
-			pi += (ds * 16 + 63) / 64;
-		}
+			seg += sizeof(*rseg);
+			size += sizeof(*rseg) / 16;
 
-		compiler_barrier();
-		dbrec[1] = htobe32(pi & 0xffff);
-		wc_flush(); /* mmio_wc_start */
-		if (use_bf && nreq == 1 && last_ds > 1 && last_ds <= bf_size / 16) {
-			uint32_t bytes = (last_ds * 16 + 63) & ~63u;
-			const char *src = last;
-			volatile uint64_t *dst = (volatile uint64_t *)((volatile char *)bar + bf_off);
-			for (uint32_t off = 0; off < bytes; off += 64) {
-				const uint64_t *s = (const uint64_t *)src;
-				for (int k = 0; k < 8; k++)
-					dst[off / 8 + k] = s[k];
-				src += 64;
-				if (src == qend)
-					src = ring;
+			dpseg = (void *)seg;
+			for (uint32_t i = 0; i < nsge; ++i) {
+				if (unlikely((void *)dpseg == qend))
+					dpseg = send_wqe(qp, 0);
+				if (likely(sges[i].length)) {
+					mlx5dv_set_data_seg(dpseg, sges[i].length, sges[i].lkey,
+							    sges[i].addr);
+					++dpseg;
+					size += sizeof(*dpseg) / 16;
+				}
+			}
+
+			ctrl->opmod_idx_opcode =
+				htobe32(((qp->sq.cur_post & 0xffff) << 8) | MLX5_OPCODE_RDMA_WRITE);
+			ctrl->qpn_ds = htobe32(size | (qp->qp_num << 8));
+			qp->sq.wrid[idx] = wr_id++;
+			qp->sq.wqe_head[idx] = qp->sq.head + nreq;
+			qp->sq.cur_post += (size * 16 + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
+		}
+		post_send_db(qp, nreq, size, ctrl);
+		n -= todo;
+	}
+	return 0;
+}
+
+/*
+ * The floor's stores stay stores: GCC would otherwise turn a segment-copy loop into a call to
+ * memcpy (loop distribution), which is not the cheapest code.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#define FLOOR_CODE __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define FLOOR_CODE
+#endif
+
+/* Store the ds 16-byte segments of a WQE at block pi, wrapping at the ring's end. */
+static inline __attribute__((always_inline)) FLOOR_CODE void
+floor_store(char *ring, char *qend, uint32_t mask, uint32_t pi, const __m128i *seg,
+	    unsigned ds)
+{
+	__m128i *p = (__m128i *)(ring + ((size_t)(pi & mask) << 6));
+
+	if (likely((char *)(p + ds) <= qend)) {
+		for (unsigned k = 0; k < ds; k++)
+			_mm_store_si128(p + k, seg[k]);
+	} else {
+		for (unsigned k = 0; k < ds; k++) {
+			if ((char *)p == qend)
+				p = (__m128i *)ring;
+			_mm_store_si128(p++, seg[k]);
+		}
+	}
+}
+
+/*
+ * One lap of the floor for a WQE of ds segments; ds is a constant where this is inlined, so
+ * the stores unroll and the segments stay in registers.
+ */
+static inline __attribute__((always_inline)) FLOOR_CODE uint32_t
+floor_run(char *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec, volatile char *bf_reg,
+	  uint32_t bf_size, uint32_t pi, uint64_t n, uint32_t batch, __m128i *seg, unsigned ds,
+	  uint32_t qpn, int use_bf)
+{
+	char *qend = ring + ((size_t)wqe_cnt << 6);
+	uint32_t mask = wqe_cnt - 1;
+	uint32_t wqebbs = (ds + 3) / 4;
+	unsigned bf_off = 0;
+	/* control segment: qpn_ds in bytes 4..7; the counter word and fm_ce_se set per WQE */
+	__m128i ctrl0 = _mm_set_epi32(0, 0, (int)htobe32(ds | (qpn << 8)), 0);
+	__m128i sig = _mm_set_epi32(0, MLX5_WQE_CTRL_CQ_UPDATE << 24, 0, 0);
+
+	while (n) {
+		uint32_t nreq = n < batch ? (uint32_t)n : batch;
+		uint32_t last = pi;
+
+		for (uint32_t r = 0; r < nreq; r++) {
+			uint32_t w = htobe32(((pi & 0xffff) << 8) | MLX5_OPCODE_RDMA_WRITE);
+			__m128i c = _mm_or_si128(ctrl0, _mm_cvtsi32_si128((int)w));
+
+			if (r + 1 == nreq)
+				c = _mm_or_si128(c, sig);
+			seg[0] = c;
+			floor_store(ring, qend, mask, pi, seg, ds);
+			last = pi;
+			pi += wqebbs;
+		}
+		to_device_barrier();
+		dbrec[MLX5_SND_DBR] = htobe32(pi & 0xffff);
+		wc_sfence(); /* mmio_wc_start */
+		if (use_bf && nreq == 1 && ds <= bf_size / 16) {
+			const __m128i *src = (const __m128i *)(ring + ((size_t)(last & mask) << 6));
+			volatile __m128i *dst = (volatile __m128i *)(bf_reg + bf_off);
+
+			for (uint32_t b = 0; b < wqebbs; b++) {
+				for (int k = 0; k < 4; k++)
+					dst[k] = src[k];
+				dst += 4;
+				src += 4;
+				if ((const char *)src == qend)
+					src = (const __m128i *)ring;
 			}
 		} else {
-			*(volatile uint64_t *)((volatile char *)bar + bf_off) = *(uint64_t *)last;
+			_mm_storel_epi64((__m128i *)(bf_reg + bf_off), seg[0]);
 		}
-		wc_flush();
+		wc_sfence(); /* mmio_flush_writes */
 		bf_off ^= bf_size;
 		n -= nreq;
 	}
 	return pi;
 }
 
-uint32_t c_post_floor(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
-		      volatile uint64_t *bar, uint32_t pi, uint64_t n, uint32_t batch,
-		      uint32_t wqebbs_per_wqe, uint32_t bytes_per_wqe)
+FLOOR_CODE uint32_t c_post_floor(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
+				 volatile char *bf_reg, uint32_t bf_size, uint32_t pi, uint64_t n,
+				 uint32_t batch, const struct bench_sge *sges, uint32_t nsge,
+				 uint32_t qpn, uint64_t raddr, uint32_t rkey, int use_bf)
 {
-	uint64_t val = 0x0102030405060708ull;
+	__m128i seg[2 + 64];
+	unsigned ds = 2;
 
-	while (n) {
-		uint32_t nreq = n < batch ? (uint32_t)n : batch;
-		uint64_t *last = NULL;
-
-		for (uint32_t r = 0; r < nreq; r++) {
-			uint32_t words = bytes_per_wqe / 8;
-			for (uint32_t w = 0; w < words; w++) {
-				uint64_t *p = slot(ring, wqe_cnt, pi + w / 8);
-				p[w % 8] = val;
-			}
-			last = slot(ring, wqe_cnt, pi);
-			pi += wqebbs_per_wqe;
-		}
-		compiler_barrier();
-		dbrec[1] = htobe32(pi & 0xffff);
-		wc_flush(); /* mmio_wc_start */
-		*bar = *last;
-		wc_flush();
-		n -= nreq;
+	if (nsge > 64)
+		return pi;
+	/* remote-address segment, then one data segment per non-empty SGE, big-endian */
+	seg[1] = _mm_set_epi64x(htobe32(rkey), (long long)htobe64(raddr));
+	for (uint32_t i = 0; i < nsge; i++) {
+		if (!sges[i].length)
+			continue;
+		seg[ds++] = _mm_set_epi64x((long long)htobe64(sges[i].addr),
+					   (long long)(htobe32(sges[i].length) |
+						       (uint64_t)htobe32(sges[i].lkey) << 32));
 	}
-	return pi;
+	switch (ds) {
+	case 3:
+		return floor_run(ring, wqe_cnt, dbrec, bf_reg, bf_size, pi, n, batch, seg, 3, qpn,
+				 use_bf);
+	case 6:
+		return floor_run(ring, wqe_cnt, dbrec, bf_reg, bf_size, pi, n, batch, seg, 6, qpn,
+				 use_bf);
+	case 18:
+		return floor_run(ring, wqe_cnt, dbrec, bf_reg, bf_size, pi, n, batch, seg, 18, qpn,
+				 use_bf);
+	default:
+		return floor_run(ring, wqe_cnt, dbrec, bf_reg, bf_size, pi, n, batch, seg, ds, qpn,
+				 use_bf);
+	}
 }

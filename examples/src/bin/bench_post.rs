@@ -2,59 +2,34 @@
 //!
 //! * **ours**: the mlx5 driver's writev path (`Qp` through the core `PostWrite` API) into an
 //!   in-memory BAR and heap DMA memory, with a control seam that only hands out numbers;
-//! * **c**: a C loop building the same WQEs with rdma-core's `mlx5dv_set_ctrl_seg` /
-//!   `mlx5dv_set_data_seg` and performing the same doorbell-record and doorbell stores
-//!   (`c/post_mlx5dv.c`);
-//! * **floor**: a C loop storing the same number of bytes into the same ring slots, plus the
-//!   same doorbell stores, computing nothing.
+//!   beside it the same through raw `Sge`s (no region accounting), so the cost of the safe
+//!   API's accounting shows;
+//! * **c**: rdma-core's provider loop (`_mlx5_post_send` and `post_send_db`, written for RC
+//!   RDMA WRITE over `mlx5dv.h`; `c/post_mlx5dv.c`), compiled as Debian compiles rdma-core;
+//! * **floor**: the cheapest code that stores the same WQE bytes, doorbell record and doorbell
+//!   (whole-segment stores, no per-word arithmetic; `c_post_floor`).
 //!
-//! Each round posts as many WQEs as the ring holds (timed), then plays the device: writes one
-//! requester CQE for the last WQE and lets the driver retire the round (not timed). The three
-//! variants alternate round by round, taking turns going first, so machine noise hits them
-//! alike; the figure per case is the median of the rounds' ns/WQE.
+//! Before timing, one lap of each from a fresh ring checks that all three leave the same bytes
+//! in the ring. A round runs each variant for `BENCH_LAPS` laps of the ring (timed lap by lap);
+//! between two laps the device is played, untimed: one requester CQE for the last WQE, which
+//! the variant's own poll loop retires (the floor keeps no state to retire). The variants take
+//! turns going first, round by round, so machine noise hits them alike; the figure per case is
+//! the median of the rounds' ns/WQE. The floor must be the fastest variant of every case: the
+//! bench says loudly where it is not (it never fails on timing).
+
+mod c_mlx5;
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use rdma_pmd::{Completion, LocalBuf, PostWrite, QpNum, SendFlags, SendQueue, Sge};
+use c_mlx5::{CQp, IbvWc};
+use rdma_pmd::{Completion, LocalBuf, PostWrite, QpNum, RemoteBuf, SendFlags, SendQueue, Sge};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
-use rdma_pmd_hal::Dma;
 use rdma_pmd_mlx5::control::Access;
 use rdma_pmd_mlx5::device::{Mlx5, SharedDma};
 use rdma_pmd_mlx5::testing::{CqWriter, NullControl};
 
 const SQ: usize = 1024;
-
-#[link(name = "postc", kind = "static")]
-extern "C" {
-    fn c_post_mlx5dv(
-        ring: *mut u8,
-        wqe_cnt: u32,
-        dbrec: *mut u32,
-        bar: *mut u64,
-        bf_size: u32,
-        pi: u32,
-        n: u64,
-        batch: u32,
-        sges: *const Sge,
-        nsge: u32,
-        qpn: u32,
-        raddr: u64,
-        rkey: u32,
-        use_bf: i32,
-    ) -> u32;
-    fn c_post_floor(
-        ring: *mut u8,
-        wqe_cnt: u32,
-        dbrec: *mut u32,
-        bar: *mut u64,
-        pi: u32,
-        n: u64,
-        batch: u32,
-        wqebbs_per_wqe: u32,
-        bytes_per_wqe: u32,
-    ) -> u32;
-}
 
 struct Case {
     name: &'static str,
@@ -83,153 +58,208 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
 fn main() {
-    let rounds: usize =
-        std::env::var("BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let rounds = env("BENCH_ROUNDS", 200);
+    let laps = env("BENCH_LAPS", 16).max(1);
     let heap = HeapDma::new();
     let dev = Mlx5::open(MemBar::new(64 * 4096), SharedDma(heap.clone()), NullControl::default())
         .expect("open");
     let src = dev.reg(16 * 64, Access::LOCAL_WRITE).expect("register source");
     let dst = dev.reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).expect("register dest");
-    let mut qp = dev.create_qp::<SQ, 16>(&Default::default()).expect("create qp");
-    qp.connect_loopback(QpNum(0x124)).expect("connect");
-    // The device side of the send CQ: one requester CQE per round.
-    let qpn = qp.qp_num();
-    let mut scq = {
-        let ctl = dev.control();
-        CqWriter::new(ctl.qp(qpn).and_then(|p| ctl.cq(p.send_cq)).expect("send CQ recorded"))
-    };
-
-    // The C loops' ring, doorbell record and BAR page, shaped like ours (the BAR is plain
-    // memory here as it is for ours: `MemBar` without a device behind it).
-    let c_ring = heap.alloc(SQ * 64, 4096).expect("ring");
-    let c_dbrec = heap.alloc(64, 64).expect("dbrec");
-    let c_bar_mem = heap.alloc(4096, 4096).expect("bar page");
-
     let remote = dst.remote(0);
-    println!("posting cost per WQE: median of {rounds} rounds, ring of {SQ} WQE basic blocks");
+
+    println!(
+        "posting cost per WQE: median of {rounds} rounds of {laps} laps each, ring of {SQ} WQE \
+         basic blocks"
+    );
     println!("{:<16} {:>10} {:>10} {:>10}", "case", "ours ns", "c ns", "floor ns");
     let mut ratios = Vec::new();
+    let mut honest = 0;
+    let mut losers = Vec::new();
     // BENCH_CASE=name runs one case only (for profilers).
     let only = std::env::var("BENCH_CASE").ok();
     for case in CASES.iter().filter(|c| only.as_deref().is_none_or(|o| o == c.name)) {
         let bufs: Vec<LocalBuf<'_>> =
             (0..case.nsge).map(|k| src.slice(k * 64, 64).expect("slice")).collect();
         let sges: Vec<Sge> = bufs.iter().map(|b| b.sge()).collect();
-        let per_round = (SQ / wqebbs(case.nsge) - case.batch as usize) / case.batch as usize
+        // A fresh QP per case, so that every variant starts its first lap at block 0.
+        let mut qp = dev.create_qp::<SQ, 16>(&Default::default()).expect("create qp");
+        qp.connect_loopback(QpNum(0x124)).expect("connect");
+        let qpn = qp.qp_num();
+        let (mut scq, ours_ring) = {
+            let ctl = dev.control();
+            let p = ctl.qp(qpn).expect("QP recorded");
+            let sq_off = (1u64 << p.log_rq_size.unwrap_or(0)) << p.log_rq_stride;
+            (CqWriter::new(ctl.cq(p.send_cq).expect("send CQ recorded")), p.buf.add(sq_off))
+        };
+        let mut cq = CQp::new(&heap, SQ, qpn);
+        let per_lap = (SQ / wqebbs(case.nsge) - case.batch as usize) / case.batch as usize
             * case.batch as usize;
-        let (mut ours, mut c, mut floor) = (Vec::new(), Vec::new(), Vec::new());
-        let mut c_pi = 0u32;
-        let mut f_pi = 0u32;
+        let lap_bytes = per_lap * wqebbs(case.nsge) * 64;
         let mut wc = [Completion::default(); 64];
-        let mut run_ours = || {
-            let t = Instant::now();
-            let batch = case.batch as usize;
-            if case.raw {
-                post_round::<_, true>(&mut qp, &bufs, &sges, per_round, batch, remote);
-            } else {
-                post_round::<_, false>(&mut qp, &bufs, &sges, per_round, batch, remote);
-            }
-            ours.push(t.elapsed().as_nanos() as f64 / per_round as f64);
-            // play the device: one CQE for the last WQE retires the round
-            let last = qp.sq_pi().wrapping_sub(wqebbs(case.nsge) as u16);
-            scq.requester(qpn, last, None, |at, bytes| {
-                assert!(heap.write(at, bytes), "CQ buffer reachable")
-            });
-            // Signalled WQEs before the last are reported too (completions are in order).
-            let mut got = 0;
-            for _ in 0..1_000_000 {
-                got += qp.poll(&mut wc).expect("poll");
-                if qp.outstanding() == 0 {
-                    break;
+        let mut cwc = [IbvWc::default(); 32];
+        let batch = case.batch as usize;
+        let mut wr_id = 0u64;
+
+        let wqe_blocks = wqebbs(case.nsge) as u16;
+        // One timed lap of ours.
+        macro_rules! lap_ours {
+            () => {{
+                let t = Instant::now();
+                if case.raw {
+                    post_lap::<_, true>(&mut qp, &bufs, &sges, per_lap, batch, remote, wr_id);
+                } else {
+                    post_lap::<_, false>(&mut qp, &bufs, &sges, per_lap, batch, remote, wr_id);
                 }
-            }
-            assert_eq!(got, per_round / case.batch as usize, "one completion per batch");
-            assert_eq!(qp.outstanding(), 0, "one CQE retires the round");
-        };
-        let mut run_c = || {
+                let e = t.elapsed();
+                wr_id += per_lap as u64;
+                e
+            }};
+        }
+        // The device for ours, untimed: one CQE for the last WQE retires the lap.
+        macro_rules! retire_ours {
+            () => {{
+                let last = qp.sq_pi().wrapping_sub(wqe_blocks);
+                retire(&mut qp, &mut scq, &heap, &mut wc, last, per_lap / batch);
+            }};
+        }
+        let lap_c = |cq: &mut CQp, wr_id: &mut u64| {
             let t = Instant::now();
-            // SAFETY: ring, dbrec and bar stand-in are live blocks of the sizes the C loop
-            // assumes; the SGE array outlives the call.
-            c_pi = unsafe {
-                c_post_mlx5dv(
-                    c_ring.cpu().as_ptr(),
-                    SQ as u32,
-                    c_dbrec.cpu().as_ptr().cast(),
-                    c_bar_mem.cpu().as_ptr().add(0x800).cast(),
-                    256,
-                    c_pi,
-                    per_round as u64,
-                    case.batch,
-                    sges.as_ptr(),
-                    sges.len() as u32,
-                    qpn.0,
-                    remote.addr,
-                    remote.rkey.0,
-                    case.bf as i32,
-                )
-            };
-            c.push(t.elapsed().as_nanos() as f64 / per_round as f64);
+            cq.post(per_lap, case.batch, &sges, remote, *wr_id);
+            let e = t.elapsed();
+            *wr_id += per_lap as u64;
+            e
         };
-        let mut run_floor = || {
+        // The device for the C loop, untimed, and its own poll loop.
+        let mut retire_c = |cq: &mut CQp| {
+            let last = cq.cur_post().wrapping_sub(u32::from(wqe_blocks)) as u16;
+            cq.complete(last, None);
+            let r = cq.reap(1, &mut cwc);
+            assert_eq!((r.n, r.errors), (1, 0), "the C loop reaps its CQE");
+        };
+        let lap_floor = |cq: &mut CQp| {
             let t = Instant::now();
-            // SAFETY: as above.
-            f_pi = unsafe {
-                c_post_floor(
-                    c_ring.cpu().as_ptr(),
-                    SQ as u32,
-                    c_dbrec.cpu().as_ptr().cast(),
-                    c_bar_mem.cpu().as_ptr().add(0x800).cast(),
-                    f_pi,
-                    per_round as u64,
-                    case.batch,
-                    wqebbs(case.nsge) as u32,
-                    ((2 + case.nsge) * 16) as u32,
-                )
-            };
-            floor.push(t.elapsed().as_nanos() as f64 / per_round as f64);
+            cq.floor(per_lap, case.batch, &sges, remote, case.bf);
+            t.elapsed()
         };
+
+        // Same bytes: one lap of each from block 0 over a poisoned ring.
+        poison(&heap, ours_ring, SQ * 64);
+        lap_ours!();
+        let mut ours_bytes = vec![0u8; lap_bytes];
+        assert!(heap.read(ours_ring, &mut ours_bytes), "our ring readable");
+        retire_ours!();
+        cq.poison_ring();
+        lap_c(&mut cq, &mut wr_id);
+        let c_bytes = cq.ring_bytes()[..lap_bytes].to_vec();
+        retire_c(&mut cq);
+        cq.poison_ring();
+        lap_floor(&mut cq);
+        let f_bytes = cq.ring_bytes()[..lap_bytes].to_vec();
+        assert!(ours_bytes == c_bytes, "{}: ours and the C loop wrote different WQEs", case.name);
+        assert!(f_bytes == c_bytes, "{}: the floor wrote different WQEs", case.name);
+
+        let (mut ours, mut c, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+        let per_round = (per_lap * laps) as f64;
+        let ns = |d: Duration| d.as_nanos() as f64 / per_round;
         // The three take turns going first, so that none always runs right after the same
         // neighbour (whose cache footprint, or the retiring of ours, it would inherit).
         for r in 0..rounds {
             for k in 0..3 {
+                let mut t = Duration::ZERO;
                 match (r + k) % 3 {
-                    0 => run_ours(),
-                    1 => run_c(),
-                    _ => run_floor(),
+                    0 => {
+                        for _ in 0..laps {
+                            t += lap_ours!();
+                            retire_ours!();
+                        }
+                        ours.push(ns(t));
+                    }
+                    1 => {
+                        for _ in 0..laps {
+                            t += lap_c(&mut cq, &mut wr_id);
+                            retire_c(&mut cq);
+                        }
+                        c.push(ns(t));
+                    }
+                    _ => {
+                        for _ in 0..laps {
+                            t += lap_floor(&mut cq);
+                        }
+                        floor.push(ns(t));
+                    }
                 }
             }
         }
-        black_box((c_pi, f_pi));
+        black_box(wr_id);
         let (o, cc, f) = (median(&mut ours), median(&mut c), median(&mut floor));
         println!("{:<16} {:>10.2} {:>10.2} {:>10.2}", case.name, o, cc, f);
         ratios.push((case.name, o / cc, o / f));
+        if f < o && f < cc {
+            honest += 1;
+        } else {
+            losers.push(format!(
+                "FLOOR NOT FASTEST: {}: floor {f:.2} ns/WQE, ours {o:.2}, c {cc:.2}",
+                case.name
+            ));
+        }
+        drop(qp);
     }
     for (name, rc, rf) in &ratios {
         println!("ratio ours/c {name}: {rc:.3}");
         println!("ratio ours/floor {name}: {rf:.3}");
     }
-    drop(qp);
-    // SAFETY: the C loops are done with these blocks.
-    unsafe {
-        heap.free(c_ring);
-        heap.free(c_dbrec);
-        heap.free(c_bar_mem);
+    for l in &losers {
+        println!("!!!!!!!! {l}");
     }
+    println!("floor fastest (an honest anchor) in {honest} of {} cases", ratios.len());
 }
 
-/// One timed round of ours: `n` writes of `bufs` in batches of `batch`, the last of each
-/// batch signalled; `RAW` posts the raw `Sge`s instead of `bufs`. A function of its own, one
-/// per form, as the C loops are, so that its registers are its own rather than shared with
+fn poison(heap: &HeapDma, at: rdma_pmd::BusAddr, len: usize) {
+    assert!(heap.write(at, &vec![0xa5; len]), "ring writable");
+}
+
+/// Play the device for ours: one requester CQE for the WQE at `last`, then poll until the
+/// lap is retired (`expect` completions: every batch's signalled WQE is reported).
+fn retire<'r, Q: SendQueue<'r>>(
+    qp: &mut Q,
+    scq: &mut CqWriter,
+    heap: &HeapDma,
+    wc: &mut [Completion],
+    last: u16,
+    expect: usize,
+) {
+    scq.requester(qp.qp_num(), last, None, |at, bytes| {
+        assert!(heap.write(at, bytes), "CQ buffer reachable")
+    });
+    let mut got = 0;
+    for _ in 0..1_000_000 {
+        got += qp.poll(wc).expect("poll");
+        if qp.outstanding() == 0 {
+            break;
+        }
+    }
+    assert_eq!(got, expect, "one completion per batch");
+    assert_eq!(qp.outstanding(), 0, "one CQE retires the lap");
+}
+
+/// One timed lap of ours: `n` writes of `bufs` in batches of `batch`, the last of each batch
+/// signalled; `RAW` posts the raw `Sge`s instead of `bufs`. A function of its own, one per
+/// form, as the C loops are, so that its registers are its own rather than shared with
 /// everything `main` keeps alive, and its loop carries no test of the form.
 #[inline(never)]
-fn post_round<'r, Q: SendQueue<'r>, const RAW: bool>(
+fn post_lap<'r, Q: SendQueue<'r>, const RAW: bool>(
     qp: &mut Q,
     bufs: &[LocalBuf<'r>],
     sges: &[Sge],
     n: usize,
     batch: usize,
-    remote: rdma_pmd::RemoteBuf,
+    remote: RemoteBuf,
+    mut wr_id: u64,
 ) {
     let mut left = n;
     while left > 0 {
@@ -240,12 +270,12 @@ fn post_round<'r, Q: SendQueue<'r>, const RAW: bool>(
             if RAW {
                 // SAFETY: the SGEs name a region registered and alive for the whole run.
                 let source = unsafe { rdma_pmd::Source::raw(sges) };
-                let req =
-                    rdma_pmd::WriteRequest { wr_id: k as u64, source, flags, remote, imm: None };
+                let req = rdma_pmd::WriteRequest { wr_id, source, flags, remote, imm: None };
                 b.post(&req).expect("post");
             } else {
-                b.post_writev(k as u64, bufs, flags, remote).expect("post");
+                b.post_writev(wr_id, bufs, flags, remote).expect("post");
             }
+            wr_id += 1;
         }
         b.commit();
         left -= n;

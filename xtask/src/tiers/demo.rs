@@ -1,12 +1,12 @@
-//! `cargo xtask demo`, `cargo xtask bench post`, and tier `model` (the driver end to end on the
-//! mlx5 device model, in release mode, soak included).
+//! `cargo xtask demo`, `cargo xtask bench post`, `cargo xtask bench poll`, and tier `model`
+//! (the driver end to end on the mlx5 device model, in release mode, soak included).
 
 use super::Outcome;
 use crate::util;
 
 /// Run a binary of the examples package in release mode with `args`. The demo builds without
 /// the package's default features (the rxe backend, the C loops), so it needs nothing from the
-/// host but the Rust toolchain; the benchmark checks for what its C loops need first.
+/// host but the Rust toolchain; the benchmarks check for what their C loops need first.
 fn run_example(bin: &str, args: &[String]) -> bool {
     let mut cmd = util::cargo();
     cmd.args(["run", "--release", "--quiet", "-p", "rdma-pmd-examples", "--bin", bin]);
@@ -36,6 +36,11 @@ pub fn demo(args: &[String]) -> bool {
 /// `cargo xtask bench post`.
 pub fn bench_post(args: &[String]) -> bool {
     run_example("bench_post", args)
+}
+
+/// `cargo xtask bench poll`.
+pub fn bench_poll(args: &[String]) -> bool {
+    run_example("bench_poll", args)
 }
 
 /// Tier `model`: the end-to-end tests of the mlx5 driver on the device model, and the device
