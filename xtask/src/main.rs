@@ -4,7 +4,7 @@
 //! * `test [--tier NAME]` — every test tier, or one, ending with a `N passed, N failed` line;
 //! * `vectors FILE...` — run mlx5 conformance vector files through the project's builders;
 //! * `nostd` — build and run the freestanding no_std link check;
-//! * `bench post|rxe` — side-by-side benchmarks;
+//! * `bench post|poll|rxe` — side-by-side benchmarks;
 //! * `ifc [--header PATH] [--check]` — regenerate the mlx5 command layouts from `mlx5_ifc.h`.
 
 #![allow(dead_code)] // helpers shared by tiers that are added over time
@@ -23,7 +23,7 @@ fn usage() -> ExitCode {
          \x20 test [--tier NAME]                      run every test tier, or one: {}\n\
          \x20 vectors FILE...                         run mlx5 conformance vectors\n\
          \x20 nostd                                   freestanding no_std link check\n\
-         \x20 bench post|rxe [--rounds N] [--sizes L]  side-by-side benchmarks (options: rxe)",
+         \x20 bench post|poll|rxe [--rounds N] [--sizes L]  side-by-side benchmarks (options: rxe)",
         tiers::names().join(", ")
     );
     ExitCode::from(2)
