@@ -15,16 +15,18 @@
 //! each variant, the two taking turns going first; the figure per case is the median of the
 //! rounds' ns per CQE.
 
+mod bench_util;
 mod c_mlx5;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use bench_util::Dev;
 use c_mlx5::{CQp, IbvWc, Reaped};
 use rdma_pmd::{Completion, LocalBuf, PostWrite, QpNum, RemoteBuf, SendFlags, SendQueue, Sge};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_mlx5::control::Access;
-use rdma_pmd_mlx5::device::{Mlx5, SharedDma};
+use rdma_pmd_mlx5::device::SharedDma;
 use rdma_pmd_mlx5::testing::{CqWriter, NullControl};
 use rdma_pmd_mlx5::Syndrome;
 
@@ -91,21 +93,9 @@ impl Kind {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    v[v.len() / 2]
-}
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
-}
-
 fn main() {
-    let rounds = env("BENCH_ROUNDS", 200);
-    let laps = env("BENCH_LAPS", 16).max(1);
-    let heap = HeapDma::new();
-    let dev = Mlx5::open(MemBar::new(64 * 4096), SharedDma(heap.clone()), NullControl::default())
-        .expect("open");
+    let (rounds, laps) = bench_util::rounds_and_laps();
+    let (heap, dev) = bench_util::device();
     let src = dev.reg(64, Access::LOCAL_WRITE).expect("register source");
     let dst = dev.reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).expect("register dest");
     let remote = dst.remote(0);
@@ -191,7 +181,7 @@ fn main() {
             }
         }
         black_box(wr_id);
-        let (o, cc) = (median(&mut ours), median(&mut c));
+        let (o, cc) = (bench_util::median(&mut ours), bench_util::median(&mut c));
         println!("{:<12} {:>6} {:>10.2} {:>10.2}", case.name, cqes, o, cc);
         ratios.push((case.name, o / cc));
         drop(qp);
@@ -203,7 +193,6 @@ fn main() {
     }
 }
 
-type Dev = Mlx5<MemBar, SharedDma<std::sync::Arc<HeapDma>>, NullControl>;
 type OurQp<'d> =
     rdma_pmd_mlx5::Qp<'d, MemBar, SharedDma<std::sync::Arc<HeapDma>>, NullControl, SQ, 16>;
 

@@ -17,6 +17,7 @@
 //! the median of the rounds' ns/WQE. The floor must be the fastest variant of every case: the
 //! bench says loudly where it is not (it never fails on timing).
 
+mod bench_util;
 mod c_mlx5;
 
 use std::hint::black_box;
@@ -24,10 +25,9 @@ use std::time::{Duration, Instant};
 
 use c_mlx5::{CQp, IbvWc};
 use rdma_pmd::{Completion, LocalBuf, PostWrite, QpNum, RemoteBuf, SendFlags, SendQueue, Sge};
-use rdma_pmd_hal::mem::{HeapDma, MemBar};
+use rdma_pmd_hal::mem::HeapDma;
 use rdma_pmd_mlx5::control::Access;
-use rdma_pmd_mlx5::device::{Mlx5, SharedDma};
-use rdma_pmd_mlx5::testing::{CqWriter, NullControl};
+use rdma_pmd_mlx5::testing::CqWriter;
 
 const SQ: usize = 1024;
 
@@ -53,21 +53,9 @@ fn wqebbs(nsge: usize) -> usize {
     (2 + nsge).div_ceil(4)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    v[v.len() / 2]
-}
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
-}
-
 fn main() {
-    let rounds = env("BENCH_ROUNDS", 200);
-    let laps = env("BENCH_LAPS", 16).max(1);
-    let heap = HeapDma::new();
-    let dev = Mlx5::open(MemBar::new(64 * 4096), SharedDma(heap.clone()), NullControl::default())
-        .expect("open");
+    let (rounds, laps) = bench_util::rounds_and_laps();
+    let (heap, dev) = bench_util::device();
     let src = dev.reg(16 * 64, Access::LOCAL_WRITE).expect("register source");
     let dst = dev.reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).expect("register dest");
     let remote = dst.remote(0);
@@ -196,7 +184,11 @@ fn main() {
             }
         }
         black_box(wr_id);
-        let (o, cc, f) = (median(&mut ours), median(&mut c), median(&mut floor));
+        let (o, cc, f) = (
+            bench_util::median(&mut ours),
+            bench_util::median(&mut c),
+            bench_util::median(&mut floor),
+        );
         println!("{:<16} {:>10.2} {:>10.2} {:>10.2}", case.name, o, cc, f);
         ratios.push((case.name, o / cc, o / f));
         if f < o && f < cc {
