@@ -167,6 +167,8 @@ pub struct Qp<'r, M: Mmio, D: Dma, C: Control, const SQ: usize = 256, const RQ: 
     pub(crate) sq_off: usize,
     pub(crate) sq: SendRing<'r, SQ>,
     rq: RecvRing<RQ>,
+    /// A receive fault found after completions were written, for the next `poll_recv`.
+    recv_fault: Option<Error>,
     pub(crate) mem: ManuallyDrop<Mem>,
 }
 
@@ -328,6 +330,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
             sq_off,
             sq,
             rq: RecvRing::new(0),
+            recv_fault: None,
             mem: ManuallyDrop::new(mem),
         };
         b.uar = None;
@@ -443,8 +446,12 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
     /// Reap receive completions into `out`; returns how many were written. Never blocks.
     ///
     /// A CQE the device should not have written (for another QP, a send opcode, or with no
-    /// receive posted) is consumed and reported as an error; the receive ring does not move.
+    /// receive posted) is consumed and reported as an error, after the completions before it
+    /// (the next call returns it); the receive ring does not move.
     pub fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
+        if let Some(e) = self.recv_fault.take() {
+            return Err(e);
+        }
         let mut n = 0;
         let mut res = Ok(());
         while n < out.len() {
@@ -461,7 +468,14 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
             }
         }
         self.mem.rcq.publish();
-        res.map(|()| n)
+        // As for sends: completions before a fault first, the fault with the next call.
+        match res {
+            Err(e) if n > 0 => {
+                self.recv_fault = Some(e);
+                Ok(n)
+            }
+            res => res.map(|()| n),
+        }
     }
 }
 

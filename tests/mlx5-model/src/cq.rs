@@ -24,7 +24,7 @@ use crate::cqe::{CqeRepr, CQE_LEN, OP_OWN};
 
 /// First byte of the CQE's last 8-byte word, the one holding `op_own`: written last, whole.
 const OWNER_WORD: usize = OP_OWN & !7;
-use crate::model::Shared;
+use crate::model::{CqeFault, Shared};
 use crate::objects::Cq;
 
 /// Write `repr` as the next CQE of `cq` (number `cqn`). False if it was dropped.
@@ -33,6 +33,24 @@ pub(crate) fn push(sh: &Shared, cqn: u32, cq: &mut Cq, mut repr: CqeRepr) -> boo
         bump(&sh.stats.cq_overflows);
         return false;
     }
+    let fault = sh.cqe_fault.lock().expect("model state poisoned").take();
+    match fault {
+        Some(CqeFault::Qpn(qpn)) => repr.qpn = qpn,
+        Some(CqeFault::WqeCounter(c)) => repr.wqe_counter = c,
+        Some(CqeFault::Opcode(op)) => repr.opcode = op,
+        Some(CqeFault::Twice) | None => {}
+    }
+    if !write(sh, cqn, cq, &mut repr) {
+        return false;
+    }
+    if fault == Some(CqeFault::Twice) {
+        return write(sh, cqn, cq, &mut repr);
+    }
+    true
+}
+
+/// Write `repr` at the CQ's producer index, checked against its consumer index.
+fn write(sh: &Shared, cqn: u32, cq: &mut Cq, repr: &mut CqeRepr) -> bool {
     let size = 1u32 << cq.log_size;
     let Some(ci) = sh.read_be32(cq.dbrec) else {
         sh.note(0, None, Reason::DmaFault { bus: cq.dbrec, len: 4 });

@@ -73,6 +73,22 @@ pub(crate) struct Shared {
     pub thread: OnceLock<Thread>,
     /// The firmware started on this model, if any: it owns BAR0 page 0 and the EQ doorbells.
     pub fw: OnceLock<std::sync::Weak<crate::fw::FwShared>>,
+    /// A contract the model breaks on the next CQE it writes ([`Model::break_next_cqe`]).
+    pub cqe_fault: Mutex<Option<CqeFault>>,
+}
+
+/// A way the model breaks the CQE contract once, so that tests can watch the driver refuse
+/// it: what a faulty or hostile HCA could write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqeFault {
+    /// The CQE names another QP.
+    Qpn(u32),
+    /// The CQE names this WQE counter instead of the completed WQE's.
+    WqeCounter(u16),
+    /// The CQE carries this opcode.
+    Opcode(crate::codes::CqeOpcode),
+    /// The CQE is written twice: a second completion for the same work.
+    Twice,
 }
 
 impl Shared {
@@ -157,6 +173,7 @@ impl Model {
             stop: AtomicBool::new(false),
             thread: OnceLock::new(),
             fw: OnceLock::new(),
+            cqe_fault: Mutex::new(None),
         });
         if let Some(w) = &cfg.wire {
             w.attach(&shared)?;
@@ -211,6 +228,11 @@ impl Model {
     /// The state of QP `qpn`, if it exists.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
         self.shared.dev().qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// Break the CQE contract once: the next CQE the model writes, on any CQ, carries `fault`.
+    pub fn break_next_cqe(&self, fault: CqeFault) {
+        *self.shared.cqe_fault.lock().expect("model state poisoned") = Some(fault);
     }
 
     /// Whether CQ `cqn` is in error (overflowed), if it exists.

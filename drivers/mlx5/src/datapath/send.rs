@@ -190,6 +190,9 @@ pub struct SendRing<'r, const N: usize> {
     outstanding: u32,
     in_error: bool,
     pending: Option<Pending>,
+    /// A fault found by a poll that had already written completions: returned by the next
+    /// poll, so that those completions reach the caller.
+    fault: Option<Error>,
     /// The `wr_id` of the WQE starting at each slot.
     wr_ids: [u64; N],
     /// The first region the WQE starting at each slot reads (the only one in the common
@@ -225,6 +228,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             outstanding: 0,
             in_error: false,
             pending: None,
+            fault: None,
             wr_ids: [0; N],
             firsts: [None; N],
             meta: [Meta(0); N],
@@ -844,6 +848,9 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
 
     #[inline]
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        if let Some(e) = self.sq.fault.take() {
+            return Err(e);
+        }
         let mut n = 0;
         let res = loop {
             match self.sq.drain(&mut out[n..], self.qpn) {
@@ -869,7 +876,15 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
         if self.sq.in_error() {
             self.state = QpState::Error;
         }
-        res
+        // Completions written before a fault are reported now, the fault with the next poll:
+        // every request's completion reaches the caller exactly once.
+        match res {
+            Err(e) if n > 0 => {
+                self.sq.fault = Some(e);
+                Ok(n)
+            }
+            res => res,
+        }
     }
 
     fn outstanding(&self) -> u32 {

@@ -260,3 +260,22 @@ fn a_forgotten_qp_keeps_its_regions_busy_and_their_memory() {
     // The region's block (and the QP's rings) stay allocated after the region's drop.
     assert_eq!(r.dma.live_blocks(), blocks_before);
 }
+
+/// A poll that meets a bogus CQE after good ones returns the good completions first and the
+/// fault on the next call: returning the fault at once lost completions the driver had
+/// already retired (found by the end-to-end fault tests on the model).
+#[test]
+fn completions_before_a_fault_reach_the_caller() {
+    let r = rig(9);
+    let a = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<16>(&r);
+    qp.post_write(1, a.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+    hw.send_cqe(0, None);
+    hw.send_cqe(0, None); // the same WQE again: no longer outstanding
+    let mut out = [rdma_pmd::Completion::default(); 4];
+    assert_eq!(qp.poll(&mut out), Ok(1));
+    assert_eq!(out[0].wr_id, 1);
+    assert_eq!(qp.poll(&mut out), Err(DeviceFault::NotOutstanding { counter: 0 }.into()));
+    assert_eq!(qp.poll(&mut out), Ok(0));
+    assert_eq!((qp.outstanding(), a.usage().in_flight()), (0, 0));
+}
