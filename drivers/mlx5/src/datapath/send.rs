@@ -547,6 +547,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     }
 
     /// Take a requester CQE. Its completions come out of [`drain`](Self::drain).
+    #[inline]
     pub fn on_cqe(&mut self, cqe: &CqeRepr) -> Result<()> {
         debug_assert!(self.pending.is_none());
         if !matches!(cqe.opcode, CqeOpcode::Req | CqeOpcode::ReqErr) {

@@ -78,16 +78,19 @@ impl<T: AsRef<[u8]>> Cqe<T> {
     }
 
     /// `op_own` (byte 63).
+    #[inline]
     pub fn op_own(&self) -> u8 {
         self.b()[field::OP_OWN]
     }
 
     /// The CQE opcode (high nibble of `op_own`; `mlx5dv_get_cqe_opcode`).
+    #[inline]
     pub fn opcode(&self) -> CqeOpcode {
         CqeOpcode::from(self.op_own() >> 4)
     }
 
     /// The owner bit (bit 0 of `op_own`; `mlx5dv_get_cqe_owner`).
+    #[inline]
     pub fn owner(&self) -> bool {
         self.op_own() & 1 != 0
     }
@@ -98,62 +101,74 @@ impl<T: AsRef<[u8]>> Cqe<T> {
     }
 
     /// `srqn_uidx` (bytes 32..36, big-endian), all 32 bits.
+    #[inline]
     pub fn srqn_uidx(&self) -> u32 {
         be::get32(self.b(), field::SRQN_UIDX)
     }
 
     /// The user index: low 24 bits of `srqn_uidx` (CQE version 1).
+    #[inline]
     pub fn uidx(&self) -> u32 {
         self.srqn_uidx() & 0x00ff_ffff
     }
 
     /// `imm_inval_pkey` (bytes 36..40, big-endian).
+    #[inline]
     pub fn imm_inval_pkey(&self) -> u32 {
         be::get32(self.b(), field::IMM_INVAL_PKEY)
     }
 
     /// `byte_cnt` (bytes 44..48, big-endian).
+    #[inline]
     pub fn byte_cnt(&self) -> u32 {
         be::get32(self.b(), field::BYTE_CNT)
     }
 
     /// `timestamp` (bytes 48..56, big-endian). Meaningless in an error CQE, whose bytes 54/55
     /// hold the syndromes.
+    #[inline]
     pub fn timestamp(&self) -> u64 {
         be::get64(self.b(), field::TIMESTAMP)
     }
 
     /// `sop_drop_qpn` / `s_wqe_opcode_qpn` (bytes 56..60, big-endian).
+    #[inline]
     pub fn sop_drop_qpn(&self) -> u32 {
         be::get32(self.b(), field::SOP_DROP_QPN)
     }
 
     /// The send WQE opcode of a requester CQE (byte 56).
+    #[inline]
     pub fn s_wqe_opcode(&self) -> SendOpcode {
         SendOpcode::from(self.b()[field::SOP_DROP_QPN])
     }
 
     /// The QP number (bytes 57..60, big-endian, 24 bits).
+    #[inline]
     pub fn qpn(&self) -> QpNum {
         QpNum(self.sop_drop_qpn() & QpNum::MAX)
     }
 
     /// The counter of the completed WQE (bytes 60..62, big-endian).
+    #[inline]
     pub fn wqe_counter(&self) -> u16 {
         be::get16(self.b(), field::WQE_COUNTER)
     }
 
     /// The signature byte (byte 62).
+    #[inline]
     pub fn signature(&self) -> u8 {
         self.b()[field::SIGNATURE]
     }
 
     /// Error view: the vendor syndrome (byte 54), reported as `wc.vendor_err`.
+    #[inline]
     pub fn vendor_err_synd(&self) -> u8 {
         self.b()[field::VENDOR_ERR_SYND]
     }
 
     /// Error view: the syndrome (byte 55).
+    #[inline]
     pub fn syndrome(&self) -> Syndrome {
         Syndrome::from(self.b()[field::SYNDROME])
     }
@@ -231,6 +246,7 @@ pub struct CqeRepr {
 
 impl CqeRepr {
     /// Decode a CQE.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(cqe: &Cqe<T>) -> Result<CqeRepr> {
         cqe.check_len()?;
         let opcode = cqe.opcode();
@@ -251,6 +267,7 @@ impl CqeRepr {
 
     /// The completion status (`cq.c` `mlx5_parse_cqe`: success for `MLX5_CQE_REQ`,
     /// `mlx5_handle_error_cqe` for error CQEs).
+    #[inline]
     pub fn status(&self) -> WcStatus {
         match self.error {
             Some((s, _)) => s.wc_status(),
@@ -259,6 +276,7 @@ impl CqeRepr {
     }
 
     /// `wc.vendor_err`: the vendor syndrome of an error CQE, else 0.
+    #[inline]
     pub fn vendor_err(&self) -> u32 {
         self.error.map(|(_, v)| v as u32).unwrap_or(0)
     }
