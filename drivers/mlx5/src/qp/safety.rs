@@ -279,3 +279,18 @@ fn completions_before_a_fault_reach_the_caller() {
     assert_eq!(qp.poll(&mut out), Ok(0));
     assert_eq!((qp.outstanding(), a.usage().in_flight()), (0, 0));
 }
+
+/// A foreign handle: a buffer of another device's region, posted on this device's QP. Its
+/// region is counted like any other, so it cannot be deregistered or freed under the write.
+#[test]
+fn a_buffer_of_another_device_is_counted_like_our_own() {
+    let (r, other) = (rig(9), rig(9));
+    let theirs = other.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<16>(&r);
+    qp.post_write(1, theirs.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!(theirs.dereg(), Err(Error::RegionBusy { in_flight: 1 }));
+    hw.send_cqe(0, None);
+    assert_eq!(poll_all(&mut qp).len(), 1);
+    assert_eq!(theirs.usage().in_flight(), 0);
+    theirs.dereg().unwrap();
+}
