@@ -186,36 +186,22 @@ impl<'d, M: Mmio, D: Dma, C: Control> Region<'d, M, D, C> {
     /// Copy `out.len()` bytes starting at `off` out of the region.
     pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
         self.check(off, out.len())?;
-        // SAFETY: in bounds (checked); the block is valid for reads until drop.
-        unsafe { copy_from_dma(self.buf().cpu().as_ptr().add(off), out) };
+        self.buf().read_bytes(off, out);
         Ok(())
     }
 
     /// Copy `data` into the region at `off`.
     pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
         self.check(off, data.len())?;
-        // SAFETY: in bounds (checked); the block is valid for writes until drop.
-        unsafe { copy_to_dma(data, self.buf().cpu().as_ptr().add(off)) };
+        self.buf().write_bytes(off, data);
         Ok(())
     }
 
     /// Set every byte of the region to `byte`.
     pub fn fill(&self, byte: u8) {
-        let p = self.buf().cpu().as_ptr();
-        let word = u64::from_ne_bytes([byte; 8]);
-        let mut i = 0;
-        // The block is page aligned (allocated so), hence 8-byte aligned.
-        while i + 8 <= self.len {
-            // SAFETY: `i + 8 <= len`, the block is valid for writes and 8-byte aligned, and
-            // only ever accessed atomically (`access`), by us and by the device.
-            unsafe { access::store_u64(p.add(i).cast::<u64>(), word) };
-            i += 8;
-        }
-        while i < self.len {
-            // SAFETY: `i < len`; atomic as above.
-            unsafe { access::store_u8(p.add(i), byte) };
-            i += 1;
-        }
+        // SAFETY: the region's `len` bytes lie in its block (allocated at least that large),
+        // valid for writes until drop, and only ever accessed atomically, by us and the device.
+        unsafe { access::fill_bytes(self.buf().cpu().as_ptr(), self.len, byte) }
     }
 
     /// Deregister: destroy the memory key so neither the HCA nor a peer can reach the bytes
@@ -250,59 +236,5 @@ impl<M: Mmio, D: Dma, C: Control> Drop for Region<'_, M, D, C> {
         }
         // SAFETY: the key is destroyed and no QP that could read the block exists.
         unsafe { self.dev.dma().free(buf) };
-    }
-}
-
-/// Copy out of DMA memory with relaxed atomic loads (`access`), 8 bytes at a time where the
-/// source is aligned.
-///
-/// # Safety
-/// `src` must be valid for reads of `out.len()` bytes, which are only ever accessed atomically.
-unsafe fn copy_from_dma(src: *const u8, out: &mut [u8]) {
-    let n = out.len();
-    let mut i = 0;
-    while i < n && !(src as usize + i).is_multiple_of(8) {
-        // SAFETY: `i < n`; atomic-only memory (the caller's promise).
-        out[i] = unsafe { access::load_u8(src.add(i)) };
-        i += 1;
-    }
-    while i + 8 <= n {
-        // SAFETY: 8 bytes in range at an 8-aligned address; atomic-only memory.
-        let w = unsafe { access::load_u64(src.add(i).cast::<u64>()) };
-        out[i..i + 8].copy_from_slice(&w.to_ne_bytes());
-        i += 8;
-    }
-    while i < n {
-        // SAFETY: `i < n`; atomic-only memory.
-        out[i] = unsafe { access::load_u8(src.add(i)) };
-        i += 1;
-    }
-}
-
-/// Copy into DMA memory with relaxed atomic stores (`access`), 8 bytes at a time where the
-/// destination is aligned.
-///
-/// # Safety
-/// `dst` must be valid for writes of `data.len()` bytes, which are only ever accessed
-/// atomically.
-unsafe fn copy_to_dma(data: &[u8], dst: *mut u8) {
-    let n = data.len();
-    let mut i = 0;
-    while i < n && !(dst as usize + i).is_multiple_of(8) {
-        // SAFETY: `i < n`; atomic-only memory (the caller's promise).
-        unsafe { access::store_u8(dst.add(i), data[i]) };
-        i += 1;
-    }
-    while i + 8 <= n {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&data[i..i + 8]);
-        // SAFETY: 8 bytes in range at an 8-aligned address; atomic-only memory.
-        unsafe { access::store_u64(dst.add(i).cast::<u64>(), u64::from_ne_bytes(w)) };
-        i += 8;
-    }
-    while i < n {
-        // SAFETY: `i < n`; atomic-only memory.
-        unsafe { access::store_u8(dst.add(i), data[i]) };
-        i += 1;
     }
 }
