@@ -68,7 +68,7 @@ use core::mem::ManuallyDrop;
 use rdma_pmd::{Caps, Completion, Error, QpNum, Result};
 use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
 
-use crate::control::{Access, Control, Cqn, Path, QpParams, Transition, Uar};
+use crate::control::{Access, Control, Cqn, Path, QpParams, Service, Transition, Uar};
 use crate::datapath::cq::CqRing;
 use crate::datapath::recv::{RecvRing, STRIDE};
 use crate::datapath::send::SendRing;
@@ -275,6 +275,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
         let wq = b.wq.insert(dev.dma().alloc(sq_off + SQ * SEND_WQE_BB, page)?);
         let dbrec = b.dbrec.insert(dev.dma().alloc(64, 64)?);
         let params = QpParams {
+            service: Service::Rc,
             pd: dev.pd(),
             send_cq: b.scqn.expect("set above"),
             recv_cq: b.rcqn.expect("set above"),

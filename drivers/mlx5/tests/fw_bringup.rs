@@ -23,7 +23,7 @@ use rdma_pmd_mlx5::control::cmd::{CmdConfig, CmdError, CmdStatus};
 use rdma_pmd_mlx5::control::fw::FwControl;
 use rdma_pmd_mlx5::control::init_seg::HealthSyndrome;
 use rdma_pmd_mlx5::control::{
-    Access, Control, CqParams, Cqn, MkeyParams, Path, QpParams, Transition, Translation,
+    Access, Control, CqParams, Cqn, MkeyParams, Path, QpParams, Service, Transition, Translation,
 };
 use rdma_pmd_mlx5::{Mlx5, QpConfig, SharedDma};
 use rdma_pmd_mlx5_model::fw::{self, Firmware, FwConfig, HcaState, Opcode};
@@ -133,6 +133,7 @@ fn every_resource_through_firmware_commands() {
             .unwrap();
         let qp = ctl
             .create_qp(&QpParams {
+                service: Service::Rc,
                 pd,
                 send_cq: cq,
                 recv_cq: cq,
@@ -458,6 +459,7 @@ fn a_page_request_beyond_the_pool_is_refused_without_leaking() {
 /// at: every test that uses them has firmware refuse or keep `CREATE_QP` before it executes.
 fn qp_params(ctl: &mut FwControl<'_, '_>) -> QpParams {
     QpParams {
+        service: Service::Rc,
         uar: ctl.alloc_uar().unwrap(),
         pd: ctl.alloc_pd().unwrap(),
         send_cq: Cqn(1),

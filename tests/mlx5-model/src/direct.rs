@@ -152,6 +152,11 @@ impl Control for ModelControl {
             }
             Transition::ToErr => QpCmd::ToErr,
             Transition::ToRst => QpCmd::ToRst,
+            Transition::RstToInitUd { .. }
+            | Transition::InitToRtrUd
+            | Transition::RtrToRtsUd { .. } => {
+                return Err(Error::Unsupported("datagram QPs on the model"))
+            }
         };
         self.shared.modify_qp(qp.0, cmd)
     }

@@ -22,13 +22,16 @@ use rdma_pmd::{Error, QpNum};
 use crate::control::bringup::{Hca, HcaCaps, HcaError, FW_PAGE};
 use crate::control::cmd::Pas;
 use crate::control::{
-    Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path, Pdn, QpParams, Transition,
-    Translation, Uar,
+    Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path, Pdn, QpParams, Service,
+    Transition, Translation, Uar,
 };
 use crate::layout::ifc::{self, consts, generated::*};
 
 /// `MLX5_ZERO_LEN_RQ` (kernel `include/linux/mlx5/qp.h`): the QP has no receive queue.
 pub const ZERO_LEN_RQ: u64 = 0x3;
+/// `MLX5_ATOMIC_MODE_IB_COMP` (kernel `include/linux/mlx5/driver.h`): `qpc.atomic_mode` of a
+/// QP that serves IB-compatible 8-byte atomics.
+pub const ATOMIC_MODE_IB_COMP: u64 = 1;
 /// `qpc.qpn` of a memory key not bound to a QP.
 const MKEY_NO_QP: u64 = 0xff_ffff;
 /// Hop limit of RoCE v2 packets (the kernel's default for RC connections made by RDMA CM).
@@ -54,6 +57,7 @@ pub fn create_mkey_cmd(
     set(&mut c, mkc::LR, 1);
     set(&mut c, mkc::RW, p.access.contains(Access::REMOTE_WRITE) as u64);
     set(&mut c, mkc::RR, p.access.contains(Access::REMOTE_READ) as u64);
+    set(&mut c, mkc::A, p.access.contains(Access::REMOTE_ATOMIC) as u64);
     set(&mut c, mkc::QPN, MKEY_NO_QP);
     set(&mut c, mkc::MKEY_7_0, variant as u64);
     set(&mut c, mkc::PD, p.pd.0 as u64);
@@ -104,7 +108,7 @@ pub fn create_cq_cmd(
     Ok((c, Pas::Linear { base: p.buf.0, step: FW_PAGE as u64, count: pages }))
 }
 
-/// `CREATE_QP` for an RC QP.
+/// `CREATE_QP` for an RC, UD or GSI QP.
 pub fn create_qp_cmd(
     p: &QpParams,
     caps: &HcaCaps,
@@ -118,7 +122,12 @@ pub fn create_qp_cmd(
     let mut c: [u8; create_qp_in::SIZE] = input(consts::CMD_OP_CREATE_QP);
     let x = create_qp_in::QPC;
     let set = |c: &mut [u8], f: ifc::Field, v: u64| ifc::set(c, f.within(x), v);
-    set(&mut c, qpc::ST, consts::QPC_ST_RC.into());
+    let st = match p.service {
+        Service::Rc => consts::QPC_ST_RC,
+        Service::Ud => consts::QPC_ST_UD,
+        Service::Gsi => consts::QPC_ST_QP1,
+    };
+    set(&mut c, qpc::ST, st.into());
     set(&mut c, qpc::PM_STATE, consts::QPC_PM_STATE_MIGRATED.into());
     set(&mut c, qpc::PD, p.pd.0 as u64);
     set(&mut c, qpc::UAR_PAGE, p.uar.index as u64);
@@ -164,9 +173,15 @@ pub fn modify_qp_cmd(
     caps: &HcaCaps,
 ) -> Result<([u8; rst2init_qp_in::SIZE], usize), Error> {
     let (opcode, len) = match t {
-        Transition::RstToInit { .. } => (consts::CMD_OP_RST2INIT_QP, rst2init_qp_in::SIZE),
-        Transition::InitToRtr { .. } => (consts::CMD_OP_INIT2RTR_QP, init2rtr_qp_in::SIZE),
-        Transition::RtrToRts { .. } => (consts::CMD_OP_RTR2RTS_QP, rtr2rts_qp_in::SIZE),
+        Transition::RstToInit { .. } | Transition::RstToInitUd { .. } => {
+            (consts::CMD_OP_RST2INIT_QP, rst2init_qp_in::SIZE)
+        }
+        Transition::InitToRtr { .. } | Transition::InitToRtrUd => {
+            (consts::CMD_OP_INIT2RTR_QP, init2rtr_qp_in::SIZE)
+        }
+        Transition::RtrToRts { .. } | Transition::RtrToRtsUd { .. } => {
+            (consts::CMD_OP_RTR2RTS_QP, rtr2rts_qp_in::SIZE)
+        }
         Transition::ToErr => (consts::CMD_OP_2ERR_QP, qp_2err_in::SIZE),
         Transition::ToRst => (consts::CMD_OP_2RST_QP, qp_2rst_in::SIZE),
     };
@@ -182,6 +197,26 @@ pub fn modify_qp_cmd(
             set_path(&mut c, ads::VHCA_PORT_NUM, port as u64);
             set(&mut c, qpc::RWE, access.contains(Access::REMOTE_WRITE) as u64);
             set(&mut c, qpc::RRE, access.contains(Access::REMOTE_READ) as u64);
+            // The kernel's `to_mlx5_access_flags`: remote atomics need `rae` and an atomic
+            // mode; IB-compatible 8-byte atomics (`MLX5_ATOMIC_MODE_IB_COMP`, kernel
+            // `include/linux/mlx5/driver.h`) are what every ConnectX offers.
+            if access.contains(Access::REMOTE_ATOMIC) {
+                set(&mut c, qpc::RAE, 1);
+                set(&mut c, qpc::ATOMIC_MODE, ATOMIC_MODE_IB_COMP);
+            }
+        }
+        Transition::RstToInitUd { port, qkey } => {
+            // `__mlx5_ib_modify_qp` for UD/GSI: port, P_Key index 0 (the default P_Key
+            // 0xffff of a RoCE port) and the Q_Key.
+            set(&mut c, qpc::PM_STATE, consts::QPC_PM_STATE_MIGRATED.into());
+            set_path(&mut c, ads::VHCA_PORT_NUM, port as u64);
+            set(&mut c, qpc::Q_KEY, qkey as u64);
+        }
+        Transition::InitToRtrUd => {
+            set_path(&mut c, ads::VHCA_PORT_NUM, port as u64);
+        }
+        Transition::RtrToRtsUd { sq_psn } => {
+            set(&mut c, qpc::NEXT_SEND_PSN, (sq_psn & 0xff_ffff) as u64);
         }
         Transition::InitToRtr { remote_qpn, path: peer, mtu, rq_psn } => {
             if !(1..=5).contains(&mtu) {
@@ -359,9 +394,9 @@ impl Control for FwControl<'_, '_> {
         let caps = *self.hca.caps();
         let (c, len) = modify_qp_cmd(qp, t, self.port, &caps)?;
         let step = match t {
-            Transition::RstToInit { .. } => "RST2INIT_QP",
-            Transition::InitToRtr { .. } => "INIT2RTR_QP",
-            Transition::RtrToRts { .. } => "RTR2RTS_QP",
+            Transition::RstToInit { .. } | Transition::RstToInitUd { .. } => "RST2INIT_QP",
+            Transition::InitToRtr { .. } | Transition::InitToRtrUd => "INIT2RTR_QP",
+            Transition::RtrToRts { .. } | Transition::RtrToRtsUd { .. } => "RTR2RTS_QP",
             Transition::ToErr => "2ERR_QP",
             Transition::ToRst => "2RST_QP",
         };

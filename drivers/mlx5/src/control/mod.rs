@@ -23,6 +23,9 @@ bitflags::bitflags! {
         const REMOTE_WRITE = 1 << 1;
         /// Remote read (`rr`): a peer's RDMA READ may read the region.
         const REMOTE_READ = 1 << 2;
+        /// Remote atomic (`a`): a peer's compare-and-swap or fetch-and-add may target the
+        /// region (8 bytes, 8-aligned).
+        const REMOTE_ATOMIC = 1 << 3;
     }
 }
 
@@ -105,6 +108,8 @@ pub struct CqParams {
 /// `CREATE_QP` fields for an RC QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpParams {
+    /// Transport service (`qpc.st`).
+    pub service: Service,
     /// Protection domain.
     pub pd: Pdn,
     /// CQ for send completions.
@@ -143,6 +148,19 @@ pub enum Path {
     Loopback,
 }
 
+/// The transport service of a QP (`qpc.st` of `mlx5_ifc.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Service {
+    /// Reliable connected (`MLX5_QPC_ST_RC`).
+    #[default]
+    Rc,
+    /// Unreliable datagram (`MLX5_QPC_ST_UD`).
+    Ud,
+    /// The port's general services QP, QP1 (`MLX5_QPC_ST_QP1`): a UD QP that the device
+    /// reaches as destination QP 1, the one connection management talks to.
+    Gsi,
+}
+
 /// A QP state transition and its fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transition {
@@ -174,6 +192,21 @@ pub enum Transition {
         retry_cnt: u8,
         /// RNR retries.
         rnr_retry: u8,
+    },
+    /// `RST2INIT_QP` for a UD or GSI QP: its port and the Q_Key that incoming datagrams
+    /// must carry (QP1: 0x80010000).
+    RstToInitUd {
+        /// Physical port (1-based).
+        port: u8,
+        /// The QP's Q_Key.
+        qkey: u32,
+    },
+    /// `INIT2RTR_QP` for a UD or GSI QP: a datagram QP has no peer.
+    InitToRtrUd,
+    /// `RTR2RTS_QP` for a UD or GSI QP.
+    RtrToRtsUd {
+        /// First send PSN.
+        sq_psn: u32,
     },
     /// `2ERR_QP`: flush everything outstanding.
     ToErr,

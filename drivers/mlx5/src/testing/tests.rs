@@ -83,6 +83,7 @@ fn null_control_numbers_and_records_every_call_and_refuses_past_its_tables() {
     let cqn = c.create_cq(&CQ).unwrap();
     assert_eq!(c.cq(cqn), Some(CQ));
     let qp = crate::control::QpParams {
+        service: crate::control::Service::Rc,
         pd,
         send_cq: cqn,
         recv_cq: cqn,

@@ -1,7 +1,7 @@
 use rdma_pmd::{Errno, Error, QpNum};
 use rdma_pmd_hal::Dma;
 use rdma_pmd_mlx5::control::{
-    Access, Control, CqParams, MkeyParams, Path, QpParams, Transition, Translation,
+    Access, Control, CqParams, MkeyParams, Path, QpParams, Service, Transition, Translation,
 };
 
 use super::harness::*;
@@ -94,6 +94,7 @@ fn commands_check_their_fields() {
     einval(env.ctl.create_cq(&cq(4, b, d + 4)).map(|_| ()));
     let cqn = env.ctl.create_cq(&cq(4, b, d)).unwrap();
     let qp = |log_sq, stride, bb: u64| QpParams {
+        service: Service::Rc,
         pd: env.pd,
         send_cq: cqn,
         recv_cq: cqn,

@@ -7,8 +7,8 @@ use rdma_pmd::QpNum;
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{barrier, Dma, DmaBuf, Mmio};
 use rdma_pmd_mlx5::control::{
-    Access, Control, CqParams, Cqn, Mkey, MkeyParams, Path, Pdn, QpParams, Transition, Translation,
-    Uar,
+    Access, Control, CqParams, Cqn, Mkey, MkeyParams, Path, Pdn, QpParams, Service, Transition,
+    Translation, Uar,
 };
 
 use crate::{Model, ModelControl};
@@ -130,6 +130,7 @@ impl Env {
         let qpn = self
             .ctl
             .create_qp(&QpParams {
+                service: Service::Rc,
                 pd: self.pd,
                 send_cq: scq.cqn,
                 recv_cq: rcq.cqn,

@@ -176,6 +176,7 @@ fn create_cq_fields() {
 
 fn qp_params(rq: Option<u8>) -> QpParams {
     QpParams {
+        service: Service::Rc,
         pd: Pdn(3),
         send_cq: Cqn(7),
         recv_cq: Cqn(8),

@@ -591,6 +591,8 @@ pub mod qpc {
     pub const CQN_RCV: Field = Field::new(0x4e8, 0x18);
     pub const DBR_ADDR: Field = Field::new(0x500, 0x40);
     pub const RQ_TYPE: Field = Field::new(0x565, 0x3);
+    pub const Q_KEY: Field = Field::new(0x540, 0x20);
+    pub const ATOMIC_MODE: Field = Field::new(0x48c, 0x4);
 }
 
 /// `struct mlx5_ifc_create_qp_in_bits`.
@@ -789,6 +791,8 @@ pub mod consts {
     pub const TEARDOWN_HCA_IN_PROFILE_GRACEFUL_CLOSE: u16 = 0x0;
     pub const CAP_PORT_TYPE_ETH: u16 = 0x1;
     pub const QPC_ST_RC: u16 = 0x0;
+    pub const QPC_ST_UD: u16 = 0x2;
+    pub const QPC_ST_QP1: u16 = 0x8;
     pub const QPC_PM_STATE_MIGRATED: u16 = 0x3;
     pub const TIMESTAMP_FORMAT_FREE_RUNNING: u16 = 0x0;
     pub const TIMESTAMP_FORMAT_DEFAULT: u16 = 0x1;
@@ -1026,6 +1030,8 @@ pub const FIELDS: &[(&str, &str, Field)] = &[
     ("qpc", "cqn_rcv", qpc::CQN_RCV),
     ("qpc", "dbr_addr", qpc::DBR_ADDR),
     ("qpc", "rq_type", qpc::RQ_TYPE),
+    ("qpc", "q_key", qpc::Q_KEY),
+    ("qpc", "atomic_mode", qpc::ATOMIC_MODE),
     ("create_qp_in", "opcode", create_qp_in::OPCODE),
     ("create_qp_in", "uid", create_qp_in::UID),
     ("create_qp_in", "op_mod", create_qp_in::OP_MOD),
@@ -1178,6 +1184,8 @@ pub const CONSTS: &[(&str, u16)] = &[
     ("MLX5_TEARDOWN_HCA_IN_PROFILE_GRACEFUL_CLOSE", consts::TEARDOWN_HCA_IN_PROFILE_GRACEFUL_CLOSE),
     ("MLX5_CAP_PORT_TYPE_ETH", consts::CAP_PORT_TYPE_ETH),
     ("MLX5_QPC_ST_RC", consts::QPC_ST_RC),
+    ("MLX5_QPC_ST_UD", consts::QPC_ST_UD),
+    ("MLX5_QPC_ST_QP1", consts::QPC_ST_QP1),
     ("MLX5_QPC_PM_STATE_MIGRATED", consts::QPC_PM_STATE_MIGRATED),
     ("MLX5_TIMESTAMP_FORMAT_FREE_RUNNING", consts::TIMESTAMP_FORMAT_FREE_RUNNING),
     ("MLX5_TIMESTAMP_FORMAT_DEFAULT", consts::TIMESTAMP_FORMAT_DEFAULT),
