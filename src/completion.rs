@@ -117,6 +117,12 @@ code_enum! {
         RdmaWrite = 1,
         /// `IBV_WC_RDMA_READ`.
         RdmaRead = 2,
+        /// `IBV_WC_COMP_SWAP`: an atomic compare-and-swap.
+        CompSwap = 3,
+        /// `IBV_WC_FETCH_ADD`: an atomic fetch-and-add.
+        FetchAdd = 4,
+        /// `IBV_WC_RECV`: a receive consumed by a SEND (with or without immediate).
+        Recv = 128,
         /// `IBV_WC_RECV_RDMA_WITH_IMM`: responder side of a write with immediate.
         RecvRdmaWithImm = 129,
     }
@@ -144,15 +150,54 @@ pub struct Completion {
     pub byte_len: u32,
     /// The local QP the request was posted on (or received on).
     pub qp_num: QpNum,
-    /// Immediate data of a received RDMA WRITE WITH IMMEDIATE, as the number the writer
-    /// posted (`be32toh(ibv_wc.imm_data)` when `IBV_WC_WITH_IMM` is set); `None` otherwise.
+    /// Immediate data of a received SEND or RDMA WRITE WITH IMMEDIATE, as the number the
+    /// sender posted (`be32toh(ibv_wc.imm_data)` when `IBV_WC_WITH_IMM` is set); `None`
+    /// otherwise.
     pub imm: Option<u32>,
+    /// The sending QP of a received datagram (`ibv_wc.src_qp`; UD and GSI receives only).
+    pub src_qp: QpNum,
+    /// A received datagram's first 40 bytes hold a GRH (`IBV_WC_GRH`).
+    pub grh: bool,
+}
+
+bitflags::bitflags! {
+    /// `enum ibv_wc_flags`, the bits a completion of this API can carry.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct WcFlags: u32 {
+        /// `IBV_WC_GRH`: the receive buffer starts with a 40-byte GRH.
+        const GRH = 1 << 0;
+        /// `IBV_WC_WITH_IMM`: `imm` is valid.
+        const WITH_IMM = 1 << 1;
+    }
 }
 
 impl Completion {
     /// A completion with status and opcode set and everything else zero.
     pub const fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: QpNum) -> Self {
-        Self { wr_id, status, opcode, vendor_err: 0, byte_len: 0, qp_num, imm: None }
+        Self {
+            wr_id,
+            status,
+            opcode,
+            vendor_err: 0,
+            byte_len: 0,
+            qp_num,
+            imm: None,
+            src_qp: QpNum(0),
+            grh: false,
+        }
+    }
+
+    /// `ibv_wc.wc_flags`: [`WcFlags::GRH`] and [`WcFlags::WITH_IMM`] as the fields say.
+    #[inline]
+    pub const fn flags(&self) -> WcFlags {
+        let mut bits = 0;
+        if self.grh {
+            bits |= WcFlags::GRH.bits();
+        }
+        if self.imm.is_some() {
+            bits |= WcFlags::WITH_IMM.bits();
+        }
+        WcFlags::from_bits_retain(bits)
     }
 }
 
@@ -165,6 +210,31 @@ impl Default for Completion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn opcode_and_flag_numbers_match_ibv_wc() {
+        // <infiniband/verbs.h>: enum ibv_wc_opcode, enum ibv_wc_flags.
+        let ops = [
+            (WcOpcode::Send, 0),
+            (WcOpcode::RdmaWrite, 1),
+            (WcOpcode::RdmaRead, 2),
+            (WcOpcode::CompSwap, 3),
+            (WcOpcode::FetchAdd, 4),
+            (WcOpcode::Recv, 128),
+            (WcOpcode::RecvRdmaWithImm, 129),
+        ];
+        for (op, n) in ops {
+            assert_eq!(u32::from(op), n);
+            assert_eq!(WcOpcode::from(n), op);
+        }
+        assert_eq!(WcFlags::GRH.bits(), 1);
+        assert_eq!(WcFlags::WITH_IMM.bits(), 2);
+        let mut c = Completion::default();
+        assert_eq!(c.flags(), WcFlags::empty());
+        c.imm = Some(7);
+        c.grh = true;
+        assert_eq!(c.flags(), WcFlags::GRH | WcFlags::WITH_IMM);
+    }
 
     #[test]
     fn status_numbers_match_ibv_wc_status() {

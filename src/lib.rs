@@ -23,8 +23,10 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod access;
 pub mod addr;
 pub mod completion;
+pub mod dest;
 pub mod error;
 pub mod flags;
 pub mod post;
@@ -32,10 +34,14 @@ pub mod region;
 pub mod ring;
 pub mod sge;
 
-pub use addr::{BusAddr, Lkey, QpNum, RemoteBuf, Rkey};
-pub use completion::{Completion, WcOpcode, WcStatus};
+pub use addr::{BusAddr, Gid, Lkey, Mac, QpNum, RemoteBuf, Rkey, RoceAddr, UdDest, GSI_QKEY};
+pub use completion::{Completion, WcFlags, WcOpcode, WcStatus};
+pub use dest::{Dest, DestBuf, DestKind, DestList, Pending, QueueId, Refused, Retired, Side};
 pub use error::{DeviceFault, Errno, Error, FirmwareFault, Result};
 pub use flags::SendFlags;
-pub use post::{Batch, Caps, PostWrite, SendQueue, Source, WriteRequest};
+pub use post::{
+    AtomicOp, Batch, Caps, Post, Posted, RecvCaps, RecvQueue, SendOp, SendQueue, SendRequest,
+    Source,
+};
 pub use region::{LocalBuf, RegionUse};
 pub use sge::Sge;

@@ -1,7 +1,7 @@
 //! The busy-poll writev load generator, generic over the core posting API.
 //!
 //! The same loop drives every backend (the mlx5 driver on its device model or on VFIO, the rxe
-//! shim): it only needs a [`PostWrite`] queue, a pool of registered source buffers, a registered
+//! shim): it only needs a [`Post`] queue, a pool of registered source buffers, a registered
 //! destination the caller can read back, and the destination's remote address.
 //!
 //! Each write `i` gathers `[stamp_i, pattern pieces...]` into destination slot `i % slots`:
@@ -14,8 +14,8 @@
 use std::time::{Duration, Instant};
 
 use rdma_pmd::{
-    Completion, Error, LocalBuf, PostWrite, RemoteBuf, Result, SendFlags, SendQueue, WcStatus,
-    WriteRequest,
+    Completion, Error, LocalBuf, Post, RemoteBuf, Result, SendFlags, SendQueue, SendRequest,
+    WcStatus,
 };
 
 /// What to run.
@@ -233,13 +233,13 @@ pub fn run<'r, Q: SendQueue<'r> + ?Sized>(
                     sgl.clear();
                     sgl.push(bufs.stamps[cell]);
                     sgl.extend_from_slice(&bufs.pieces[..pieces]);
-                    b.post(&WriteRequest {
-                        wr_id: i,
-                        source: rdma_pmd::Source::sgl(&sgl),
+                    b.post(&SendRequest::write(
+                        i,
+                        rdma_pmd::Source::sgl(&sgl),
                         flags,
                         remote,
-                        imm: None,
-                    })?;
+                        None,
+                    ))?;
                 }
                 if flags.contains(SendFlags::SIGNALED) {
                     let from = pending.back().map(|p| p.last + 1).unwrap_or(first.max(completed));

@@ -24,7 +24,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-pub mod access;
+pub use rdma_pmd::access;
 pub mod baremetal;
 pub mod barrier;
 mod clock;

@@ -5,7 +5,7 @@
 //!                      int flags, uint64_t remote_addr, uint32_t rkey);
 //! ```
 //!
-//! becomes [`PostWrite::post_writev`]`(context, sgl, flags, RemoteBuf { addr, rkey })`:
+//! becomes [`Post::post_writev`]`(context, sgl, flags, RemoteBuf { addr, rkey })`:
 //! `context` comes back as [`Completion::wr_id`](crate::Completion::wr_id), errors carry the errno
 //! librdmacm would set, and the SGEs are [`LocalBuf`]s borrowed from registered regions, so the
 //! buffers outlive the request (see [`crate::region`]).
@@ -24,15 +24,16 @@
 //! Semantics copied from rdma-core:
 //! * zero SGEs is a valid zero-length RDMA WRITE; zero-length SGEs are skipped by mlx5;
 //! * with [`SendFlags::INLINE`] the bytes are copied into the request at post time and need no
-//!   registration ([`PostWrite::post_write_inline`]); with registered buffers and `INLINE`, the
+//!   registration ([`Post::post_write_inline`]); with registered buffers and `INLINE`, the
 //!   registered bytes are copied the same way;
 //! * a batch is `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete` (one doorbell) and dropping it
 //!   uncommitted is `ibv_wr_abort`.
 
 use core::marker::PhantomData;
 
-use crate::addr::{QpNum, RemoteBuf};
+use crate::addr::{QpNum, RemoteBuf, UdDest};
 use crate::completion::Completion;
+use crate::dest::{Dest, DestBuf, DestList, Pending, QueueId, Refused, Retired, Side};
 use crate::error::{Error, Result};
 use crate::flags::SendFlags;
 use crate::region::LocalBuf;
@@ -159,47 +160,176 @@ fn bounce(p: *const u8, len: usize, f: &mut impl FnMut(&[u8])) {
         // SAFETY: `p` is readable for `len` bytes: a `LocalBuf`'s pointer is, by
         // `LocalBuf::from_raw_parts`' contract, for as long as the buffer is borrowed (it is,
         // by the source), and a raw element's address is, by `Source::raw`'s contract, for the
-        // duration of the post. The copy forms no reference into that memory.
+        // duration of the post. The copy is made of atomic accesses (a peer may be writing the
+        // region) and forms no reference into that memory.
         #[allow(unsafe_code)]
         unsafe {
-            core::ptr::copy_nonoverlapping(p.add(done), buf.as_mut_ptr(), n)
+            crate::access::load_bytes(p.add(done), &mut buf[..n])
         };
         f(&buf[..n]);
         done += n;
     }
 }
 
-/// One RDMA WRITE (or WRITE WITH IMMEDIATE) request: `ibv_send_wr` restricted to writes.
+/// What a send-queue request does (`ibv_send_wr.opcode` and the fields it uses).
 #[derive(Clone, Copy, Debug)]
-pub struct WriteRequest<'a, 'r> {
-    /// Comes back as the completion's `wr_id` (`context` of `rdma_post_writev`).
-    pub wr_id: u64,
-    /// The payload.
-    pub source: Source<'a, 'r>,
-    /// `ibv_send_flags`.
-    pub flags: SendFlags,
-    /// Where it goes.
-    pub remote: RemoteBuf,
-    /// Immediate data for `IBV_WR_RDMA_WRITE_WITH_IMM`: a number, sent big-endian, that the
-    /// peer reads back as `be32toh(wc.imm_data)`.
-    pub imm: Option<u32>,
+pub enum SendOp<'a, 'r> {
+    /// `IBV_WR_RDMA_WRITE`, or `IBV_WR_RDMA_WRITE_WITH_IMM` with `imm`.
+    Write {
+        /// The payload.
+        source: Source<'a, 'r>,
+        /// Where it goes.
+        remote: RemoteBuf,
+        /// Immediate data: a number, sent big-endian, that the peer reads back as
+        /// `be32toh(wc.imm_data)`.
+        imm: Option<u32>,
+    },
+    /// `IBV_WR_SEND`, or `IBV_WR_SEND_WITH_IMM` with `imm`; to a datagram destination on a UD
+    /// or GSI queue pair.
+    Send {
+        /// The payload.
+        source: Source<'a, 'r>,
+        /// Immediate data, as for writes.
+        imm: Option<u32>,
+        /// The destination of a datagram (UD and GSI queue pairs only).
+        ud: Option<UdDest>,
+    },
+    /// `IBV_WR_RDMA_READ`: the remote bytes are scattered into `dest`.
+    Read {
+        /// Where the bytes land.
+        dest: Dest<'a, 'r>,
+        /// What is read.
+        remote: RemoteBuf,
+    },
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP` or `IBV_WR_ATOMIC_FETCH_AND_ADD` on the 8 bytes at `remote`
+    /// (8-aligned); the value found there is written into the first 8 bytes of `dest`.
+    Atomic {
+        /// Where the original value lands (one element of at least 8 bytes).
+        dest: Dest<'a, 'r>,
+        /// The remote 8 bytes.
+        remote: RemoteBuf,
+        /// Which operation, with its operands.
+        op: AtomicOp,
+    },
 }
 
-impl WriteRequest<'_, '_> {
-    /// The request's payload is copied inline: either the flag asks for it or the source is
-    /// plain bytes.
+/// The two atomics of the verbs (8 bytes each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Store `swap` if the remote value equals `compare`.
+    CompareSwap {
+        /// The value expected.
+        compare: u64,
+        /// The value stored on a match.
+        swap: u64,
+    },
+    /// Add `add` to the remote value.
+    FetchAdd {
+        /// The addend.
+        add: u64,
+    },
+}
+
+/// Bytes an atomic reads and writes.
+pub const ATOMIC_LEN: u32 = 8;
+
+/// One send-queue request: `ibv_send_wr` for the operations this API posts.
+#[derive(Clone, Copy, Debug)]
+pub struct SendRequest<'a, 'r> {
+    /// Comes back as the completion's `wr_id` (`context` of `rdma_post_writev`).
+    pub wr_id: u64,
+    /// `ibv_send_flags`.
+    pub flags: SendFlags,
+    /// The operation.
+    pub op: SendOp<'a, 'r>,
+}
+
+impl<'a, 'r> SendRequest<'a, 'r> {
+    /// An RDMA WRITE (with immediate if `imm` is set).
+    #[inline(always)]
+    pub const fn write(
+        wr_id: u64,
+        source: Source<'a, 'r>,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Self {
+        SendRequest { wr_id, flags, op: SendOp::Write { source, remote, imm } }
+    }
+
+    /// The payload of a WRITE or SEND.
+    #[inline(always)]
+    pub fn source(&self) -> Option<&Source<'a, 'r>> {
+        match &self.op {
+            SendOp::Write { source, .. } | SendOp::Send { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// The request's payload is copied inline: a WRITE or SEND whose flag asks for it or whose
+    /// source is plain bytes.
     #[inline]
     pub fn is_inline(&self) -> bool {
-        self.flags.contains(SendFlags::INLINE) || matches!(self.source.0, SourceKind::Inline(_))
+        match self.source() {
+            Some(s) => {
+                self.flags.contains(SendFlags::INLINE) || matches!(s.0, SourceKind::Inline(_))
+            }
+            None => false,
+        }
     }
 
     /// Check the request against a queue's capabilities, as rdma-core's provider does before it
     /// writes anything, and its size and remote range as an RDMA message allows
-    /// ([`check_message`]).
+    /// ([`check_message`]). Service-specific rules (a datagram destination only on UD
+    /// queue pairs) are the backend's.
     #[inline]
     pub fn check(&self, caps: &Caps) -> Result<()> {
-        let len = self.source.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
-        check_message(len as u64, self.remote)?;
+        match &self.op {
+            SendOp::Write { source, remote, .. } => {
+                let len =
+                    source.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
+                check_message(len as u64, *remote)?;
+                self.check_payload(source, len, caps)
+            }
+            SendOp::Send { source, .. } => {
+                let len =
+                    source.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
+                check_message(len as u64, RemoteBuf::default())?;
+                self.check_payload(source, len, caps)
+            }
+            SendOp::Read { dest, remote } => {
+                if self.flags.contains(SendFlags::INLINE) {
+                    return Err(Error::InvalidArgument("an RDMA READ cannot be inline"));
+                }
+                let len = dest.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
+                check_message(len as u64, *remote)?;
+                if dest.count() > caps.max_sge as usize {
+                    return Err(Error::TooManySges {
+                        given: dest.count(),
+                        max: caps.max_sge as usize,
+                    });
+                }
+                Ok(())
+            }
+            SendOp::Atomic { dest, remote, .. } => {
+                if self.flags.contains(SendFlags::INLINE) {
+                    return Err(Error::InvalidArgument("an atomic cannot be inline"));
+                }
+                match dest.sge(0) {
+                    Some(e) if dest.count() == 1 && e.length >= ATOMIC_LEN => {}
+                    _ => {
+                        return Err(Error::InvalidArgument(
+                            "an atomic's result needs one buffer of at least 8 bytes",
+                        ))
+                    }
+                }
+                check_message(ATOMIC_LEN as u64, *remote)
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn check_payload(&self, source: &Source<'_, '_>, len: u32, caps: &Caps) -> Result<()> {
         if self.is_inline() {
             if len > caps.max_inline {
                 return Err(Error::InlineTooLarge {
@@ -207,11 +337,8 @@ impl WriteRequest<'_, '_> {
                     max: caps.max_inline as usize,
                 });
             }
-        } else if self.source.count() > caps.max_sge as usize {
-            return Err(Error::TooManySges {
-                given: self.source.count(),
-                max: caps.max_sge as usize,
-            });
+        } else if source.count() > caps.max_sge as usize {
+            return Err(Error::TooManySges { given: source.count(), max: caps.max_sge as usize });
         }
         Ok(())
     }
@@ -248,7 +375,7 @@ pub fn check_message(len: u64, remote: RemoteBuf) -> Result<()> {
 ///   cursor through the batch's pushes and hands it back to exactly one `commit` or `abort`,
 ///   or forgets it (a leaked [`Batch`]); between `begin` and that call the caller touches the
 ///   queue through nothing else;
-/// * [`push`](SendQueue::push) checks the request ([`WriteRequest::check`] or the same checks
+/// * [`push`](SendQueue::push) checks the request ([`SendRequest::check`] or the same checks
 ///   on its own path), then either writes the whole request into the ring (not yet visible
 ///   to the device) and advances the cursor, returning `Ok`, or changes neither and returns
 ///   the error;
@@ -264,10 +391,10 @@ pub fn check_message(len: u64, remote: RemoteBuf) -> Result<()> {
 ///   flushed) is reported exactly once.
 ///
 /// The four cursor primitives are `unsafe` to call: a cursor used twice, after a later
-/// `begin`, or on another queue would break the queue's accounting. [`PostWrite`] and
+/// `begin`, or on another queue would break the queue's accounting. [`Post`] and
 /// [`Batch`] are the safe API over them; a backend still keeps memory safe when they are
 /// misused (its loops are bounded and its retirement reads only its own bookkeeping).
-pub trait SendQueue<'r> {
+pub trait SendQueue<'r>: Retired {
     /// Where an open batch stands: the backend's ring position and what was pushed at it.
     /// Backends with nothing to keep there use `()`.
     type Cursor: Copy;
@@ -287,9 +414,12 @@ pub trait SendQueue<'r> {
     /// # Safety
     /// `at` came from this queue's latest `begin` and was not committed or aborted yet.
     #[allow(unsafe_code)]
-    unsafe fn push(&mut self, at: &mut Self::Cursor, req: &WriteRequest<'_, 'r>) -> Result<()>;
+    unsafe fn push(&mut self, at: &mut Self::Cursor, req: &SendRequest<'_, 'r>) -> Result<()>;
     /// Requests pushed at `at` (meaningless, but harmless, for a cursor that is not live).
     fn pushed(&self, at: &Self::Cursor) -> u32;
+    /// Requests committed so far, since the queue was created: the number the next request
+    /// pushed after a fresh `begin` gets ([`Retired`] counts against it).
+    fn posted(&self) -> u64;
     /// Ring the doorbell for everything pushed at `at`.
     ///
     /// # Safety
@@ -312,11 +442,41 @@ pub trait SendQueue<'r> {
     fn outstanding(&self) -> u32;
 }
 
-/// The librdmacm-style posting calls, written once: a queue posts each request with its own
+mod sealed {
+    /// Only queues and batches post: the numbers they give [`super::Pending`]s come from the
+    /// backend's [`super::SendQueue`], whose [`super::Retired`] is an `unsafe` promise.
+    pub trait Sealed {}
+    impl<'r, Q: super::SendQueue<'r> + ?Sized> Sealed for Q {}
+    impl<'r, Q: super::SendQueue<'r> + ?Sized> Sealed for super::Batch<'_, 'r, Q> {}
+}
+
+/// What a post that hands buffers to the device returns: the buffers, held until the request
+/// retires, or the error with the buffers back.
+pub type Posted<B> = core::result::Result<Pending<B>, Refused<B>>;
+
+/// The librdmacm-style posting calls (`rdma_post_writev`, `rdma_post_readv`,
+/// `rdma_post_sendv`, the atomics), written once: a queue posts each request with its own
 /// doorbell, a [`Batch`] appends it under the batch's one doorbell.
-pub trait PostWrite<'r> {
+pub trait Post<'r>: sealed::Sealed {
     /// Post one request: on a queue, push it and ring the doorbell; in a batch, append it.
-    fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()>;
+    fn post(&mut self, req: &SendRequest<'_, 'r>) -> Result<()>;
+
+    /// The queue and number the next request posted here gets (for [`Pending`]).
+    fn next_seq(&self) -> (QueueId, u64);
+
+    /// Post a request that writes `bufs`, which stay out of reach until it retires.
+    #[inline]
+    fn post_dest<B: DestList<'r>>(
+        &mut self,
+        bufs: B,
+        req: impl for<'a> FnOnce(Dest<'a, 'r>) -> SendRequest<'a, 'r>,
+    ) -> Posted<B> {
+        let (queue, seq) = self.next_seq();
+        match self.post(&req(Dest::bufs(bufs.bufs()))) {
+            Ok(()) => Ok(Pending::new(bufs, queue, Side::Send, seq)),
+            Err(error) => Err(Refused { error, bufs }),
+        }
+    }
 
     /// `rdma_post_writev`: gather `sgl` into `remote`.
     #[inline(always)]
@@ -327,7 +487,7 @@ pub trait PostWrite<'r> {
         flags: SendFlags,
         remote: RemoteBuf,
     ) -> Result<()> {
-        self.post(&WriteRequest { wr_id, source: Source::sgl(sgl), flags, remote, imm: None })
+        self.post(&SendRequest::write(wr_id, Source::sgl(sgl), flags, remote, None))
     }
 
     /// `rdma_post_write`: one registered buffer.
@@ -352,7 +512,7 @@ pub trait PostWrite<'r> {
         remote: RemoteBuf,
         imm: u32,
     ) -> Result<()> {
-        self.post(&WriteRequest { wr_id, source: Source::sgl(sgl), flags, remote, imm: Some(imm) })
+        self.post(&SendRequest::write(wr_id, Source::sgl(sgl), flags, remote, Some(imm)))
     }
 
     /// Write plain bytes inline (`IBV_SEND_INLINE`): no registration, the bytes may be reused as
@@ -365,13 +525,8 @@ pub trait PostWrite<'r> {
         flags: SendFlags,
         remote: RemoteBuf,
     ) -> Result<()> {
-        self.post(&WriteRequest {
-            wr_id,
-            source: Source::inline(data),
-            flags: flags | SendFlags::INLINE,
-            remote,
-            imm: None,
-        })
+        let flags = flags | SendFlags::INLINE;
+        self.post(&SendRequest::write(wr_id, Source::inline(data), flags, remote, None))
     }
 
     /// `rdma_post_writev` with raw elements, exactly as rdma-core takes them.
@@ -390,7 +545,154 @@ pub trait PostWrite<'r> {
     ) -> Result<()> {
         // SAFETY: forwarded to our caller.
         let source = unsafe { Source::raw(sgl) };
-        self.post(&WriteRequest { wr_id, source, flags, remote, imm })
+        self.post(&SendRequest::write(wr_id, source, flags, remote, imm))
+    }
+
+    /// `rdma_post_sendv`: gather `sgl` into the peer's next receive.
+    #[inline]
+    fn post_sendv(&mut self, wr_id: u64, sgl: &[LocalBuf<'r>], flags: SendFlags) -> Result<()> {
+        let op = SendOp::Send { source: Source::sgl(sgl), imm: None, ud: None };
+        self.post(&SendRequest { wr_id, flags, op })
+    }
+
+    /// `rdma_post_send`: one registered buffer.
+    #[inline]
+    fn post_send(&mut self, wr_id: u64, buf: LocalBuf<'r>, flags: SendFlags) -> Result<()> {
+        self.post_sendv(wr_id, core::slice::from_ref(&buf), flags)
+    }
+
+    /// SEND WITH IMMEDIATE: the peer's receive completion carries `imm`.
+    #[inline]
+    fn post_send_imm(
+        &mut self,
+        wr_id: u64,
+        sgl: &[LocalBuf<'r>],
+        flags: SendFlags,
+        imm: u32,
+    ) -> Result<()> {
+        let op = SendOp::Send { source: Source::sgl(sgl), imm: Some(imm), ud: None };
+        self.post(&SendRequest { wr_id, flags, op })
+    }
+
+    /// Send plain bytes inline (`IBV_SEND_INLINE`): no registration.
+    #[inline]
+    fn post_send_inline(&mut self, wr_id: u64, data: &[&[u8]], flags: SendFlags) -> Result<()> {
+        let op = SendOp::Send { source: Source::inline(data), imm: None, ud: None };
+        self.post(&SendRequest { wr_id, flags: flags | SendFlags::INLINE, op })
+    }
+
+    /// A datagram to `dest` (UD and GSI queue pairs): `ibv_post_send` with `wr.ud` set.
+    #[inline]
+    fn post_send_ud(
+        &mut self,
+        wr_id: u64,
+        source: Source<'_, 'r>,
+        flags: SendFlags,
+        dest: &UdDest,
+        imm: Option<u32>,
+    ) -> Result<()> {
+        let op = SendOp::Send { source, imm, ud: Some(*dest) };
+        self.post(&SendRequest { wr_id, flags, op })
+    }
+
+    /// `rdma_post_sendv` with raw elements.
+    ///
+    /// # Safety
+    /// As [`Source::raw`].
+    #[allow(unsafe_code)]
+    unsafe fn post_sendv_raw(
+        &mut self,
+        wr_id: u64,
+        sgl: &[Sge],
+        flags: SendFlags,
+        imm: Option<u32>,
+        ud: Option<UdDest>,
+    ) -> Result<()> {
+        // SAFETY: forwarded to our caller.
+        let source = unsafe { Source::raw(sgl) };
+        self.post(&SendRequest { wr_id, flags, op: SendOp::Send { source, imm, ud } })
+    }
+
+    /// `rdma_post_readv`: read `remote` into `bufs`, which come back from the [`Pending`] once
+    /// the READ retires.
+    #[inline]
+    fn post_readv<B: DestList<'r>>(
+        &mut self,
+        wr_id: u64,
+        bufs: B,
+        flags: SendFlags,
+        remote: RemoteBuf,
+    ) -> Posted<B> {
+        self.post_dest(bufs, |dest| SendRequest { wr_id, flags, op: SendOp::Read { dest, remote } })
+    }
+
+    /// `rdma_post_read`: one destination buffer.
+    #[inline]
+    fn post_read(
+        &mut self,
+        wr_id: u64,
+        buf: DestBuf<'r>,
+        flags: SendFlags,
+        remote: RemoteBuf,
+    ) -> Posted<DestBuf<'r>> {
+        self.post_readv(wr_id, buf, flags, remote)
+    }
+
+    /// `rdma_post_readv` with raw elements.
+    ///
+    /// # Safety
+    /// As [`Dest::raw`]: the memory must stay allocated and registered, and untouched, until the
+    /// READ retires.
+    #[allow(unsafe_code)]
+    unsafe fn post_readv_raw(
+        &mut self,
+        wr_id: u64,
+        sgl: &[Sge],
+        flags: SendFlags,
+        remote: RemoteBuf,
+    ) -> Result<()> {
+        // SAFETY: forwarded to our caller.
+        let dest = unsafe { Dest::raw(sgl) };
+        self.post(&SendRequest { wr_id, flags, op: SendOp::Read { dest, remote } })
+    }
+
+    /// Atomic compare-and-swap of the 8 bytes at `remote` (8-aligned): `swap` is stored if they
+    /// hold `compare`; the value found lands in the first 8 bytes of `result`.
+    #[inline]
+    fn post_cas(
+        &mut self,
+        wr_id: u64,
+        result: DestBuf<'r>,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        compare: u64,
+        swap: u64,
+    ) -> Posted<DestBuf<'r>> {
+        let op = AtomicOp::CompareSwap { compare, swap };
+        self.post_dest(result, |dest| SendRequest {
+            wr_id,
+            flags,
+            op: SendOp::Atomic { dest, remote, op },
+        })
+    }
+
+    /// Atomic fetch-and-add on the 8 bytes at `remote` (8-aligned); the value before the add
+    /// lands in the first 8 bytes of `result`.
+    #[inline]
+    fn post_faa(
+        &mut self,
+        wr_id: u64,
+        result: DestBuf<'r>,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        add: u64,
+    ) -> Posted<DestBuf<'r>> {
+        let op = AtomicOp::FetchAdd { add };
+        self.post_dest(result, |dest| SendRequest {
+            wr_id,
+            flags,
+            op: SendOp::Atomic { dest, remote, op },
+        })
     }
 
     /// Start a batch: requests posted to it are rung with one doorbell on
@@ -423,10 +725,10 @@ pub trait PostWrite<'r> {
     }
 }
 
-impl<'r, Q: SendQueue<'r> + ?Sized> PostWrite<'r> for Q {
+impl<'r, Q: SendQueue<'r> + ?Sized> Post<'r> for Q {
     /// Push the request and ring the doorbell for it alone.
     #[inline]
-    fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+    fn post(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
         // SAFETY: the cursor lives in this call only and is handed back exactly once.
         #[allow(unsafe_code)]
         unsafe {
@@ -439,10 +741,107 @@ impl<'r, Q: SendQueue<'r> + ?Sized> PostWrite<'r> for Q {
         }
         Ok(())
     }
+
+    #[inline]
+    fn next_seq(&self) -> (QueueId, u64) {
+        (self.queue_id(), self.posted())
+    }
+}
+
+/// What a receive queue accepts, fixed when it is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RecvCaps {
+    /// Receives posted at once (`ibv_qp_cap.max_recv_wr`).
+    pub max_recv_wr: u32,
+    /// Scatter elements per receive (`ibv_qp_cap.max_recv_sge`).
+    pub max_recv_sge: u32,
+}
+
+/// A backend's receive queue: `rdma_post_recvv` and its completions.
+///
+/// Contract for implementors: [`push_recv`](RecvQueue::push_recv) either makes the whole
+/// receive visible to the device (its regions counted busy) and numbers it
+/// [`recv_posted`](RecvQueue::recv_posted) (then one more), or changes nothing and returns the
+/// error; receives retire in order, each reported exactly once by
+/// [`poll_recv`](RecvQueue::poll_recv) (success, error or flush), and
+/// [`Retired::retired`]`(Side::Recv)` counts them.
+pub trait RecvQueue<'r>: Retired {
+    /// What the queue accepts.
+    fn recv_caps(&self) -> RecvCaps;
+    /// Receives posted so far (the number the next one gets).
+    fn recv_posted(&self) -> u64;
+    /// Post one receive scattering into `dest` (no elements: a receive for a WRITE WITH
+    /// IMMEDIATE or an empty SEND).
+    ///
+    /// # Safety
+    /// The memory of `dest` must not be read or written by the caller until the receive
+    /// retires (the core moves owned buffers into a [`Pending`]; raw elements carry
+    /// [`Dest::raw`]'s contract).
+    #[allow(unsafe_code)]
+    unsafe fn push_recv(&mut self, wr_id: u64, dest: Dest<'_, 'r>) -> Result<()>;
+    /// Reap receive completions into `out`; returns how many were written. Never blocks.
+    fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize>;
+    /// Receives posted and not retired.
+    fn recv_outstanding(&self) -> u32;
+
+    /// `rdma_post_recvv`: a receive scattering into `bufs`, which come back from the
+    /// [`Pending`] once it retires.
+    #[inline]
+    fn post_recvv<B: DestList<'r>>(&mut self, wr_id: u64, bufs: B) -> Posted<B> {
+        let (queue, seq) = (self.queue_id(), self.recv_posted());
+        // SAFETY: on success the buffers go into the `Pending`, which keeps them out of reach
+        // until the receive retires; on failure the device never saw them.
+        #[allow(unsafe_code)]
+        let res = unsafe { self.push_recv(wr_id, Dest::bufs(bufs.bufs())) };
+        match res {
+            Ok(()) => Ok(Pending::new(bufs, queue, Side::Recv, seq)),
+            Err(error) => Err(Refused { error, bufs }),
+        }
+    }
+
+    /// `rdma_post_recv`: one buffer.
+    #[inline]
+    fn post_recv(&mut self, wr_id: u64, buf: DestBuf<'r>) -> Posted<DestBuf<'r>> {
+        self.post_recvv(wr_id, buf)
+    }
+
+    /// A receive with no buffer: what the target of a WRITE WITH IMMEDIATE (or of a
+    /// zero-byte SEND) posts.
+    #[inline]
+    fn post_recv_empty(&mut self, wr_id: u64) -> Result<()> {
+        // SAFETY: no memory is handed over.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.push_recv(wr_id, Dest::bufs(&[]))
+        }
+    }
+
+    /// `rdma_post_recvv` with raw elements.
+    ///
+    /// # Safety
+    /// As [`Dest::raw`].
+    #[allow(unsafe_code)]
+    unsafe fn post_recvv_raw(&mut self, wr_id: u64, sgl: &[Sge]) -> Result<()> {
+        // SAFETY: forwarded to our caller.
+        unsafe { self.push_recv(wr_id, Dest::raw(sgl)) }
+    }
+
+    /// Busy-poll the receive side until at least one completion arrives or `max_polls` polls
+    /// found nothing.
+    fn poll_recv_bounded(&mut self, out: &mut [Completion], max_polls: u64) -> Result<usize> {
+        for _ in 0..max_polls.max(1) {
+            let n = self.poll_recv(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            core::hint::spin_loop();
+        }
+        Err(Error::Timeout("a receive completion"))
+    }
 }
 
 /// Requests posted with a single doorbell (`ibv_wr_start` ... `ibv_wr_complete`): every
-/// [`PostWrite`] form appends to it.
+/// [`Post`] form appends to it.
 ///
 /// Dropping the batch without [`commit`](Batch::commit) rolls it back (`ibv_wr_abort`): the
 /// ring and the regions' in-flight counts return to where they were. Leaking it
@@ -456,16 +855,21 @@ pub struct Batch<'q, 'r, Q: SendQueue<'r> + ?Sized> {
     _r: PhantomData<&'r ()>,
 }
 
-impl<'r, Q: SendQueue<'r> + ?Sized> PostWrite<'r> for Batch<'_, 'r, Q> {
+impl<'r, Q: SendQueue<'r> + ?Sized> Post<'r> for Batch<'_, 'r, Q> {
     /// Append one request. A refused request changes nothing; the earlier ones stay appended.
     #[inline(always)]
-    fn post(&mut self, req: &WriteRequest<'_, 'r>) -> Result<()> {
+    fn post(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
         // SAFETY: `at` is the live cursor of `q`'s latest `begin` (the batch holds `q`
         // exclusively since then) and is handed back only by `commit` or `drop`.
         #[allow(unsafe_code)]
         unsafe {
             self.q.push(&mut self.at, req)
         }
+    }
+
+    #[inline]
+    fn next_seq(&self) -> (QueueId, u64) {
+        (self.q.queue_id(), self.q.posted() + self.q.pushed(&self.at) as u64)
     }
 }
 

@@ -6,6 +6,7 @@
 use super::*;
 use crate::addr::{Lkey, Rkey};
 use crate::completion::{WcOpcode, WcStatus};
+use crate::dest::{DestBuf, DestKind, QueueId, Retired, Side};
 use crate::region::{self, RegionUse};
 use core::ptr::NonNull;
 
@@ -17,6 +18,35 @@ struct Fake<'r> {
     committed: usize,
     doorbells: u32,
     held: [Option<&'r RegionUse>; 8],
+    /// Requests the test declared retired.
+    retired: u64,
+    id: Option<QueueId>,
+}
+
+// SAFETY: the fake's device writes nothing; `retired` is whatever the test says executed, and
+// never more than was committed (`retire` checks).
+#[allow(unsafe_code)]
+unsafe impl Retired for Fake<'_> {
+    fn queue_id(&self) -> QueueId {
+        self.id.expect("fake queues get an id in `new`")
+    }
+    fn retired(&self, side: Side) -> u64 {
+        match side {
+            Side::Send => self.retired,
+            Side::Recv => 0,
+        }
+    }
+}
+
+impl Fake<'_> {
+    fn new() -> Self {
+        Fake { id: Some(QueueId::new()), ..Fake::default() }
+    }
+    /// The device "completed" the oldest `n` committed requests.
+    fn retire(&mut self, n: u64) {
+        assert!(self.retired + n <= self.committed as u64);
+        self.retired += n;
+    }
 }
 
 #[allow(unsafe_code)]
@@ -29,21 +59,38 @@ impl<'r> SendQueue<'r> for Fake<'r> {
         QpNum(0x123)
     }
     unsafe fn begin(&mut self) {}
-    unsafe fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
+    unsafe fn push(&mut self, _: &mut (), req: &SendRequest<'_, 'r>) -> Result<()> {
         req.check(&self.caps())?;
         if self.staged == 8 {
             return Err(Error::QueueFull { needed: 1, free: 0 });
         }
-        if let SourceKind::Sgl(sgl) = req.source.kind() {
-            region::acquire_all(sgl)?;
-            self.held[self.staged] = sgl.first().map(|b| b.region());
-        }
-        self.pushed[self.staged] = (req.wr_id, req.source.total_len().unwrap());
+        let len = match &req.op {
+            SendOp::Write { source, .. } | SendOp::Send { source, .. } => {
+                if let SourceKind::Sgl(sgl) = source.kind() {
+                    region::acquire_all(sgl)?;
+                    self.held[self.staged] = sgl.first().map(|b| b.region());
+                }
+                source.total_len().unwrap()
+            }
+            SendOp::Read { dest, .. } | SendOp::Atomic { dest, .. } => {
+                if let DestKind::Bufs(b) = dest.kind() {
+                    if let Some(d) = b.first() {
+                        d.region().acquire()?;
+                        self.held[self.staged] = Some(d.region());
+                    }
+                }
+                dest.total_len().unwrap()
+            }
+        };
+        self.pushed[self.staged] = (req.wr_id, len);
         self.staged += 1;
         Ok(())
     }
     fn pushed(&self, _: &()) -> u32 {
         (self.staged - self.committed) as u32
+    }
+    fn posted(&self) -> u64 {
+        self.committed as u64
     }
     unsafe fn commit(&mut self, _: ()) {
         if self.staged == self.committed {
@@ -88,7 +135,7 @@ const REMOTE: RemoteBuf = RemoteBuf::new(0x9000, Rkey(0xabc));
 fn single_post_rings_once_and_returns_context() {
     let r = RegionUse::new();
     let m = [0u8; 64];
-    let mut q = Fake::default();
+    let mut q = Fake::new();
     q.post_writev(42, &[buf(&r, &m)], SendFlags::SIGNALED, REMOTE).unwrap();
     assert_eq!(q.doorbells, 1);
     let mut wc = [Completion::default(); 4];
@@ -101,7 +148,7 @@ fn limits_give_typed_errors_and_change_nothing() {
     let r = RegionUse::new();
     let m = [0u8; 64];
     let b = buf(&r, &m);
-    let mut q = Fake::default();
+    let mut q = Fake::new();
     let e = q.post_writev(1, &[b; 5], SendFlags::empty(), REMOTE).unwrap_err();
     assert_eq!(e, Error::TooManySges { given: 5, max: 4 });
     assert_eq!(e.errno().0, 12);
@@ -116,7 +163,7 @@ fn limits_give_typed_errors_and_change_nothing() {
 
 #[test]
 fn zero_sges_and_empty_inline_are_valid() {
-    let mut q = Fake::default();
+    let mut q = Fake::new();
     q.post_writev(7, &[], SendFlags::SIGNALED, REMOTE).unwrap();
     q.post_write_inline(8, &[], SendFlags::empty(), REMOTE).unwrap();
     assert_eq!(q.pushed[0], (7, 0));
@@ -127,7 +174,7 @@ fn zero_sges_and_empty_inline_are_valid() {
 fn batch_commits_with_one_doorbell() {
     let r = RegionUse::new();
     let m = [0u8; 16];
-    let mut q = Fake::default();
+    let mut q = Fake::new();
     let mut b = q.batch();
     for i in 0..5 {
         b.post_writev(i, &[buf(&r, &m)], SendFlags::empty(), REMOTE).unwrap();
@@ -140,7 +187,7 @@ fn batch_commits_with_one_doorbell() {
 fn dropped_batch_rolls_back() {
     let r = RegionUse::new();
     let m = [0u8; 16];
-    let mut q = Fake::default();
+    let mut q = Fake::new();
     {
         let mut b = q.batch();
         b.post_writev(1, &[buf(&r, &m)], SendFlags::empty(), REMOTE).unwrap();
@@ -152,7 +199,7 @@ fn dropped_batch_rolls_back() {
 
 #[test]
 fn raw_posting_is_unsafe_but_available() {
-    let mut q = Fake::default();
+    let mut q = Fake::new();
     let sges = [Sge::new(0x1000, 8, Lkey(3)), Sge::new(0x2000, 0, Lkey(3))];
     // SAFETY: the fake device never reads the addresses.
     #[allow(unsafe_code)]
@@ -164,7 +211,7 @@ fn raw_posting_is_unsafe_but_available() {
 
 #[test]
 fn poll_bounded_times_out() {
-    let mut q = Fake::default();
+    let mut q = Fake::new();
     let mut wc = [Completion::default(); 1];
     assert_eq!(q.poll_bounded(&mut wc, 100), Err(Error::Timeout("a completion")));
 }
@@ -180,7 +227,7 @@ fn messages_past_2_gib_or_wrapping_the_remote_range_are_refused() {
     assert_eq!(check_message(17, top), Err(Error::InvalidArgument("remote range wraps past 2^64")));
     assert_eq!(check_message(16, top), Ok(()), "the last byte at 2^64 - 1");
     assert_eq!(check_message(0, RemoteBuf::new(u64::MAX, Rkey(1))), Ok(()));
-    let mut q = Fake::default();
+    let mut q = Fake::new();
     let data = [0u8; 17];
     let e = q.post_write_inline(1, &[&data], SendFlags::empty(), top).unwrap_err();
     assert_eq!(e.errno(), crate::Errno::EINVAL);
@@ -207,4 +254,123 @@ fn inline_chunks_carry_every_byte_in_order() {
         n += c.len();
     });
     assert_eq!(&got, b"abcde");
+}
+
+/// A destination buffer over `mem` (the fake device never touches it).
+fn dest<'r>(r: &'r RegionUse, mem: &'r mut [u8]) -> DestBuf<'r> {
+    // SAFETY: `mem` is borrowed exclusively for 'r and reached only through the result.
+    #[allow(unsafe_code)]
+    unsafe {
+        let len = mem.len() as u32;
+        DestBuf::from_raw_parts(r, NonNull::from(mem).cast(), 0x6000, len, Lkey(2))
+    }
+}
+
+#[test]
+fn a_read_hands_its_buffer_back_only_once_it_retired() {
+    let r = RegionUse::new();
+    let mut m = [0u8; 32];
+    let mut q = Fake::new();
+    q.post_write_inline(1, &[b"x"], SendFlags::empty(), REMOTE).unwrap();
+    let p = q.post_read(2, dest(&r, &mut m), SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!(p.seq(), 1);
+    assert_eq!(r.in_flight(), 1);
+    q.retire(1);
+    // Only the write before it retired: the READ may still write.
+    let p = p.reclaim(&q).unwrap_err();
+    q.retire(1);
+    let mut back = p.reclaim(&q).unwrap();
+    back.write(0, b"mine again").unwrap();
+    let mut out = [0u8; 10];
+    back.read(0, &mut out).unwrap();
+    assert_eq!(&out, b"mine again");
+}
+
+#[test]
+fn a_pending_of_one_queue_is_not_reclaimed_by_another() {
+    let r = RegionUse::new();
+    let mut m = [0u8; 8];
+    let mut a = Fake::new();
+    let mut b = Fake::new();
+    let p = a.post_faa(7, dest(&r, &mut m), SendFlags::SIGNALED, REMOTE, 1).unwrap();
+    b.post_write_inline(1, &[b"y"], SendFlags::empty(), REMOTE).unwrap();
+    b.retire(1);
+    let p = p.reclaim(&b).unwrap_err();
+    a.retire(1);
+    assert!(p.reclaim(&a).is_ok());
+}
+
+#[test]
+fn refused_requests_give_their_buffers_back() {
+    let r = RegionUse::new();
+    let mut m = [0u8; 16];
+    let mut q = Fake::new();
+    // An atomic needs one buffer of at least 8 bytes.
+    let mut whole = dest(&r, &mut m);
+    let tail = whole.split_off(4).unwrap();
+    assert_eq!((whole.len(), tail.len()), (4, 12));
+    let refused = q.post_cas(1, whole, SendFlags::SIGNALED, REMOTE, 0, 1).unwrap_err();
+    assert_eq!(refused.error.errno(), crate::Errno::EINVAL);
+    assert_eq!(refused.bufs.len(), 4);
+    // A READ cannot be inline; one above the queue's SGE limit is refused.
+    let refused = q.post_read(2, tail, SendFlags::INLINE, REMOTE).unwrap_err();
+    assert!(matches!(refused.error, Error::InvalidArgument(_)));
+    assert_eq!(r.in_flight(), 0);
+    assert_eq!(q.doorbells, 0);
+}
+
+#[test]
+fn a_batch_mixes_reads_writes_and_atomics_under_one_doorbell() {
+    let r = RegionUse::new();
+    let (mut m1, mut m2) = ([0u8; 64], [0u8; 8]);
+    let src = [7u8; 16];
+    let mut q = Fake::new();
+    let mut b = q.batch();
+    b.post_writev(1, &[buf(&r, &src)], SendFlags::empty(), REMOTE).unwrap();
+    let p1 = b.post_readv(2, [dest(&r, &mut m1)], SendFlags::empty(), REMOTE).unwrap();
+    let p2 = b.post_cas(3, dest(&r, &mut m2), SendFlags::SIGNALED, REMOTE, 5, 6).unwrap();
+    assert_eq!((p1.seq(), p2.seq()), (1, 2));
+    assert_eq!(b.commit(), 3);
+    assert_eq!(q.doorbells, 1);
+    q.retire(3);
+    let [d1] = p1.reclaim(&q).unwrap();
+    assert_eq!(d1.len(), 64);
+    assert!(p2.reclaim(&q).is_ok());
+}
+
+#[test]
+fn a_rolled_back_batch_keeps_its_buffers_out_of_reach_and_its_numbers_are_given_again() {
+    let r = RegionUse::new();
+    let (mut m1, mut m2) = ([0u8; 8], [0u8; 8]);
+    let mut q = Fake::new();
+    let early = {
+        let mut b = q.batch();
+        b.post_read(1, dest(&r, &mut m1), SendFlags::SIGNALED, REMOTE).unwrap()
+        // dropped: rolled back
+    };
+    assert_eq!(r.in_flight(), 0);
+    let late = q.post_read(2, dest(&r, &mut m2), SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!((early.seq(), late.seq()), (0, 0));
+    q.retire(1);
+    // The rolled-back request's buffer never reached the device: reclaiming it with the
+    // retirement of the request that took its number is harmless.
+    assert!(early.reclaim(&q).is_ok());
+    assert!(late.reclaim(&q).is_ok());
+}
+
+#[test]
+fn dest_buf_copies_are_bounded() {
+    let r = RegionUse::new();
+    let mut m = [0u8; 8];
+    let mut d = dest(&r, &mut m);
+    assert_eq!(d.write(4, &[1; 5]), Err(Error::OutOfBounds));
+    assert_eq!(d.read(usize::MAX, &mut [0; 1]), Err(Error::OutOfBounds));
+    assert_eq!(d.fill(0, 9, 0), Err(Error::OutOfBounds));
+    assert!(d.split_off(9).is_err());
+    let tail = d.split_off(8).unwrap();
+    assert!(tail.is_empty());
+    d.fill(0, 8, 0xaa).unwrap();
+    let mut out = [0u8; 8];
+    d.read(0, &mut out).unwrap();
+    assert_eq!(out, [0xaa; 8]);
 }

@@ -24,7 +24,7 @@
 //!
 //! Use: [`Mlx5::open`] → [`Mlx5::reg`] (regions first: they must outlive the QPs) →
 //! [`Mlx5::create_qp`] → [`Qp::connect`](crate::qp::Qp::connect) → the
-//! [`rdma_pmd::PostWrite`] calls and [`rdma_pmd::SendQueue::poll`]; see [`crate::qp`] for a
+//! [`rdma_pmd::Post`] calls and [`rdma_pmd::SendQueue::poll`]; see [`crate::qp`] for a
 //! runnable example. Nothing on the data path allocates, locks or enters the kernel; the
 //! bookkeeping is fixed-size, inside the `Qp` (about `56 * SQ + 8 * RQ` bytes: box it, or keep
 //! it in a `static`, for large rings).

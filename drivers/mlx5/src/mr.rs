@@ -20,7 +20,7 @@
 use core::cell::Cell;
 use core::ptr::NonNull;
 
-use rdma_pmd::{Error, Lkey, LocalBuf, RegionUse, RemoteBuf, Result, Rkey};
+use rdma_pmd::{DestBuf, Error, Lkey, LocalBuf, RegionUse, RemoteBuf, Result, Rkey};
 use rdma_pmd_hal::{access, Dma, DmaBuf, Mmio};
 
 use crate::control::{Access, Control, Mkey, MkeyParams, Translation};
@@ -170,6 +170,24 @@ impl<'d, M: Mmio, D: Dma, C: Control> Region<'d, M, D, C> {
                 len as u32,
                 self.mkey.lkey(),
             )
+        })
+    }
+
+    /// The whole region as one buffer the device may write (a READ destination, a receive
+    /// buffer, an atomic's result): the exclusive borrow keeps every other path to the
+    /// region's bytes closed for as long as the buffer, or a piece
+    /// [`split_off`](DestBuf::split_off) from it, lives. Posted, the buffer comes back from
+    /// its [`rdma_pmd::Pending`] once the request retires.
+    pub fn dest(&mut self) -> Result<DestBuf<'_>> {
+        if !self.usage.is_registered() {
+            return Err(Error::BadLkey);
+        }
+        let ptr = NonNull::new(self.buf().cpu().as_ptr()).ok_or(Error::OutOfBounds)?;
+        // SAFETY: the region's memory is allocated and registered until it is dropped, which
+        // the borrow of `self` outlasts; `self` is borrowed exclusively for the buffer's
+        // lifetime, so nothing else reaches the bytes meanwhile; `usage` is this region's.
+        Ok(unsafe {
+            DestBuf::from_raw_parts(&self.usage, ptr, self.start, self.len as u32, self.mkey.lkey())
         })
     }
 

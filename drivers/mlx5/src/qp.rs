@@ -1,7 +1,7 @@
 //! An RC queue pair: the send ring with its completion queue, a small receive ring with its
 //! own, the state machine, and teardown.
 //!
-//! [`Qp`] implements [`rdma_pmd::SendQueue`], so every posting form of [`rdma_pmd::PostWrite`]
+//! [`Qp`] implements [`rdma_pmd::SendQueue`], so every posting form of [`rdma_pmd::Post`]
 //! (`post_writev`, `post_write`, `post_write_imm`, `post_write_inline`, `post_writev_raw`,
 //! `batch`) works on it. The four primitives map onto mlx5 as:
 //!
@@ -23,7 +23,7 @@
 //! only then releases the regions of requests that never completed and frees its memory.
 //!
 //! ```
-//! use rdma_pmd::{Completion, PostWrite, SendFlags, SendQueue};
+//! use rdma_pmd::{Completion, Post, SendFlags, SendQueue};
 //! use rdma_pmd_mlx5::{control::Access, Mlx5, QpConfig, SharedDma};
 //! use rdma_pmd_mlx5_model::Model;
 //!
@@ -53,7 +53,7 @@
 //! (so dropped before it) does not compile:
 //!
 //! ```compile_fail,E0597
-//! # use rdma_pmd::{PostWrite, RemoteBuf, SendFlags};
+//! # use rdma_pmd::{Post, RemoteBuf, SendFlags};
 //! # use rdma_pmd_mlx5::{control::Access, Mlx5, QpConfig, SharedDma};
 //! # let model = rdma_pmd_mlx5_model::Model::new();
 //! # let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())?;
@@ -65,18 +65,20 @@
 
 use core::mem::ManuallyDrop;
 
-use rdma_pmd::{Caps, Completion, Error, QpNum, Result};
+use rdma_pmd::{
+    Caps, Completion, Dest, Error, QpNum, QueueId, RecvCaps, RecvQueue, Result, Retired, Side,
+};
 use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
 
 use crate::control::{Access, Control, Cqn, Path, QpParams, Service, Transition, Uar};
 use crate::datapath::cq::CqRing;
-use crate::datapath::recv::{RecvRing, STRIDE};
+use crate::datapath::recv::RecvRing;
 use crate::datapath::send::SendRing;
 use crate::datapath::send::{BlueFlame, SqDoorbell};
 use crate::datapath::wqe::{RawRing, WqeBuilder};
 use crate::device::{check_uar, Mlx5};
 use crate::layout::codes::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
-use crate::layout::wqe::INLINE_HEADER_LEN;
+use crate::layout::wqe::{DATAGRAM_LEN, INLINE_HEADER_LEN};
 
 /// Where a QP is in its life (`ibv_qp_state`, the states this driver moves through).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +106,8 @@ pub struct QpConfig {
     pub max_inline: Option<u32>,
     /// When a single post rings with a BlueFlame copy (rdma-core's default: whenever it fits).
     pub blueflame: BlueFlame,
+    /// Transport service: RC (the default), UD, or the port's GSI QP (QP1).
+    pub service: Service,
 }
 
 /// The fields of the `RST2INIT`, `INIT2RTR` and `RTR2RTS` transitions that do not depend on
@@ -154,8 +158,17 @@ pub(crate) struct Mem {
     rcq: CqRing,
 }
 
-/// An RC queue pair with `SQ` send blocks and `RQ` receive WQEs. See the module docs.
-pub struct Qp<'r, M: Mmio, D: Dma, C: Control, const SQ: usize = 256, const RQ: usize = 16> {
+/// A queue pair (RC, UD or GSI) with `SQ` send blocks and `RQ` receive WQEs of `RS` scatter
+/// entries. See the module docs.
+pub struct Qp<
+    'r,
+    M: Mmio,
+    D: Dma,
+    C: Control,
+    const SQ: usize = 256,
+    const RQ: usize = 16,
+    const RS: usize = 4,
+> {
     pub(crate) dev: &'r Mlx5<M, D, C>,
     pub(crate) qpn: QpNum,
     pub(crate) state: QpState,
@@ -166,7 +179,9 @@ pub struct Qp<'r, M: Mmio, D: Dma, C: Control, const SQ: usize = 256, const RQ: 
     pub(crate) db: SqDoorbell,
     pub(crate) sq_off: usize,
     pub(crate) sq: SendRing<'r, SQ>,
-    rq: RecvRing<RQ>,
+    rq: RecvRing<'r, RQ, RS>,
+    service: Service,
+    id: QueueId,
     /// A receive fault found after completions were written, for the next `poll_recv`.
     recv_fault: Option<Error>,
     pub(crate) mem: ManuallyDrop<Mem>,
@@ -184,6 +199,15 @@ impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
         &self,
         cfg: &QpConfig,
     ) -> Result<Qp<'_, M, D, C, SQ, RQ>> {
+        Qp::create(self, cfg)
+    }
+
+    /// [`create_qp`](Self::create_qp) with `RS` scatter entries per receive (a power of two
+    /// up to 128; [`create_qp`](Self::create_qp) takes 4).
+    pub fn create_qp_with<const SQ: usize, const RQ: usize, const RS: usize>(
+        &self,
+        cfg: &QpConfig,
+    ) -> Result<Qp<'_, M, D, C, SQ, RQ, RS>> {
         Qp::create(self, cfg)
     }
 }
@@ -233,7 +257,9 @@ fn log2(n: usize) -> u8 {
     n.trailing_zeros() as u8
 }
 
-impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M, D, C, SQ, RQ> {
+impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize>
+    Qp<'r, M, D, C, SQ, RQ, RS>
+{
     const GEOMETRY: () = assert!(
         SQ.is_power_of_two() && SQ <= 1 << 15 && RQ.is_power_of_two() && RQ >= 4 && RQ <= 1 << 15,
         "SQ: power of two up to 2^15; RQ: power of two in 4..=2^15"
@@ -250,6 +276,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
             return Err(Error::InvalidArgument("send CQ larger than the device's log_max_cq_sz"));
         }
         let caps = qp_caps(dcaps.max_wqe_sz_sq, SQ, cfg)?;
+        let stride = RecvRing::<'r, RQ, RS>::STRIDE;
 
         let mut b = Building {
             dev,
@@ -270,18 +297,18 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
         let rcq = b.rcq.insert(CqRing::alloc(dev.dma(), log2(RQ))?);
         b.rcqn = Some(dev.control().create_cq(&rcq.params(dev.cq_uar()))?);
 
-        let sq_off = RQ * STRIDE;
+        let sq_off = RQ * stride;
         let page = dev.dma().page_size().max(SEND_WQE_BB);
         let wq = b.wq.insert(dev.dma().alloc(sq_off + SQ * SEND_WQE_BB, page)?);
         let dbrec = b.dbrec.insert(dev.dma().alloc(64, 64)?);
         let params = QpParams {
-            service: Service::Rc,
+            service: cfg.service,
             pd: dev.pd(),
             send_cq: b.scqn.expect("set above"),
             recv_cq: b.rcqn.expect("set above"),
             log_sq_size: log2(SQ),
             log_rq_size: Some(log2(RQ)),
-            log_rq_stride: log2(STRIDE),
+            log_rq_stride: log2(stride),
             buf: wq.bus(),
             dbrec: dbrec.bus(),
             uar,
@@ -305,7 +332,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
         let builder = WqeBuilder::new(qpn)
             .sq_sig_all(cfg.sq_sig_all)
             .max_sge(caps.max_sge)
-            .max_inline(caps.max_inline);
+            .max_inline(caps.max_inline)
+            .datagram(cfg.service != Service::Rc);
         let sq = match SendRing::new(sink, builder) {
             Ok(s) => s,
             Err(e) => {
@@ -331,6 +359,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
             sq_off,
             sq,
             rq: RecvRing::new(0),
+            service: cfg.service,
+            id: QueueId::new(),
             recv_fault: None,
             mem: ManuallyDrop::new(mem),
         };
@@ -435,29 +465,81 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
         self.modify(Transition::ToErr, QpState::Error)
     }
 
-    /// Post a receive WQE (no buffer) for an incoming RDMA WRITE WITH IMMEDIATE; `wr_id` comes
-    /// back in its completion. Allowed from INIT on.
-    pub fn post_recv(&mut self, wr_id: u64) -> Result<()> {
+    /// Bring a UD or GSI QP to RTS: `RST2INIT` with its Q_Key (QP1: [`rdma_pmd::GSI_QKEY`]),
+    /// `INIT2RTR`, `RTR2RTS` with `sq_psn`, as the kernel's `mlx5_ib` moves its GSI QP.
+    pub fn ready_datagram(&mut self, port: u8, qkey: u32, sq_psn: u32) -> Result<()> {
+        if self.service == Service::Rc {
+            return Err(Error::InvalidArgument("not a datagram QP"));
+        }
+        if self.state != QpState::Reset {
+            return Err(Error::InvalidArgument("QP not in RESET"));
+        }
+        self.modify(Transition::RstToInitUd { port, qkey }, QpState::Init)?;
+        self.modify(Transition::InitToRtrUd, QpState::Rtr)?;
+        self.modify(Transition::RtrToRtsUd { sq_psn }, QpState::Rts)
+    }
+
+    /// The QP's transport service.
+    pub fn service(&self) -> Service {
+        self.service
+    }
+}
+
+// SAFETY: `retired` counts, per direction, requests whose completion, a later completion of
+// the same queue (send queue), or flush was reaped, or that `Drop` released after the QP was
+// destroyed: the rings' `posted - outstanding`, in the numbering of `posted`/`recv_posted`.
+// The id is the QP's own, from `QueueId::new`.
+unsafe impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize> Retired
+    for Qp<'_, M, D, C, SQ, RQ, RS>
+{
+    #[inline]
+    fn queue_id(&self) -> QueueId {
+        self.id
+    }
+
+    #[inline]
+    fn retired(&self, side: Side) -> u64 {
+        match side {
+            Side::Send => self.sq.retired(),
+            Side::Recv => self.rq.retired(),
+        }
+    }
+}
+
+/// The receive queue: `rdma_post_recvv` (`mlx5_post_recv`) and the responder half of
+/// `mlx5_poll_one`.
+impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize>
+    RecvQueue<'r> for Qp<'r, M, D, C, SQ, RQ, RS>
+{
+    fn recv_caps(&self) -> RecvCaps {
+        RecvCaps { max_recv_wr: RQ as u32, max_recv_sge: RS as u32 }
+    }
+
+    fn recv_posted(&self) -> u64 {
+        self.rq.posted()
+    }
+
+    /// Allowed from INIT on ([`Error::NotConnected`] before, and in ERR).
+    unsafe fn push_recv(&mut self, wr_id: u64, dest: Dest<'_, 'r>) -> Result<()> {
         if !matches!(self.state, QpState::Init | QpState::Rtr | QpState::Rts) {
             return Err(Error::NotConnected);
         }
-        self.rq.post(&self.mem.wq, &self.mem.dbrec, wr_id)
+        self.rq.post(&self.mem.wq, &self.mem.dbrec, wr_id, dest)
     }
 
-    /// Reap receive completions into `out`; returns how many were written. Never blocks.
-    ///
     /// A CQE the device should not have written (for another QP, a send opcode, or with no
     /// receive posted) is consumed and reported as an error, after the completions before it
     /// (the next call returns it); the receive ring does not move.
-    pub fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
+    fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
         if let Some(e) = self.recv_fault.take() {
             return Err(e);
         }
+        let datagram = self.service != Service::Rc;
         let mut n = 0;
         let mut res = Ok(());
         while n < out.len() {
             let Some(raw) = self.mem.rcq.pop() else { break };
-            match self.rq.complete(&raw, self.qpn) {
+            match self.rq.complete(&raw, self.qpn, datagram) {
                 Ok(c) => {
                     out[n] = c;
                     n += 1;
@@ -478,17 +560,27 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Qp<'r, M
             res => res.map(|()| n),
         }
     }
+
+    fn recv_outstanding(&self) -> u32 {
+        self.rq.outstanding()
+    }
 }
 
 /// The limits of a QP of `sq` blocks on a device whose largest send WQE is `max_wqe_sz`.
 fn qp_caps(max_wqe_sz: u32, sq: usize, cfg: &QpConfig) -> Result<Caps> {
     let bytes = (max_wqe_sz as usize).min(sq * SEND_WQE_BB);
     let units = (bytes / SEND_WQE_DS).min(MAX_DS as usize);
-    if units < 3 {
+    // The largest head before the payload: control and remote address on RC (a WRITE or
+    // READ), control and the 48-byte datagram segment on UD (`qp.c` `sq_overhead`).
+    let hdr = match cfg.service {
+        Service::Rc => 2,
+        Service::Ud | Service::Gsi => 1 + DATAGRAM_LEN / SEND_WQE_DS,
+    };
+    if units < hdr + 1 {
         return Err(Error::Unsupported("send WQEs too small for one data segment"));
     }
-    let max_sge = (units - 2) as u32;
-    let max_inline = ((units - 2) * SEND_WQE_DS - INLINE_HEADER_LEN) as u32;
+    let max_sge = (units - hdr) as u32;
+    let max_inline = ((units - hdr) * SEND_WQE_DS - INLINE_HEADER_LEN) as u32;
     Ok(Caps {
         max_send_wr: sq as u32,
         max_sge: cfg.max_send_sge.map_or(max_sge, |n| n.min(max_sge)),
@@ -496,8 +588,8 @@ fn qp_caps(max_wqe_sz: u32, sq: usize, cfg: &QpConfig) -> Result<Caps> {
     })
 }
 
-impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Drop
-    for Qp<'_, M, D, C, SQ, RQ>
+impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize> Drop
+    for Qp<'_, M, D, C, SQ, RQ, RS>
 {
     fn drop(&mut self) {
         let dev = self.dev;
@@ -523,6 +615,7 @@ impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> Drop
         // The QP no longer exists, so nothing reads the regions of requests that never
         // completed: release them.
         self.sq.release_everything();
+        self.rq.release_everything();
         let dma = dev.dma();
         // SAFETY: the QP is destroyed: the device no longer reads its rings or doorbell record.
         unsafe {

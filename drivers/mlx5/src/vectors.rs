@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use rdma_pmd::{Lkey, QpNum, RemoteBuf, Rkey, SendFlags, Sge, Source, WriteRequest};
+use rdma_pmd::{Lkey, QpNum, RemoteBuf, Rkey, SendFlags, SendRequest, Sge, Source};
 
 use crate::datapath::wqe::{SliceRing, WqeBuilder, WqeInfo, WqeSink};
 use crate::layout::codes::{CqeOpcode, SendOpcode, SEND_WQE_BB, SEND_WQE_DS};
@@ -291,13 +291,7 @@ impl CaseInput {
         let room = ring.wqe_cnt();
         let r = if self.flags.contains(SendFlags::INLINE) {
             let pieces: Vec<&[u8]> = self.inline_pieces.iter().map(|p| p.as_slice()).collect();
-            let req = WriteRequest {
-                wr_id: 0,
-                source: Source::inline(&pieces),
-                flags: self.flags,
-                remote,
-                imm,
-            };
+            let req = SendRequest::write(0, Source::inline(&pieces), self.flags, remote, imm);
             b.write(ring, pi, room, &req)
         } else {
             b.write_sges(ring, pi, room, &self.sges, self.flags, remote, imm)

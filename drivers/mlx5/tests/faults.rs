@@ -4,10 +4,11 @@
 
 mod common;
 
+use rdma_pmd::RecvQueue;
 use std::time::Instant;
 
 use common::*;
-use rdma_pmd::{Completion, DeviceFault, Errno, Error, PostWrite, QpNum, SendFlags, SendQueue};
+use rdma_pmd::{Completion, DeviceFault, Errno, Error, Post, QpNum, SendFlags, SendQueue};
 use rdma_pmd_mlx5::QpConfig;
 use rdma_pmd_mlx5_model::{CqeFault, CqeOpcode, Model};
 
@@ -113,7 +114,7 @@ fn a_second_completion_for_one_write_is_a_not_outstanding_fault_after_the_first(
 #[test]
 fn a_second_receive_completion_with_none_posted_is_a_no_receive_posted_fault() {
     with_pair(|model, a, b, r| {
-        b.post_recv(500).unwrap();
+        b.post_recv_empty(500).unwrap();
         model.break_next_cqe(CqeFault::Twice);
         a.post_write_imm(1, &[r.src.slice(0, 64).unwrap()], SIG, r.dst.remote(0), 0xabc).unwrap();
         let mut got = Vec::new();

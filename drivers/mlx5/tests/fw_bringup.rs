@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{bytes, pair, pattern, wait, TARGET};
 use rdma_pmd::{
-    BusAddr, DeviceFault, Errno, Error, FirmwareFault, PostWrite, SendFlags, WcOpcode, WcStatus,
+    BusAddr, DeviceFault, Errno, Error, FirmwareFault, Post, SendFlags, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{Dma, StdClock};

@@ -6,8 +6,9 @@
 mod common;
 
 use common::*;
+use rdma_pmd::RecvQueue;
 use rdma_pmd::{
-    Completion, Errno, Error, PostWrite, RemoteBuf, Rkey, SendFlags, SendQueue, WcOpcode, WcStatus,
+    Completion, Errno, Error, Post, RemoteBuf, Rkey, SendFlags, SendQueue, WcOpcode, WcStatus,
 };
 use rdma_pmd_mlx5::{QpConfig, QpState};
 use rdma_pmd_mlx5_model::{Model, ModelConfig, Syndrome, Wire};
@@ -114,7 +115,7 @@ fn write_with_immediate_reaches_the_target_with_its_immediate() {
     let (mut a, mut b) = pair::<_, _, 64>(&dev, &QpConfig::default());
     src.write(0, &pattern(3, 4096)).unwrap();
     for i in 0..40u64 {
-        b.post_recv(500 + i).unwrap();
+        b.post_recv_empty(500 + i).unwrap();
         let flags = if i % 4 == 3 { SIG } else { NONE };
         let len = 1 + (i as usize * 53) % 700;
         let imm = 0xfeed_0000 | i as u32;
@@ -400,7 +401,7 @@ fn roce_v2_between_two_devices_on_a_wire() {
     let opts = rdma_pmd_mlx5::ConnectOpts::default();
     a.connect_roce_v2(b.qp_num(), g2.gid, g2.mac, 0, 0xc000, &opts).unwrap();
     b.connect_roce_v2(a.qp_num(), g1.gid, g1.mac, 0, 0xc001, &opts).unwrap();
-    b.post_recv(9).unwrap();
+    b.post_recv_empty(9).unwrap();
     a.post_write_imm(1, &[src.slice(0, 3000).unwrap()], SIG, dst.remote(100), 0xabcd).unwrap();
     let c = wait(&mut a, 1);
     assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::Success));
@@ -448,7 +449,7 @@ fn moving_to_error_flushes_posted_receives_once_each() {
     let dst = dev.reg(4096, TARGET).unwrap();
     let (mut a, mut b) = pair::<_, _, 64>(&dev, &QpConfig::default());
     for i in 0..5u64 {
-        b.post_recv(40 + i).unwrap();
+        b.post_recv_empty(40 + i).unwrap();
     }
     // One receive is consumed by a write with immediate, the rest are flushed.
     a.post_write_imm(1, &[src.slice(0, 16).unwrap()], SIG, dst.remote(0), 77).unwrap();
@@ -464,7 +465,7 @@ fn moving_to_error_flushes_posted_receives_once_each() {
     assert_eq!((got[0].wr_id, got[0].imm), (40, Some(77)));
     b.to_error().unwrap();
     assert_eq!(b.state(), QpState::Error);
-    assert_eq!(b.post_recv(99), Err(Error::NotConnected));
+    assert_eq!(b.post_recv_empty(99), Err(Error::NotConnected));
     let mut flushed = Vec::new();
     while flushed.len() < 4 {
         let n = b.poll_recv(&mut out).unwrap();

@@ -8,11 +8,12 @@
 
 mod common;
 
+use rdma_pmd::RecvQueue;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use common::*;
-use rdma_pmd::{Completion, Error, PostWrite, RemoteBuf, Rkey, SendFlags, SendQueue, WcStatus};
+use rdma_pmd::{Completion, Error, Post, RemoteBuf, Rkey, SendFlags, SendQueue, WcStatus};
 use rdma_pmd_hal::mem::MemBar;
 use rdma_pmd_hal::Mmio;
 use rdma_pmd_mlx5::QpConfig;
@@ -147,7 +148,7 @@ fn posting_and_polling_allocate_nothing() {
             a.post_write(100, one, SendFlags::SIGNALED, dst.remote(1024)).unwrap();
             a.post_write_inline(101, &[&inline[..]], SendFlags::SIGNALED, dst.remote(2048))
                 .unwrap();
-            b.post_recv(7).unwrap();
+            b.post_recv_empty(7).unwrap();
             let buf = src.slice(0, 32).unwrap();
             a.post_write_imm(102, &[buf], SendFlags::SIGNALED, dst.remote(4096), 5).unwrap();
             // A batch dropped uncommitted.

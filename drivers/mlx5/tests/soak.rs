@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use rdma_pmd::{Completion, PostWrite, SendFlags, SendQueue, WcStatus};
+use rdma_pmd::{Completion, Post, SendFlags, SendQueue, WcStatus};
 use rdma_pmd_mlx5::QpConfig;
 use rdma_pmd_mlx5_model::Model;
 use std::time::Instant;

@@ -19,7 +19,7 @@
 //!   of its buffer for the peer's write (as `ib_write_lat` does); reports half the round trip.
 //!
 //! Both ends run in this process on two threads, through the core traits only: the loops are
-//! generic over [`PostWrite`], so any backend can run them.
+//! generic over [`Post`], so any backend can run them.
 //!
 //! `--impl c` runs the same loop written as an ordinary librdmacm program would write it
 //! (`c/peer.c`: `rdma_post_write`; for `lat` a volatile byte poll and `ibv_poll_cq` for each send
@@ -31,7 +31,7 @@ use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
 use rdma_pmd::{
-    Completion, Error, LocalBuf, PostWrite, RemoteBuf, Result, Rkey, SendFlags, SendQueue, WcStatus,
+    Completion, Error, LocalBuf, Post, RemoteBuf, Result, Rkey, SendFlags, SendQueue, WcStatus,
 };
 use rdma_pmd_rxe::peer::{self, TargetInfo};
 use rdma_pmd_rxe::{Conn, Listener, QpConfig, Region, RxeQp};

@@ -192,6 +192,8 @@ pub struct rdma_conn_param {
 pub const IBV_WR_RDMA_WRITE: c_uint = 0;
 /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
+/// `IBV_WC_GRH` (a `wc_flags` bit).
+pub const IBV_WC_GRH: c_uint = 1 << 0;
 /// `IBV_WC_WITH_IMM` (a `wc_flags` bit).
 pub const IBV_WC_WITH_IMM: c_uint = 1 << 1;
 /// `IBV_QPT_RC`.

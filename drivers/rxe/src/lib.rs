@@ -10,12 +10,12 @@
 //!   hands out [`LocalBuf`](rdma_pmd::LocalBuf)s and refuses [`Region::dereg`] with
 //!   [`Error::RegionBusy`] (`EBUSY`) while posted requests use it;
 //! * [`RxeQp`]: an RC queue pair implementing [`SendQueue`](rdma_pmd::SendQueue), so every form
-//!   of [`PostWrite`](rdma_pmd::PostWrite) works on it: writev, write, write with immediate,
+//!   of [`Post`](rdma_pmd::Post) works on it: writev, write, write with immediate,
 //!   inline, raw, and batches posted as one chained `ibv_post_send` on commit. Completions are
 //!   busy-polled with `ibv_poll_cq` (no completion channel, no sleeping).
 //!
 //! ```no_run
-//! use rdma_pmd::{PostWrite, RemoteBuf, Rkey, SendFlags, Completion};
+//! use rdma_pmd::{Post, RemoteBuf, Rkey, SendFlags, Completion};
 //! use rdma_pmd_rxe::{Conn, QpConfig, Region, RxeQp};
 //!
 //! let conn = Conn::resolve("10.0.0.1", 7471)?;

@@ -15,8 +15,8 @@ use core::ptr::{self, NonNull};
 use rdma_pmd::post::SourceKind;
 use rdma_pmd::region::{acquire_all, for_each_run};
 use rdma_pmd::{
-    Caps, Completion, Errno, Error, LocalBuf, QpNum, RegionUse, Result, SendFlags, SendQueue, Sge,
-    WcOpcode, WcStatus, WriteRequest,
+    Caps, Completion, Errno, Error, LocalBuf, QpNum, QueueId, RegionUse, Result, Retired,
+    SendFlags, SendOp, SendQueue, SendRequest, Sge, Side, Source, WcOpcode, WcStatus,
 };
 
 use crate::cm::Conn;
@@ -90,6 +90,8 @@ pub struct RxeQp<'r> {
     caps: Caps,
     qpn: QpNum,
     connected: bool,
+    /// This queue's identity, for `Pending::reclaim`.
+    id: QueueId,
     head: u64,
     committed: u64,
     tail: u64,
@@ -223,6 +225,7 @@ impl<'r> RxeQp<'r> {
             caps,
             qpn,
             connected: false,
+            id: QueueId::new(),
             head: 0,
             committed: 0,
             tail: 0,
@@ -410,12 +413,12 @@ impl<'r> RxeQp<'r> {
     }
 
     /// Copy an inline payload into staging slot `idx`; returns its length.
-    fn stage_inline(&mut self, idx: usize, req: &WriteRequest<'_, 'r>) -> usize {
+    fn stage_inline(&mut self, idx: usize, source: &Source<'_, 'r>) -> usize {
         let max = self.caps.max_inline as usize;
         let dst = &mut self.inline[idx * max..(idx + 1) * max];
         let mut at = 0;
         // `check` bounded the total by `max_inline`, the size of `dst`.
-        req.source.for_each_inline_chunk(|bytes| {
+        source.for_each_inline_chunk(|bytes| {
             dst[at..at + bytes.len()].copy_from_slice(bytes);
             at += bytes.len();
         });
@@ -445,11 +448,14 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
     }
 
     #[inline]
-    unsafe fn push(&mut self, _: &mut (), req: &WriteRequest<'_, 'r>) -> Result<()> {
+    unsafe fn push(&mut self, _: &mut (), req: &SendRequest<'_, 'r>) -> Result<()> {
         if !self.connected {
             return Err(Error::NotConnected);
         }
         req.check(&self.caps)?;
+        let SendOp::Write { source, remote, imm } = &req.op else {
+            return Err(Error::Unsupported("only writes on rxe so far"));
+        };
         let cap = self.caps.max_send_wr as u64;
         let free = (cap - (self.tail - self.head)) as u32;
         if free == 0 {
@@ -461,13 +467,13 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         let mut first = None;
         let mut runs = 0u32;
         let num_sge = if req.is_inline() {
-            let len = self.stage_inline(idx, req);
+            let len = self.stage_inline(idx, source);
             let at = self.inline[idx * self.caps.max_inline as usize..].as_ptr();
             // Inline data needs no key: the provider copies the bytes into the WQE.
             self.staged(idx).sge[0] = Sge::new(at as u64, len as u32, rdma_pmd::Lkey(0));
             (len > 0) as usize
         } else {
-            match *req.source.kind() {
+            match *source.kind() {
                 SourceKind::Sgl(bufs) => {
                     acquire_all(bufs)?;
                     let base = slot * self.caps.max_sge as usize;
@@ -501,15 +507,12 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         let wr = &mut self.staged(idx).wr;
         wr.wr_id = seq;
         wr.num_sge = num_sge as c_int;
-        wr.opcode = if req.imm.is_some() {
-            ffi::IBV_WR_RDMA_WRITE_WITH_IMM
-        } else {
-            ffi::IBV_WR_RDMA_WRITE
-        };
+        wr.opcode =
+            if imm.is_some() { ffi::IBV_WR_RDMA_WRITE_WITH_IMM } else { ffi::IBV_WR_RDMA_WRITE };
         wr.send_flags = flags.bits();
-        wr.imm_data = req.imm.unwrap_or(0).to_be();
-        wr.remote_addr = req.remote.addr;
-        wr.rkey = req.remote.rkey.get();
+        wr.imm_data = imm.unwrap_or(0).to_be();
+        wr.remote_addr = remote.addr;
+        wr.rkey = remote.rkey.get();
         self.slots[slot] = Slot { wr_id: req.wr_id, runs, first };
         self.tail = seq + 1;
         Ok(())
@@ -518,6 +521,11 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
     #[inline]
     fn pushed(&self, _: &()) -> u32 {
         (self.tail - self.committed) as u32
+    }
+
+    #[inline]
+    fn posted(&self) -> u64 {
+        self.committed
     }
 
     #[inline]
@@ -583,6 +591,21 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
     }
 }
 
+// SAFETY: sends are numbered by their sequence (`committed` is the next one's), and `head`
+// passes a request only when its completion, or a later one, was reaped, or at teardown.
+// Receives are not numbered yet: none is ever reported retired.
+unsafe impl Retired for RxeQp<'_> {
+    fn queue_id(&self) -> QueueId {
+        self.id
+    }
+    fn retired(&self, side: Side) -> u64 {
+        match side {
+            Side::Send => self.head,
+            Side::Recv => 0,
+        }
+    }
+}
+
 impl Drop for RxeQp<'_> {
     fn drop(&mut self) {
         // SAFETY: our QP on the id; after this the device reads and writes none of our
@@ -618,5 +641,7 @@ fn completion(wc: &ffi::ibv_wc, wr_id: u64) -> Completion {
         byte_len: wc.byte_len,
         qp_num: QpNum(wc.qp_num),
         imm: (wc.wc_flags & ffi::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(wc.imm_data)),
+        src_qp: QpNum(wc.src_qp),
+        grh: wc.wc_flags & ffi::IBV_WC_GRH != 0,
     }
 }

@@ -3,7 +3,7 @@
 //! --tier rxe` runs them (natively or in its VM) with `--ignored --test-threads=1`: soft-RoCE
 //! loses completions when several queue pairs drive it at once.
 //!
-//! Every test drives the backend through the core traits (`PostWrite`, `SendQueue`), the same
+//! Every test drives the backend through the core traits (`Post`, `SendQueue`), the same
 //! surface a generic load generator uses.
 
 mod support;
@@ -39,7 +39,7 @@ fn allocs() -> u64 {
     ALLOCS.with(|c| c.get())
 }
 
-use rdma_pmd::{Completion, Errno, Error, PostWrite, SendFlags, SendQueue, WcOpcode, WcStatus};
+use rdma_pmd::{Completion, Errno, Error, Post, SendFlags, SendQueue, WcOpcode, WcStatus};
 use rdma_pmd_rxe::peer;
 use rdma_pmd_rxe::{QpConfig, Region, RxeQp};
 use support::*;

@@ -4,14 +4,14 @@
 //! array standing in for BAR0) and [`StaticDma`] (a static page pool, identity mapped: bus
 //! address = CPU address), with the driver's null control seam ([`NullControl`]) that hands
 //! out numbers and remembers what it was given, so the check can look where the HCA would. A
-//! writev and a batch are posted through the core `PostWrite` API; the check then reads the
+//! writev and a batch are posted through the core `Post` API; the check then reads the
 //! doorbell record, the UAR doorbell and the WQE in the ring, plays the HCA by writing a
 //! requester CQE through the driver's CQE writer ([`CqWriter`]), and polls the completion back.
 //! No allocator, no std.
 
 use core::ptr::{addr_of_mut, NonNull};
 
-use rdma_pmd::{BusAddr, Completion, PostWrite, QpNum, SendFlags, SendQueue, WcStatus};
+use rdma_pmd::{BusAddr, Completion, Post, QpNum, SendFlags, SendQueue, WcStatus};
 use rdma_pmd_hal::baremetal::{IdentityBar, StaticDma};
 use rdma_pmd_mlx5::control::Access;
 use rdma_pmd_mlx5::testing::{CqWriter, NullControl};

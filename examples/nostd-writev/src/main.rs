@@ -18,7 +18,7 @@ mod datapath;
 
 use core::ptr::{addr_of_mut, NonNull};
 
-use rdma_pmd::WriteRequest;
+use rdma_pmd::SendRequest;
 use rdma_pmd::{Lkey, LocalBuf, QpNum, RegionUse, RemoteBuf, Rkey, SendFlags, Sge, Source};
 use rdma_pmd_mlx5::datapath::wqe::{RawRing, WqeBuilder, WqeInfo};
 use rdma_pmd_mlx5::layout::wqe::{bf_len, sq_dbrec};
@@ -86,13 +86,7 @@ fn check_builder() -> i32 {
         return 3;
     };
     let sgl = [a, z, c, d];
-    let req = WriteRequest {
-        wr_id: 1,
-        source: Source::sgl(&sgl),
-        flags: SendFlags::empty(),
-        remote,
-        imm: None,
-    };
+    let req = SendRequest::write(1, Source::sgl(&sgl), SendFlags::empty(), remote, None);
     let mut pi: u16 = 0xfff7;
     let Ok(w1) = builder.write(&mut ring, pi, SLOTS, &req) else { return 4 };
     if (w1.shape.ds, w1.shape.wqebbs) != (5, 2) || w1.slot(1, SLOTS) != 0 {
@@ -111,13 +105,8 @@ fn check_builder() -> i32 {
 
     // 2. An inline write of two pieces, signaled.
     let pieces: [&[u8]; 2] = [b"no_std ", b"writev"];
-    let req = WriteRequest {
-        wr_id: 2,
-        source: Source::inline(&pieces),
-        flags: SendFlags::SIGNALED | SendFlags::INLINE,
-        remote,
-        imm: None,
-    };
+    let flags = SendFlags::SIGNALED | SendFlags::INLINE;
+    let req = SendRequest::write(2, Source::inline(&pieces), flags, remote, None);
     let Ok(w2) = builder.write(&mut ring, pi, SLOTS - 2, &req) else { return 8 };
     let slot = w2.slot(0, SLOTS);
     if ring_bytes::<4>(slot, 32) != [0x80, 0, 0, 13]

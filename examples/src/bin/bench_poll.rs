@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use bench_util::Dev;
 use c_mlx5::{CQp, IbvWc, Reaped};
-use rdma_pmd::{Completion, LocalBuf, PostWrite, QpNum, RemoteBuf, SendFlags, SendQueue, Sge};
+use rdma_pmd::{Completion, LocalBuf, Post, QpNum, RemoteBuf, SendFlags, SendQueue, Sge};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_mlx5::control::Access;
 use rdma_pmd_mlx5::device::SharedDma;

@@ -1,6 +1,6 @@
 //! `cargo xtask bench post`: the cost of posting one WQE, side by side in one process.
 //!
-//! * **ours**: the mlx5 driver's writev path (`Qp` through the core `PostWrite` API) into an
+//! * **ours**: the mlx5 driver's writev path (`Qp` through the core `Post` API) into an
 //!   in-memory BAR and heap DMA memory, with a control seam that only hands out numbers;
 //!   beside it the same through raw `Sge`s (no region accounting), so the cost of the safe
 //!   API's accounting shows;
@@ -24,7 +24,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use c_mlx5::{CQp, IbvWc};
-use rdma_pmd::{Completion, LocalBuf, PostWrite, QpNum, RemoteBuf, SendFlags, SendQueue, Sge};
+use rdma_pmd::{Completion, LocalBuf, Post, QpNum, RemoteBuf, SendFlags, SendQueue, Sge};
 use rdma_pmd_hal::mem::HeapDma;
 use rdma_pmd_mlx5::control::Access;
 use rdma_pmd_mlx5::testing::CqWriter;
@@ -262,7 +262,7 @@ fn post_lap<'r, Q: SendQueue<'r>, const RAW: bool>(
             if RAW {
                 // SAFETY: the SGEs name a region registered and alive for the whole run.
                 let source = unsafe { rdma_pmd::Source::raw(sges) };
-                let req = rdma_pmd::WriteRequest { wr_id, source, flags, remote, imm: None };
+                let req = rdma_pmd::SendRequest::write(wr_id, source, flags, remote, None);
                 b.post(&req).expect("post");
             } else {
                 b.post_writev(wr_id, bufs, flags, remote).expect("post");

@@ -1,48 +1,59 @@
-//! A small receive queue: what the *target* of an RDMA WRITE WITH IMMEDIATE needs.
+//! The receive ring: receive WQEs with scatter lists, and their completions.
 //!
-//! A write with immediate consumes one receive WQE at the responder and produces a receive
-//! completion (`MLX5_CQE_RESP_WR_IMM`) carrying the immediate data; the payload itself goes
-//! where the writer's remote address says, so the receive WQE scatters nothing. Each receive
-//! WQE here is one 16-byte data segment with `byte_count = 0` and the invalid lkey
-//! `MLX5_INVALID_LKEY` (0x100), the terminator `providers/mlx5/qp.c` `mlx5_post_recv` writes
-//! after the last scatter entry. After the WQE, `udma_to_device_barrier` and
-//! `dbrec[RCV_DBR] = htobe32(head & 0xffff)`.
+//! A receive WQE is `S` data segments of 16 bytes (`S` a power of two, so the stride
+//! `16 * S` is one too, as the PRM's `log_rq_stride` needs). `providers/mlx5/qp.c`
+//! `mlx5_post_recv` writes one segment per element of non-zero length and, when fewer than
+//! `S` were written, a terminator segment (`byte_count` 0, `lkey` `MLX5_INVALID_LKEY`
+//! 0x100, `addr` 0) after them; the device stops scattering there. An empty list is just the
+//! terminator: the receive a WRITE WITH IMMEDIATE consumes. After the WQE,
+//! `udma_to_device_barrier` and `dbrec[RCV_DBR] = htobe32(head & 0xffff)`.
 //!
-//! Completions are matched to WQEs in order (`cq.c` `handle_responder`: `wq->tail`), and report
-//! `IBV_WC_RECV_RDMA_WITH_IMM` with the immediate as the number the writer posted.
+//! Completions are matched to WQEs in order (`cq.c` `handle_responder`: `wq->tail`), and
+//! report `IBV_WC_RECV` for a SEND (`MLX5_CQE_RESP_SEND`, `_SEND_IMM` with the immediate) or
+//! `IBV_WC_RECV_RDMA_WITH_IMM` for a write with immediate, `byte_len` from the CQE, and, on a
+//! datagram QP, the source QP and GRH flag from `flags_rqpn`.
+//!
+//! The regions of a receive's buffers are counted busy from the post until its completion
+//! (or flush) is reaped, or the QP is destroyed; the buffers themselves are out of the user's
+//! reach meanwhile ([`rdma_pmd::Pending`]).
 
-use rdma_pmd::{Completion, DeviceFault, Error, QpNum, Result, Sge, WcOpcode, WcStatus};
+use rdma_pmd::{
+    Completion, Dest, DestKind, DeviceFault, Error, QpNum, RegionUse, Result, Sge, WcOpcode,
+    WcStatus,
+};
 use rdma_pmd_hal::{barrier, DmaBuf};
 
 use crate::layout::codes::CqeOpcode;
 use crate::layout::cqe::{Cqe, CqeRepr};
-use crate::layout::wqe::RCV_DBR;
-use crate::layout::wqe::{DataSeg, INVALID_LKEY};
+use crate::layout::wqe::{DataSeg, INVALID_LKEY, RCV_DBR, SEG_LEN};
 
-/// Bytes per receive WQE (one scatter entry).
-pub const STRIDE: usize = 16;
-
-/// The receive ring of one QP.
-pub struct RecvRing<const N: usize> {
+/// The receive ring of one QP: `N` WQEs of `S` scatter entries.
+pub struct RecvRing<'r, const N: usize, const S: usize> {
     /// Byte offset of the ring in the QP's work-queue buffer.
     off: usize,
     head: u16,
     tail: u16,
+    /// Receives posted since the ring was made.
+    posted: u64,
     wr_id: [u64; N],
+    /// The regions each posted WQE's entries name (one per non-empty entry).
+    regions: [[Option<&'r RegionUse>; S]; N],
 }
 
-impl<const N: usize> RecvRing<N> {
+impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
     const GEOMETRY: () = assert!(
-        N.is_power_of_two() && N <= 1 << 15,
-        "receive ring size must be a power of two up to 2^15"
+        N.is_power_of_two() && N <= 1 << 15 && S.is_power_of_two() && S * SEG_LEN <= 2048,
+        "receive ring: a power of two of WQEs up to 2^15, of a power of two of entries up to 128"
     );
     const MASK: usize = N - 1;
+    /// Bytes per WQE.
+    pub const STRIDE: usize = S * SEG_LEN;
 
     /// A ring at byte `off` of the work-queue buffer.
     pub fn new(off: usize) -> Self {
         #[allow(clippy::let_unit_value)]
         let () = Self::GEOMETRY;
-        RecvRing { off, head: 0, tail: 0, wr_id: [0; N] }
+        RecvRing { off, head: 0, tail: 0, posted: 0, wr_id: [0; N], regions: [[None; S]; N] }
     }
 
     /// Receive WQEs posted and not completed.
@@ -50,24 +61,66 @@ impl<const N: usize> RecvRing<N> {
         self.head.wrapping_sub(self.tail) as u32
     }
 
-    /// Post one receive WQE (no scatter buffer) into `buf` and ring the doorbell record.
+    /// Receives posted since the ring was made.
+    pub fn posted(&self) -> u64 {
+        self.posted
+    }
+
+    /// Receives retired since the ring was made.
+    pub fn retired(&self) -> u64 {
+        self.posted - self.outstanding() as u64
+    }
+
+    /// Post one receive WQE scattering into `dest` into `buf` and ring the doorbell record.
+    /// Refused, with nothing changed: more elements than `S` ([`Error::TooManySges`], EINVAL
+    /// as `mlx5_post_recv`), a full ring ([`Error::QueueFull`], ENOMEM), a deregistered
+    /// region ([`Error::BadLkey`]), a message above 2^31 bytes.
     #[inline]
-    pub fn post(&mut self, buf: &DmaBuf, dbrec: &DmaBuf, wr_id: u64) -> Result<()> {
-        let used = self.outstanding();
-        if used >= N as u32 {
+    pub fn post(
+        &mut self,
+        buf: &DmaBuf,
+        dbrec: &DmaBuf,
+        wr_id: u64,
+        dest: Dest<'_, 'r>,
+    ) -> Result<()> {
+        if dest.count() > S {
+            return Err(Error::TooManySges { given: dest.count(), max: S });
+        }
+        if dest.total_len().is_none() {
+            return Err(Error::InvalidArgument("message above 2 GiB"));
+        }
+        if self.outstanding() >= N as u32 {
             return Err(Error::QueueFull { needed: 1, free: 0 });
         }
         let slot = self.head as usize & Self::MASK;
-        let mut seg = [0u8; STRIDE];
-        DataSeg::new_unchecked(&mut seg[..]).set_sge(&Sge::new(0, 0, rdma_pmd::Lkey(INVALID_LKEY)));
-        let at = self.off + slot * STRIDE;
-        for (k, w) in seg.chunks_exact(8).enumerate() {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(w);
-            buf.write_u64(at + 8 * k, u64::from_ne_bytes(b));
+        // Count the regions first: a refusal then leaves the ring as it was.
+        let mut held: [Option<&'r RegionUse>; S] = [None; S];
+        if let DestKind::Bufs(bufs) = *dest.kind() {
+            for (k, b) in bufs.iter().filter(|b| !b.is_empty()).enumerate() {
+                if let Err(e) = b.region().acquire() {
+                    release(&mut held);
+                    return Err(e);
+                }
+                held[k] = Some(b.region());
+            }
+        }
+        let at = self.off + slot * Self::STRIDE;
+        let mut j = 0;
+        for i in 0..dest.count() {
+            let Some(e) = dest.sge(i) else { break };
+            if e.length == 0 {
+                continue;
+            }
+            put_seg(buf, at + j * SEG_LEN, &e);
+            j += 1;
+        }
+        if j < S {
+            put_seg(buf, at + j * SEG_LEN, &Sge::new(0, 0, rdma_pmd::Lkey(INVALID_LKEY)));
         }
         self.wr_id[slot] = wr_id;
+        self.regions[slot] = held;
         self.head = self.head.wrapping_add(1);
+        self.posted += 1;
         // The WQE reaches memory before the doorbell record that announces it.
         barrier::to_device();
         dbrec.write_u32(RCV_DBR * 4, (self.head as u32).to_be());
@@ -77,7 +130,7 @@ impl<const N: usize> RecvRing<N> {
     /// Turn a receive CQE into a completion for the oldest posted WQE. The CQE is checked
     /// whole (a receive posted, its QP, a responder opcode) before the ring moves, so a CQE
     /// the device should not have written consumes no receive.
-    pub fn complete(&mut self, raw: &[u8; 64], qpn: QpNum) -> Result<Completion> {
+    pub fn complete(&mut self, raw: &[u8; 64], qpn: QpNum, datagram: bool) -> Result<Completion> {
         if self.outstanding() == 0 {
             return Err(DeviceFault::NoReceivePosted.into());
         }
@@ -88,21 +141,64 @@ impl<const N: usize> RecvRing<N> {
         }
         let (opcode, imm) = match repr.opcode {
             CqeOpcode::RespWrImm => (WcOpcode::RecvRdmaWithImm, Some(cqe.imm_inval_pkey())),
-            CqeOpcode::RespSend => (WcOpcode::Send, None),
-            CqeOpcode::RespSendImm => (WcOpcode::Send, Some(cqe.imm_inval_pkey())),
-            CqeOpcode::RespErr => (WcOpcode::RecvRdmaWithImm, None),
+            CqeOpcode::RespSend => (WcOpcode::Recv, None),
+            CqeOpcode::RespSendImm => (WcOpcode::Recv, Some(cqe.imm_inval_pkey())),
+            CqeOpcode::RespErr => (WcOpcode::Recv, None),
             other => return Err(DeviceFault::UnexpectedOpcode { opcode: other.into() }.into()),
         };
         let slot = self.tail as usize & Self::MASK;
         self.tail = self.tail.wrapping_add(1);
+        // The device is done with the WQE's buffers: its completion is in hand.
+        release(&mut self.regions[slot]);
         let status = repr.status();
         let mut c = Completion::new(self.wr_id[slot], status, opcode, qpn);
         if status == WcStatus::Success {
             c.byte_len = repr.byte_cnt;
             c.imm = imm;
+            if datagram {
+                // `cq.c` `handle_responder`: `src_qp = flags_rqpn & 0xffffff`, and the GRH
+                // flag from bits 29..28.
+                let f = cqe.flags_rqpn();
+                c.src_qp = QpNum(f & QpNum::MAX);
+                c.grh = (f >> 28) & 3 != 0;
+            }
         } else {
             c.vendor_err = repr.vendor_err();
         }
         Ok(c)
+    }
+
+    /// Release the regions of every receive still posted and forget them: for teardown, once
+    /// the device can no longer write them (the QP is destroyed).
+    pub fn release_everything(&mut self) {
+        let mut t = self.tail;
+        while t != self.head {
+            release(&mut self.regions[t as usize & Self::MASK]);
+            t = t.wrapping_add(1);
+        }
+        self.tail = self.head;
+    }
+}
+
+/// Release (once) each region counted in `held`.
+fn release<const S: usize>(held: &mut [Option<&RegionUse>; S]) {
+    for h in held.iter_mut() {
+        if let Some(r) = h.take() {
+            // SAFETY: each entry answers one `acquire` of `post`, made for a receive the
+            // device can no longer write (completed, or never rung, or its QP destroyed), and
+            // is taken out here, so it is released once.
+            unsafe { r.release() };
+        }
+    }
+}
+
+/// Store one 16-byte scatter entry at byte `at` of `buf`.
+#[inline]
+fn put_seg(buf: &DmaBuf, at: usize, e: &Sge) {
+    let seg = DataSeg::encode(e);
+    for (k, w) in seg.chunks_exact(8).enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        buf.write_u64(at + 8 * k, u64::from_ne_bytes(b));
     }
 }

@@ -47,16 +47,18 @@ use core::ptr;
 
 use rdma_pmd::post::SourceKind;
 use rdma_pmd::{
-    Caps, Completion, DeviceFault, Error, LocalBuf, QpNum, RegionUse, RemoteBuf, Result, SendFlags,
-    SendQueue, Sge, WcOpcode, WcStatus, WriteRequest,
+    Caps, Completion, DestKind, DeviceFault, Error, QpNum, RegionUse, RemoteBuf, Result, SendFlags,
+    SendOp, SendQueue, SendRequest, Sge, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::{access, barrier, Dma, DmaBuf, Mmio};
 
 use crate::control::{Control, Uar};
-use crate::datapath::wqe::{FixedRing, RawRing, WqeBuilder, WqeShape, HEADER_DS};
+use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder, WqeShape, HEADER_DS};
 use crate::layout::codes::CqeOpcode;
+use crate::layout::codes::SendOpcode;
 use crate::layout::codes::SEND_WQE_BB;
 use crate::layout::cqe::{Cqe, CqeRepr};
+use crate::layout::wqe::DATAGRAM_LEN;
 use crate::layout::wqe::{bf_len, sq_dbrec, SND_DBR};
 use crate::qp::{Qp, QpState};
 
@@ -126,6 +128,9 @@ struct Pending {
     status: WcStatus,
     vendor_err: u32,
     opcode: WcOpcode,
+    /// `byte_len` of the completion: the CQE's byte count for a READ, 8 for an atomic
+    /// (`cq.c` `handle_good_req`), 0 otherwise.
+    byte_len: u32,
     /// Report WQEs skipped on the way as flushed.
     flush_skipped: bool,
 }
@@ -188,6 +193,8 @@ pub struct SendRing<'r, const N: usize> {
     tail: u16,
     /// Committed requests not retired yet.
     outstanding: u32,
+    /// Requests committed since the ring was made (so `posted - outstanding` have retired).
+    posted: u64,
     in_error: bool,
     pending: Option<Pending>,
     /// A fault found by a poll that had already written completions: returned by the next
@@ -226,6 +233,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             pi: 0,
             tail: 0,
             outstanding: 0,
+            posted: 0,
             in_error: false,
             pending: None,
             fault: None,
@@ -259,6 +267,17 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.outstanding
     }
 
+    /// Requests committed since the ring was made.
+    pub fn posted(&self) -> u64 {
+        self.posted
+    }
+
+    /// Requests retired since the ring was made (in order: completed, implied by a later
+    /// completion, flushed, or released at teardown).
+    pub fn retired(&self) -> u64 {
+        self.posted - self.outstanding as u64
+    }
+
     /// Whether an error CQE was seen (the QP is in error).
     pub fn in_error(&self) -> bool {
         self.in_error
@@ -287,32 +306,69 @@ impl<'r, const N: usize> SendRing<'r, N> {
         (at.pi.wrapping_sub(self.pi).wrapping_sub(at.extra)) as u32
     }
 
-    /// Write `req` into the ring at the cursor, and count the regions it reads. Changes
+    /// Write `req` into the ring at the cursor, and count the regions it names. Changes
     /// nothing (the cursor included) on error.
     #[inline(always)]
-    pub fn push(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
-        if !req.is_inline() {
-            match *req.source.kind() {
+    pub fn push(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
+        match &req.op {
+            SendOp::Write { source, remote, imm } if !req.is_inline() => match *source.kind() {
                 SourceKind::Sgl([b]) => {
                     let region = Some(b.region());
-                    return self.push_one(
-                        at,
-                        req.wr_id,
-                        b.sge(),
-                        region,
-                        req.flags,
-                        req.remote,
-                        req.imm,
-                    );
+                    self.push_one(at, req.wr_id, b.sge(), region, req.flags, *remote, *imm)
                 }
                 SourceKind::Raw { 0: [e], .. } => {
-                    return self.push_one(at, req.wr_id, *e, None, req.flags, req.remote, req.imm);
+                    self.push_one(at, req.wr_id, *e, None, req.flags, *remote, *imm)
                 }
-                SourceKind::Sgl(bufs) => return self.push_gather(at, req, bufs),
-                _ => {}
-            }
+                SourceKind::Sgl(bufs) => {
+                    let head = Head::Write { remote: *remote, imm: *imm };
+                    self.push_gather(at, req, head, bufs, |b| b.sge(), |b| b.region())
+                }
+                _ => self.push_any(at, req),
+            },
+            _ => self.push_other(at, req),
         }
-        self.push_any(at, req)
+    }
+
+    /// [`push`](Self::push) of everything but a registered gather WRITE: SENDs, READs and
+    /// atomics count the regions of their registered buffers; inline payloads and raw
+    /// elements hold none.
+    #[inline(never)]
+    fn push_other(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
+        let mut av = [0u8; DATAGRAM_LEN];
+        let head = match at.builder.head(req, &mut av) {
+            Ok(h) => h,
+            Err(_) if !at.open => return Err(Error::NotConnected),
+            Err(e) => return Err(e),
+        };
+        match &req.op {
+            SendOp::Send { source, .. } if !req.is_inline() => match *source.kind() {
+                SourceKind::Sgl(bufs) => {
+                    self.push_gather(at, req, head, bufs, |b| b.sge(), |b| b.region())
+                }
+                _ => self.push_any(at, req),
+            },
+            SendOp::Read { dest, .. } => match *dest.kind() {
+                DestKind::Bufs(bufs) => {
+                    self.push_gather(at, req, head, bufs, |d| d.sge(), |d| d.region())
+                }
+                DestKind::Raw(_) => self.push_any(at, req),
+            },
+            SendOp::Atomic { dest, .. } => match *dest.kind() {
+                DestKind::Bufs(bufs @ [_]) => {
+                    let sge = |d: &rdma_pmd::DestBuf<'r>| {
+                        atomic_sge(d.sge()).unwrap_or(Sge::new(0, 0, rdma_pmd::Lkey(0)))
+                    };
+                    if bufs.iter().any(|d| d.len() < rdma_pmd::post::ATOMIC_LEN as usize) {
+                        return Err(Error::InvalidArgument(
+                            "an atomic's result needs at least 8 bytes",
+                        ));
+                    }
+                    self.push_gather(at, req, head, bufs, sge, |d| d.region())
+                }
+                _ => self.push_any(at, req),
+            },
+            _ => self.push_any(at, req),
+        }
     }
 
     /// [`push`](Self::push) of a gather write from one element (read from `region` when it
@@ -353,14 +409,18 @@ impl<'r, const N: usize> SendRing<'r, N> {
         Ok(())
     }
 
-    /// [`push`](Self::push) of a gather write from two or more registered buffers: the WQE
-    /// is written and its regions counted in one pass over the list.
+    /// [`push`](Self::push) of a request over registered buffers (a gather WRITE or SEND
+    /// of two or more, a READ's scatter list, an atomic's result): the WQE is written and its
+    /// regions counted in one pass over the list.
     #[inline(always)]
-    fn push_gather(
+    fn push_gather<T>(
         &mut self,
         at: &mut SqCursor,
-        req: &WriteRequest<'_, 'r>,
-        bufs: &[LocalBuf<'r>],
+        req: &SendRequest<'_, 'r>,
+        head: Head<'_>,
+        bufs: &[T],
+        sge: impl Fn(&T) -> Sge,
+        region: impl Fn(&T) -> &'r RegionUse,
     ) -> Result<()> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
@@ -369,16 +429,16 @@ impl<'r, const N: usize> SendRing<'r, N> {
         // region is queued (consecutive elements from one region count once).
         let mut first: Option<&'r RegionUse> = None;
         let mut prev: Option<&'r RegionUse> = None;
-        let mut head = start;
+        let mut head_ref = start;
         let refs = &mut self.refs;
         let res = builder.emit_gather(
             &mut self.sink.view(),
             at.pi,
             room,
             bufs,
-            |b| b.sge(),
+            sge,
             |b| {
-                let r = b.region();
+                let r = region(b);
                 if prev.is_some_and(|p| ptr::eq(p, r)) {
                     return Ok(());
                 }
@@ -386,15 +446,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 if first.is_none() {
                     first = Some(r);
                 } else {
-                    *ref_entry(refs, head) = Some(r);
-                    head = head.wrapping_add(1);
+                    *ref_entry(refs, head_ref) = Some(r);
+                    head_ref = head_ref.wrapping_add(1);
                 }
                 prev = Some(r);
                 Ok(())
             },
             req.flags,
-            req.remote,
-            req.imm,
+            head,
         );
         let shape = match res {
             Ok(s) => s,
@@ -403,16 +462,16 @@ impl<'r, const N: usize> SendRing<'r, N> {
                     // SAFETY: acquired above for this WQE, which is never committed.
                     unsafe { f.release() };
                 }
-                self.release_refs(start, head);
+                self.release_refs(start, head_ref);
                 return Err(if at.open { e } else { Error::NotConnected });
             }
         };
         let slot = at.pi as usize & Self::MASK;
         self.wr_ids[slot] = req.wr_id;
         self.set_first(slot, first);
-        let more = head.wrapping_sub(start) as u8;
+        let more = head_ref.wrapping_sub(start) as u8;
         self.meta[slot] = Meta::new(shape.ds, builder.signals(req.flags), more);
-        at.ref_head = head;
+        at.ref_head = head_ref;
         at.advance(shape.wqebbs as u16);
         Ok(())
     }
@@ -420,7 +479,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// [`push`](Self::push) of the other requests: inline ones, and raw elements other than
     /// one.
     #[inline(always)]
-    fn push_any(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
+    fn push_any(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
         // A copy, so that the ring's stores (which the compiler must assume may alias the
         // queue) do not force the builder's fields to be reloaded.
         let builder = at.builder;
@@ -492,6 +551,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.pi = at.pi;
         self.ref_head = at.ref_head;
         self.outstanding += pushed;
+        self.posted += pushed as u64;
         let m = self.meta[last as usize & Self::MASK];
         Some((Last { pi: last, ds: m.ds(), inline: m.inline() }, pushed))
     }
@@ -558,11 +618,17 @@ impl<'r, const N: usize> SendRing<'r, N> {
             return Err(DeviceFault::NotOutstanding { counter: cqe.wqe_counter }.into());
         }
         let status = cqe.status();
+        let byte_len = match cqe.s_wqe_opcode {
+            SendOpcode::RdmaRead => cqe.byte_cnt,
+            SendOpcode::AtomicCs | SendOpcode::AtomicFa => rdma_pmd::post::ATOMIC_LEN,
+            _ => 0,
+        };
         self.pending = Some(Pending {
             target: cqe.wqe_counter,
             status,
             vendor_err: cqe.vendor_err(),
             opcode: cqe.s_wqe_opcode.wc_opcode().unwrap_or(WcOpcode::RdmaWrite),
+            byte_len,
             flush_skipped: status == WcStatus::WrFlushErr && self.in_error,
         });
         if status != WcStatus::Success {
@@ -591,7 +657,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             let report = if head == p.target {
                 self.pending = None;
                 if w.signaled() || p.status != WcStatus::Success {
-                    Some((p.status, p.vendor_err, p.opcode))
+                    Some((p.status, p.vendor_err, p.opcode, p.byte_len))
                 } else {
                     None
                 }
@@ -599,15 +665,18 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 self.pending = None;
                 return Err(DeviceFault::InsideWqe { counter: p.target }.into());
             } else if p.flush_skipped {
-                Some((WcStatus::WrFlushErr, 0, WcOpcode::RdmaWrite))
+                Some((WcStatus::WrFlushErr, 0, WcOpcode::RdmaWrite, 0))
             } else if w.signaled() {
-                Some((WcStatus::Success, 0, WcOpcode::RdmaWrite))
+                Some((WcStatus::Success, 0, WcOpcode::RdmaWrite, 0))
             } else {
                 None
             };
-            if let Some((status, vendor_err, opcode)) = report {
+            if let Some((status, vendor_err, opcode, byte_len)) = report {
                 let mut c = Completion::new(wr_id, status, opcode, qpn);
                 c.vendor_err = vendor_err;
+                if status == WcStatus::Success {
+                    c.byte_len = byte_len;
+                }
                 out[n] = c;
                 n += 1;
             }
@@ -806,8 +875,8 @@ impl SqDoorbell {
 /// The four primitives of [`rdma_pmd::SendQueue`] on an mlx5 QP, and its completion polling:
 /// what rdma-core's `_mlx5_post_send` and `post_send_db` (`qp.c`) and the requester half of
 /// `mlx5_poll_one` (`cq.c`) do.
-impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueue<'r>
-    for Qp<'r, M, D, C, SQ, RQ>
+impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize>
+    SendQueue<'r> for Qp<'r, M, D, C, SQ, RQ, RS>
 {
     type Cursor = SqCursor;
 
@@ -826,13 +895,18 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize> SendQueu
     }
 
     #[inline(always)]
-    unsafe fn push(&mut self, at: &mut SqCursor, req: &WriteRequest<'_, 'r>) -> Result<()> {
+    unsafe fn push(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
         self.sq.push(at, req)
     }
 
     #[inline(always)]
     fn pushed(&self, at: &SqCursor) -> u32 {
         self.sq.pushed(at)
+    }
+
+    #[inline(always)]
+    fn posted(&self) -> u64 {
+        self.sq.posted()
     }
 
     #[inline]

@@ -1,7 +1,7 @@
-//! The send WQE encoder: the RDMA WRITE / WRITE WITH IMMEDIATE builder, and the ring sinks it
-//! stores through.
+//! The send WQE encoder: the builder of every send WQE (RDMA WRITE, READ, SEND, atomics, UD
+//! datagrams; see [`Head`]), and the ring sinks it stores through.
 //!
-//! [`WqeBuilder::write`] turns one [`WriteRequest`] into the bytes rdma-core's mlx5 provider
+//! [`WqeBuilder::write`] turns one [`SendRequest`] into the bytes rdma-core's mlx5 provider
 //! (`providers/mlx5/qp.c` `_mlx5_post_send`, RC QP) would put in the send ring, and stores them
 //! straight into the ring's slots through a [`WqeSink`]:
 //!
@@ -52,13 +52,17 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use rdma_pmd::post::{check_message, SourceKind};
-use rdma_pmd::{Error, QpNum, RemoteBuf, Result, SendFlags, Sge, WriteRequest};
+use rdma_pmd::post::{check_message, SourceKind, ATOMIC_LEN};
+use rdma_pmd::{
+    AtomicOp, DestKind, Error, QpNum, RemoteBuf, Result, SendFlags, SendOp, SendRequest, Sge,
+    Source,
+};
 use rdma_pmd_hal::access;
 
 use crate::layout::codes::{FmCeSe, SendOpcode, MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
 use crate::layout::wqe::{
-    halves, inline_ds_units, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, INLINE_HEADER_LEN, SEG_LEN,
+    halves, inline_ds_units, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg,
+    DATAGRAM_LEN, INLINE_HEADER_LEN, SEG_LEN,
 };
 
 /// `ds` of the control and remote-address segments.
@@ -122,23 +126,141 @@ impl WqeInfo {
     }
 }
 
-/// Builds RDMA WRITE WQEs for one RC send queue.
+/// The segments between a WQE's control segment and its payload, with the opcode they go
+/// with: what distinguishes the operations (`_mlx5_post_send`'s `switch (ibqp->qp_type)` and
+/// `switch (wr->opcode)`).
+///
+/// | head | opcode | segments after ctrl | `ds` units |
+/// |---|---|---|---|
+/// | `Write` | 0x08, 0x09 with immediate | raddr | 1 |
+/// | `Read` | 0x10 | raddr | 1 |
+/// | `Send` (RC) | 0x0a, 0x0b with immediate | none | 0 |
+/// | `SendUd` | 0x0a, 0x0b | datagram (the 48-byte address vector) | 3 |
+/// | `Atomic` | 0x11, 0x12 | raddr, atomic | 2 |
+#[derive(Clone, Copy, Debug)]
+pub enum Head<'a> {
+    /// RDMA WRITE (WITH IMMEDIATE).
+    Write {
+        /// Where the payload goes.
+        remote: RemoteBuf,
+        /// Immediate data.
+        imm: Option<u32>,
+    },
+    /// RDMA READ.
+    Read {
+        /// What is read.
+        remote: RemoteBuf,
+    },
+    /// SEND (WITH IMMEDIATE) on a connected QP.
+    Send {
+        /// Immediate data.
+        imm: Option<u32>,
+    },
+    /// SEND (WITH IMMEDIATE) of a datagram.
+    SendUd {
+        /// Immediate data.
+        imm: Option<u32>,
+        /// The datagram segment ([`DatagramSeg::encode`]).
+        av: &'a [u8; DATAGRAM_LEN],
+    },
+    /// Compare-and-swap or fetch-and-add.
+    Atomic {
+        /// The remote 8 bytes.
+        remote: RemoteBuf,
+        /// The operation and operands.
+        op: AtomicOp,
+    },
+}
+
+impl Head<'_> {
+    /// `ds` units of the control segment and the segments of this head.
+    #[inline(always)]
+    pub const fn units(&self) -> usize {
+        match self {
+            Head::Write { .. } | Head::Read { .. } => 2,
+            Head::Send { .. } => 1,
+            Head::SendUd { .. } => 1 + DATAGRAM_LEN / SEG_LEN,
+            Head::Atomic { .. } => 3,
+        }
+    }
+
+    /// The WQE's opcode.
+    #[inline(always)]
+    pub const fn opcode(&self) -> SendOpcode {
+        match self {
+            Head::Write { imm: None, .. } => SendOpcode::RdmaWrite,
+            Head::Write { imm: Some(_), .. } => SendOpcode::RdmaWriteImm,
+            Head::Read { .. } => SendOpcode::RdmaRead,
+            Head::Send { imm: None } | Head::SendUd { imm: None, .. } => SendOpcode::Send,
+            Head::Send { imm: Some(_) } | Head::SendUd { imm: Some(_), .. } => SendOpcode::SendImm,
+            Head::Atomic { op: AtomicOp::CompareSwap { .. }, .. } => SendOpcode::AtomicCs,
+            Head::Atomic { op: AtomicOp::FetchAdd { .. }, .. } => SendOpcode::AtomicFa,
+        }
+    }
+
+    /// The control segment's immediate word (0 without immediate data: `send_ieth`).
+    #[inline(always)]
+    const fn imm(&self) -> u32 {
+        match self {
+            Head::Write { imm: Some(i), .. }
+            | Head::Send { imm: Some(i) }
+            | Head::SendUd { imm: Some(i), .. } => *i,
+            _ => 0,
+        }
+    }
+
+    /// Refuse a message of `len` bytes this head cannot carry ([`check_message`] against the
+    /// remote range, if any).
+    #[inline(always)]
+    fn check_len(&self, len: u64) -> Result<()> {
+        match self {
+            Head::Write { remote, .. } | Head::Read { remote } | Head::Atomic { remote, .. } => {
+                check_message(len, *remote)
+            }
+            _ => check_message(len, RemoteBuf::default()),
+        }
+    }
+
+    /// Store the segments after the control segment of the WQE at `base`.
+    #[inline(always)]
+    fn store<S: WqeSink + ?Sized>(&self, sink: &mut S, base: usize) {
+        match self {
+            Head::Write { remote, .. } | Head::Read { remote } => {
+                let (raddr, rkey) = halves(RaddrSeg::encode(*remote));
+                sink.put16(base + SEG_LEN, raddr, rkey);
+            }
+            Head::Send { .. } => {}
+            Head::SendUd { av, .. } => {
+                for k in 0..DATAGRAM_LEN / SEG_LEN {
+                    let mut seg = [0u8; SEG_LEN];
+                    seg.copy_from_slice(&av[k * SEG_LEN..(k + 1) * SEG_LEN]);
+                    let (lo, hi) = halves(seg);
+                    sink.put16(base + (1 + k) * SEG_LEN, lo, hi);
+                }
+            }
+            Head::Atomic { remote, op } => {
+                let (raddr, rkey) = halves(RaddrSeg::encode(*remote));
+                sink.put16(base + SEG_LEN, raddr, rkey);
+                let (swap, cmp) = halves(AtomicSeg::encode(*op));
+                sink.put16(base + 2 * SEG_LEN, swap, cmp);
+            }
+        }
+    }
+}
+
+/// Builds the send WQEs of one send queue (RC or UD).
 ///
 /// ```
-/// use rdma_pmd::{QpNum, RemoteBuf, Rkey, SendFlags, Source, WriteRequest};
+/// use rdma_pmd::{QpNum, RemoteBuf, Rkey, SendFlags, SendRequest, Source};
 /// use rdma_pmd_mlx5::datapath::wqe::{SliceRing, WqeBuilder};
 ///
 /// let b = WqeBuilder::new(QpNum(0x123));
 /// let mut ring = [0u8; 64 * 64];
 /// let mut sink = SliceRing::new(&mut ring, 64).unwrap();
 /// let data: [&[u8]; 1] = [b"hello"];
-/// let req = WriteRequest {
-///     wr_id: 1,
-///     source: Source::inline(&data),
-///     flags: SendFlags::SIGNALED | SendFlags::INLINE,
-///     remote: RemoteBuf::new(0x1000, Rkey(7)),
-///     imm: None,
-/// };
+/// let remote = RemoteBuf::new(0x1000, Rkey(7));
+/// let flags = SendFlags::SIGNALED | SendFlags::INLINE;
+/// let req = SendRequest::write(1, Source::inline(&data), flags, remote, None);
 /// let info = b.write(&mut sink, 5, 64, &req).unwrap();
 /// assert_eq!((info.shape.ds, info.shape.wqebbs, info.next_pi()), (3, 1, 6));
 /// assert_eq!(&ring[5 * 64 + 36..5 * 64 + 41], b"hello");
@@ -154,11 +276,13 @@ pub struct WqeBuilder {
     /// non-empty elements.
     fast_sge: u32,
     max_inline: u32,
+    /// The QP is a datagram QP (UD or GSI): sends carry a destination, nothing else posts.
+    datagram: bool,
 }
 
 impl WqeBuilder {
-    /// A builder for the QP `qpn`, without `sq_sig_all`, accepting up to [`MAX_SGE`] SGEs and
-    /// [`MAX_INLINE`] inline bytes.
+    /// A builder for the RC QP `qpn`, without `sq_sig_all`, accepting up to [`MAX_SGE`] SGEs
+    /// and [`MAX_INLINE`] inline bytes.
     pub const fn new(qpn: QpNum) -> Self {
         WqeBuilder {
             qpn,
@@ -166,7 +290,14 @@ impl WqeBuilder {
             max_sge: u32::MAX,
             fast_sge: MAX_SGE,
             max_inline: MAX_INLINE,
+            datagram: false,
         }
+    }
+
+    /// The QP is a UD or GSI QP: only SENDs, each with a datagram destination.
+    pub const fn datagram(mut self, on: bool) -> Self {
+        self.datagram = on;
+        self
     }
 
     /// The QP was created with `sq_sig_all = 1`: every WQE asks for a completion.
@@ -204,7 +335,9 @@ impl WqeBuilder {
 
     /// The `fm_ce_se` byte for a request with `flags`: each of the three flags that has a
     /// control-segment bit moved to it (shifts rather than a table, so that a flag known at
-    /// the call site folds away).
+    /// the call site folds away). The provider adds no fence of its own after a READ or an
+    /// atomic (`_mlx5_post_send` takes the fence from `IBV_SEND_FENCE` or its `fm_cache`,
+    /// which only LOCAL_INV and BIND_MW set, and this API posts neither).
     #[inline(always)]
     pub fn fm_ce_se(&self, flags: SendFlags) -> FmCeSe {
         let f = flags.bits() as u8 | self.sig_bits;
@@ -213,44 +346,103 @@ impl WqeBuilder {
         )
     }
 
+    /// The head of `req` on this QP, or the error the provider gives a request this QP
+    /// cannot post (EINVAL). `av` receives the datagram segment of a UD send.
+    #[inline(always)]
+    pub fn head<'a>(
+        &self,
+        req: &SendRequest<'_, '_>,
+        av: &'a mut [u8; DATAGRAM_LEN],
+    ) -> Result<Head<'a>> {
+        match (&req.op, self.datagram) {
+            (SendOp::Write { remote, imm, .. }, false) => {
+                Ok(Head::Write { remote: *remote, imm: *imm })
+            }
+            (SendOp::Send { imm, ud: None, .. }, false) => Ok(Head::Send { imm: *imm }),
+            (SendOp::Send { imm, ud: Some(d), .. }, true) => {
+                *av = DatagramSeg::encode(d);
+                Ok(Head::SendUd { imm: *imm, av })
+            }
+            (SendOp::Read { remote, .. }, false) => Ok(Head::Read { remote: *remote }),
+            (SendOp::Atomic { remote, op, .. }, false) => {
+                Ok(Head::Atomic { remote: *remote, op: *op })
+            }
+            (SendOp::Send { ud: Some(_), .. }, false) => {
+                Err(Error::InvalidArgument("a datagram destination on a connected QP"))
+            }
+            (SendOp::Send { ud: None, .. }, true) => {
+                Err(Error::InvalidArgument("a send on a datagram QP needs a destination"))
+            }
+            (_, true) => Err(Error::InvalidArgument("a datagram QP posts only sends")),
+        }
+    }
+
     /// The size `req` will take, with every check [`write`](Self::write) makes except the
     /// free-space one. Nothing is written.
-    pub fn shape(&self, req: &WriteRequest<'_, '_>) -> Result<WqeShape> {
-        if req.is_inline() {
-            self.check_count(req.source.count())?;
-            let len = inline_len(req)?;
-            self.check_inline(len)?;
-            return Ok(WqeShape::from_ds((HEADER_DS as usize + inline_ds_units(len)) as u8));
-        }
-        match *req.source.kind() {
-            SourceKind::Sgl(s) => self.gather_shape(s, |b| b.len() as u32),
-            SourceKind::Raw { 0: s, .. } => self.gather_shape(s, |e| e.length),
-            // is_inline() is true for this kind.
-            SourceKind::Inline(_) => Err(Error::InvalidArgument("inline source")),
-        }
-        .and_then(|shape| {
-            let len =
-                req.source.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
-            check_message(len as u64, req.remote)?;
-            Ok(shape)
-        })
+    pub fn shape(&self, req: &SendRequest<'_, '_>) -> Result<WqeShape> {
+        let mut av = [0u8; DATAGRAM_LEN];
+        let head = self.head(req, &mut av)?;
+        let hdr = head.units();
+        let (shape, len) = match &req.op {
+            SendOp::Write { source, .. } | SendOp::Send { source, .. } => {
+                if req.is_inline() {
+                    self.check_count(source.count())?;
+                    let len = inline_len(source)?;
+                    self.check_inline(len, hdr)?;
+                    (WqeShape::from_ds((hdr + inline_ds_units(len)) as u8), len as u64)
+                } else {
+                    let shape = match *source.kind() {
+                        SourceKind::Sgl(s) => self.gather_shape(s, |b| b.len() as u32, hdr)?,
+                        SourceKind::Raw { 0: s, .. } => self.gather_shape(s, |e| e.length, hdr)?,
+                        SourceKind::Inline(_) => {
+                            return Err(Error::InvalidArgument("inline source"))
+                        }
+                    };
+                    let len =
+                        source.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))?;
+                    (shape, len as u64)
+                }
+            }
+            SendOp::Read { dest, .. } => {
+                let n = dest.count();
+                self.check_count(n)?;
+                let sizes = (0..n).filter_map(|i| dest.sge(i)).collect::<FixedSges>();
+                if sizes.over > 0 {
+                    return Err(Error::TooManySges { given: n, max: MAX_DS as usize - hdr });
+                }
+                let shape = self.gather_shape(sizes.as_slice(), |e| e.length, hdr)?;
+                (
+                    shape,
+                    dest.total_len().ok_or(Error::InvalidArgument("message above 2 GiB"))? as u64,
+                )
+            }
+            SendOp::Atomic { dest, .. } => {
+                atomic_sge(dest.sge(0).ok_or(Error::InvalidArgument("atomic result"))?)?;
+                (WqeShape::from_ds((hdr + 1) as u8), ATOMIC_LEN as u64)
+            }
+        };
+        head.check_len(len)?;
+        Ok(shape)
     }
 
     /// Write `req` as the WQE at counter `pi` into `sink`, using at most `room` free slots.
     ///
     /// Fails, with the ring untouched, if the request has more SGEs than allowed
-    /// ([`Error::TooManySges`]), more inline bytes ([`Error::InlineTooLarge`]), or needs more
-    /// than `room` (or the ring's `wqe_cnt`) slots ([`Error::QueueFull`]).
+    /// ([`Error::TooManySges`]), more inline bytes ([`Error::InlineTooLarge`]), needs more
+    /// than `room` (or the ring's `wqe_cnt`) slots ([`Error::QueueFull`]), or is not one this
+    /// QP posts ([`Error::InvalidArgument`]).
     #[inline]
     pub fn write<S: WqeSink + ?Sized>(
         &self,
         sink: &mut S,
         pi: u16,
         room: u32,
-        req: &WriteRequest<'_, '_>,
+        req: &SendRequest<'_, '_>,
     ) -> Result<WqeInfo> {
-        let shape = self.emit(sink, pi, room, req)?;
-        Ok(self.info(pi, shape, req.flags, req.imm))
+        let mut av = [0u8; DATAGRAM_LEN];
+        let head = self.head(req, &mut av)?;
+        let shape = self.emit_head(sink, pi, room, req, head)?;
+        Ok(self.info(pi, shape, req.flags, head))
     }
 
     /// [`write`](Self::write), returning only the size: the data path's form. The send ring
@@ -262,24 +454,51 @@ impl WqeBuilder {
         sink: &mut S,
         pi: u16,
         room: u32,
-        req: &WriteRequest<'_, '_>,
+        req: &SendRequest<'_, '_>,
     ) -> Result<WqeShape> {
-        if req.is_inline() {
-            return self.write_inline(sink, pi, room, req);
-        }
-        match *req.source.kind() {
-            SourceKind::Sgl(s) => {
-                self.write_gather(sink, pi, room, s, |b| b.sge(), req.flags, req.remote, req.imm)
+        let mut av = [0u8; DATAGRAM_LEN];
+        let head = self.head(req, &mut av)?;
+        self.emit_head(sink, pi, room, req, head)
+    }
+
+    #[inline(always)]
+    fn emit_head<S: WqeSink + ?Sized>(
+        &self,
+        sink: &mut S,
+        pi: u16,
+        room: u32,
+        req: &SendRequest<'_, '_>,
+        head: Head<'_>,
+    ) -> Result<WqeShape> {
+        let flags = req.flags;
+        match &req.op {
+            SendOp::Write { source, .. } | SendOp::Send { source, .. } => {
+                if req.is_inline() {
+                    return self.write_inline(sink, pi, room, source, flags, head);
+                }
+                match *source.kind() {
+                    SourceKind::Sgl(s) => {
+                        self.write_gather(sink, pi, room, s, |b| b.sge(), flags, head)
+                    }
+                    SourceKind::Raw { 0: s, .. } => {
+                        self.write_gather(sink, pi, room, s, |e| *e, flags, head)
+                    }
+                    SourceKind::Inline(_) => Err(Error::InvalidArgument("inline source")),
+                }
             }
-            SourceKind::Raw { 0: s, .. } => {
-                self.write_gather(sink, pi, room, s, |e| *e, req.flags, req.remote, req.imm)
+            SendOp::Read { dest, .. } => match *dest.kind() {
+                DestKind::Bufs(b) => self.write_gather(sink, pi, room, b, |d| d.sge(), flags, head),
+                DestKind::Raw(s) => self.write_gather(sink, pi, room, s, |e| *e, flags, head),
+            },
+            SendOp::Atomic { dest, .. } => {
+                let e = atomic_sge(dest.sge(0).ok_or(Error::InvalidArgument("atomic result"))?)?;
+                self.emit_gather(sink, pi, room, &[e], |e| *e, |_| Ok(()), flags, head)
             }
-            SourceKind::Inline(_) => Err(Error::InvalidArgument("inline source")),
         }
     }
 
     /// Write a gather WRITE from raw elements: [`write`](Self::write) without the
-    /// [`WriteRequest`] (the elements are only copied into the WQE, never dereferenced).
+    /// [`SendRequest`] (the elements are only copied into the WQE, never dereferenced).
     /// The arguments are those of `rdma_post_writev` plus the ring position.
     #[allow(clippy::too_many_arguments)]
     #[inline]
@@ -293,8 +512,12 @@ impl WqeBuilder {
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<WqeInfo> {
-        let shape = self.write_gather(sink, pi, room, sgl, |e| *e, flags, remote, imm)?;
-        Ok(self.info(pi, shape, flags, imm))
+        if self.datagram {
+            return Err(Error::InvalidArgument("a datagram QP posts only sends"));
+        }
+        let head = Head::Write { remote, imm };
+        let shape = self.write_gather(sink, pi, room, sgl, |e| *e, flags, head)?;
+        Ok(self.info(pi, shape, flags, head))
     }
 
     /// Write a gather WRITE of one element, the common case, straight-line: one block, with
@@ -315,6 +538,9 @@ impl WqeBuilder {
         if self.max_sge == 0 {
             return Err(Error::TooManySges { given: 1, max: 0 });
         }
+        if self.datagram {
+            return Err(Error::InvalidArgument("a datagram QP posts only sends"));
+        }
         Self::check_room(1, room, sink.wqe_cnt())?;
         check_message(e.length as u64, remote)?;
         let base = pi as usize * SEND_WQE_BB;
@@ -325,13 +551,13 @@ impl WqeBuilder {
         } else {
             HEADER_DS as u8
         };
-        self.finish(sink, pi, base, ds, flags, remote, imm);
+        self.finish(sink, pi, base, ds, flags, Head::Write { remote, imm });
         Ok(())
     }
 
-    /// What a WQE of `shape` written at `pi` for a request with `flags` and `imm` holds.
-    fn info(&self, pi: u16, shape: WqeShape, flags: SendFlags, imm: Option<u32>) -> WqeInfo {
-        let opcode = opcode(imm);
+    /// What a WQE of `shape` written at `pi` for a request with `flags` and `head` holds.
+    fn info(&self, pi: u16, shape: WqeShape, flags: SendFlags, head: Head<'_>) -> WqeInfo {
+        let opcode = head.opcode();
         WqeInfo {
             pi,
             opcode,
@@ -349,18 +575,26 @@ impl WqeBuilder {
         Ok(())
     }
 
-    fn gather_shape<T>(&self, items: &[T], len: impl Fn(&T) -> u32) -> Result<WqeShape> {
+    fn gather_shape<T>(
+        &self,
+        items: &[T],
+        len: impl Fn(&T) -> u32,
+        hdr: usize,
+    ) -> Result<WqeShape> {
         self.check_count(items.len())?;
         let n = items.iter().filter(|i| len(i) != 0).count();
-        if n > MAX_SGE as usize {
-            return Err(Error::TooManySges { given: n, max: MAX_SGE as usize });
+        if hdr + n > MAX_DS as usize {
+            let max = MAX_DS as usize - hdr;
+            return Err(Error::TooManySges { given: n, max });
         }
-        Ok(WqeShape::from_ds((HEADER_DS as usize + n) as u8))
+        Ok(WqeShape::from_ds((hdr + n) as u8))
     }
 
-    fn check_inline(&self, len: usize) -> Result<()> {
-        if len > self.max_inline as usize {
-            return Err(Error::InlineTooLarge { len, max: self.max_inline as usize });
+    fn check_inline(&self, len: usize, hdr: usize) -> Result<()> {
+        let fits = (MAX_DS as usize - hdr) * SEND_WQE_DS - INLINE_HEADER_LEN;
+        let max = (self.max_inline as usize).min(fits);
+        if len > max {
+            return Err(Error::InlineTooLarge { len, max });
         }
         Ok(())
     }
@@ -384,23 +618,23 @@ impl WqeBuilder {
         items: &[T],
         sge: impl Fn(&T) -> Sge,
         flags: SendFlags,
-        remote: RemoteBuf,
-        imm: Option<u32>,
+        head: Head<'_>,
     ) -> Result<WqeShape> {
-        if let [one] = items {
+        if let ([one], Head::Write { remote, imm }) = (items, head) {
             let e = sge(one);
             self.emit_one(sink, pi, room, e, flags, remote, imm)?;
             return Ok(WqeShape::from_ds(HEADER_DS as u8 + (e.length != 0) as u8));
         }
-        self.emit_gather(sink, pi, room, items, sge, |_| Ok(()), flags, remote, imm)
+        self.emit_gather(sink, pi, room, items, sge, |_| Ok(()), flags, head)
     }
 
-    /// Write a gather WRITE of `items`, calling `each` on every element that gets a data
-    /// segment (the non-empty ones), in order, right after writing it: the send queue counts
-    /// the regions it reads in the same pass. An error from `each` is returned at once, and
-    /// a message that [`check_message`] refuses after the last element, with the ring written
-    /// only in the free blocks the WQE would have taken (nothing reads them until they are
-    /// committed); either way the caller releases what `each` counted.
+    /// Write a gather (WRITE, SEND) or scatter (READ, atomic result) of `items` after `head`,
+    /// calling `each` on every element that gets a data segment (the non-empty ones), in
+    /// order, right after writing it: the send queue counts the regions it names in the same
+    /// pass. An error from `each` is returned at once, and a message that [`check_message`]
+    /// refuses after the last element, with the ring written only in the free blocks the WQE
+    /// would have taken (nothing reads them until they are committed); either way the caller
+    /// releases what `each` counted.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn emit_gather<S: WqeSink + ?Sized, T>(
@@ -412,20 +646,23 @@ impl WqeBuilder {
         sge: impl Fn(&T) -> Sge,
         mut each: impl FnMut(&T) -> Result<()>,
         flags: SendFlags,
-        remote: RemoteBuf,
-        imm: Option<u32>,
+        head: Head<'_>,
     ) -> Result<WqeShape> {
         // Offsets are not wrapped here: the sink stores modulo the ring size.
         let base = pi as usize * SEND_WQE_BB;
         let wqe_cnt = sink.wqe_cnt();
+        let hdr = head.units();
         // The size if every element is non-empty bounds the real size, so when it fits no
         // extra pass over the list is needed.
-        let upper = HEADER_DS as usize + items.len();
-        if items.len() > self.fast_sge as usize || upper.div_ceil(4) > room.min(wqe_cnt) as usize {
-            let shape = self.gather_shape(items, |i| sge(i).length)?;
+        let upper = hdr + items.len();
+        if items.len() > self.fast_sge as usize
+            || upper > MAX_DS as usize
+            || upper.div_ceil(4) > room.min(wqe_cnt) as usize
+        {
+            let shape = self.gather_shape(items, |i| sge(i).length, hdr)?;
             Self::check_room(shape.wqebbs as u32, room, wqe_cnt)?;
         }
-        let mut off = base + 2 * SEND_WQE_DS;
+        let mut off = base + hdr * SEND_WQE_DS;
         let mut total = 0u64;
         for item in items {
             let e = sge(item);
@@ -437,9 +674,9 @@ impl WqeBuilder {
                 each(item)?;
             }
         }
-        check_message(total, remote)?;
+        head.check_len(total)?;
         let ds = ((off - base) / SEND_WQE_DS) as u8;
-        self.finish(sink, pi, base, ds, flags, remote, imm);
+        self.finish(sink, pi, base, ds, flags, head);
         Ok(WqeShape::from_ds(ds))
     }
 
@@ -448,13 +685,16 @@ impl WqeBuilder {
         sink: &mut S,
         pi: u16,
         room: u32,
-        req: &WriteRequest<'_, '_>,
+        source: &Source<'_, '_>,
+        flags: SendFlags,
+        head: Head<'_>,
     ) -> Result<WqeShape> {
-        self.check_count(req.source.count())?;
-        let len = inline_len(req)?;
-        self.check_inline(len)?;
-        check_message(len as u64, req.remote)?;
-        let shape = WqeShape::from_ds((HEADER_DS as usize + inline_ds_units(len)) as u8);
+        let hdr = head.units();
+        self.check_count(source.count())?;
+        let len = inline_len(source)?;
+        self.check_inline(len, hdr)?;
+        head.check_len(len as u64)?;
+        let shape = WqeShape::from_ds((hdr + inline_ds_units(len)) as u8);
         let wqe_cnt = sink.wqe_cnt();
         Self::check_room(shape.wqebbs as u32, room, wqe_cnt)?;
         let base = pi as usize * SEND_WQE_BB;
@@ -462,19 +702,18 @@ impl WqeBuilder {
             let header = InlineSeg::encode_header(len as u32);
             let mut w = InlineWriter {
                 sink: &mut *sink,
-                off: base + 2 * SEND_WQE_DS,
+                off: base + hdr * SEND_WQE_DS,
                 acc: [header[0], header[1], header[2], header[3], 0, 0, 0, 0],
                 n: 4,
             };
-            req.source.for_each_inline_chunk(|bytes| w.push(bytes));
+            source.for_each_inline_chunk(|bytes| w.push(bytes));
             w.finish(base + shape.ds as usize * SEND_WQE_DS);
         }
-        self.finish(sink, pi, base, shape.ds, req.flags, req.remote, req.imm);
+        self.finish(sink, pi, base, shape.ds, flags, head);
         Ok(shape)
     }
 
-    /// Store the remote-address and control segments (control last).
-    #[allow(clippy::too_many_arguments)]
+    /// Store the head's segments and the control segment (control last).
     #[inline(always)]
     fn finish<S: WqeSink + ?Sized>(
         &self,
@@ -483,15 +722,13 @@ impl WqeBuilder {
         base: usize,
         ds: u8,
         flags: SendFlags,
-        remote: RemoteBuf,
-        imm: Option<u32>,
+        head: Head<'_>,
     ) {
-        let (raddr, rkey) = halves(RaddrSeg::encode(remote));
-        sink.put16(base + SEG_LEN, raddr, rkey);
+        head.store(sink, base);
         let ctrl =
-            CtrlSeg::encode(pi, opcode(imm), self.qpn, ds, self.fm_ce_se(flags), imm.unwrap_or(0));
-        let (head, tail) = halves(ctrl);
-        sink.put16(base, head, tail);
+            CtrlSeg::encode(pi, head.opcode(), self.qpn, ds, self.fm_ce_se(flags), head.imm());
+        let (lo, hi) = halves(ctrl);
+        sink.put16(base, lo, hi);
     }
 }
 
@@ -505,19 +742,49 @@ const SIGNALED_TO_FM: u32 = FmCeSe::CQ_UPDATE.bits().trailing_zeros() - SIGNALED
 // `IBV_SEND_SOLICITED` (bit 2) to `MLX5_WQE_CTRL_SOLICITED` (bit 1): one to the right.
 const _: () = assert!(SOLICITED >> 1 == FmCeSe::SOLICITED.bits());
 
-/// `IBV_WR_RDMA_WRITE`, or `IBV_WR_RDMA_WRITE_WITH_IMM` when there is immediate data.
-#[inline(always)]
-fn opcode(imm: Option<u32>) -> SendOpcode {
-    if imm.is_some() {
-        SendOpcode::RdmaWriteImm
-    } else {
-        SendOpcode::RdmaWrite
+/// Up to [`MAX_DS`] elements collected without allocation, for [`WqeBuilder::shape`].
+struct FixedSges {
+    e: [Sge; MAX_DS as usize],
+    n: usize,
+    /// Elements beyond the capacity (counted, so that the count check still refuses them).
+    over: usize,
+}
+
+impl FixedSges {
+    fn as_slice(&self) -> &[Sge] {
+        &self.e[..self.n]
     }
 }
 
+impl FromIterator<Sge> for FixedSges {
+    fn from_iter<I: IntoIterator<Item = Sge>>(it: I) -> Self {
+        let mut f =
+            FixedSges { e: [Sge::new(0, 0, rdma_pmd::Lkey(0)); MAX_DS as usize], n: 0, over: 0 };
+        for e in it {
+            if f.n < f.e.len() {
+                f.e[f.n] = e;
+                f.n += 1;
+            } else {
+                f.over += 1;
+            }
+        }
+        f
+    }
+}
+
+/// The data segment of an atomic's result: the element's first 8 bytes
+/// (`set_data_ptr_seg_atomic` writes `MLX5_ATOMIC_SIZE` as the byte count).
+#[inline]
+pub fn atomic_sge(e: Sge) -> Result<Sge> {
+    if e.length < ATOMIC_LEN {
+        return Err(Error::InvalidArgument("an atomic's result needs at least 8 bytes"));
+    }
+    Ok(Sge::new(e.addr, ATOMIC_LEN, e.lkey))
+}
+
 /// Total inline bytes of a request, refusing sums that overflow.
-fn inline_len(req: &WriteRequest<'_, '_>) -> Result<usize> {
-    req.source
+fn inline_len(source: &Source<'_, '_>) -> Result<usize> {
+    source
         .total_len()
         .map(|l| l as usize)
         .ok_or(Error::InlineTooLarge { len: usize::MAX, max: MAX_INLINE as usize })

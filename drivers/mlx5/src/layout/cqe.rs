@@ -28,6 +28,7 @@ use super::codes::{CqeOpcode, SendOpcode, Syndrome};
 use super::{be, view};
 
 mod field {
+    pub const FLAGS_RQPN: usize = 24;
     pub const SRQN_UIDX: usize = 32;
     pub const IMM_INVAL_PKEY: usize = 36;
     pub const BYTE_CNT: usize = 44;
@@ -98,6 +99,13 @@ impl<T: AsRef<[u8]>> Cqe<T> {
     /// Whether software owns this entry at consumer index `ci` of a `cqe_cnt`-entry CQ.
     pub fn sw_owned(&self, ci: u32, cqe_cnt: u32) -> bool {
         sw_owned(self.op_own(), ci, cqe_cnt)
+    }
+
+    /// `flags_rqpn` (bytes 24..28, big-endian): on a responder CQE of a UD QP, the source
+    /// QP in bits 23..0 and the GRH flags in bits 29..28.
+    #[inline]
+    pub fn flags_rqpn(&self) -> u32 {
+        be::get32(self.b(), field::FLAGS_RQPN)
     }
 
     /// `srqn_uidx` (bytes 32..36, big-endian), all 32 bits.

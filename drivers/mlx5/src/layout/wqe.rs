@@ -394,6 +394,89 @@ impl InlineSeg<[u8; INLINE_HEADER_LEN]> {
     }
 }
 
+mod atomic {
+    pub const SWAP_ADD: usize = 0;
+    pub const COMPARE: usize = 8;
+}
+
+/// An atomic segment (`struct mlx5_wqe_atomic_seg`): the operands of a compare-and-swap or a
+/// fetch-and-add, after the remote-address segment.
+pub struct AtomicSeg;
+
+impl AtomicSeg {
+    /// The segment for `op` (`set_atomic_seg`, `providers/mlx5/qp.c`): compare-and-swap puts
+    /// the swap value in `swap_add` and the expected one in `compare`; fetch-and-add puts the
+    /// addend in `swap_add` and leaves `compare` zero. Both big-endian.
+    #[inline(always)]
+    pub fn encode(op: rdma_pmd::AtomicOp) -> [u8; SEG_LEN] {
+        let (swap_add, compare) = match op {
+            rdma_pmd::AtomicOp::CompareSwap { compare, swap } => (swap, compare),
+            rdma_pmd::AtomicOp::FetchAdd { add } => (add, 0),
+        };
+        let mut b = [0u8; SEG_LEN];
+        be::set64(&mut b, atomic::SWAP_ADD, swap_add);
+        be::set64(&mut b, atomic::COMPARE, compare);
+        b
+    }
+}
+
+/// Bytes of the datagram segment (`struct mlx5_wqe_datagram_seg`, which is one
+/// `struct mlx5_wqe_av`): three `ds` units.
+pub const DATAGRAM_LEN: usize = 48;
+
+/// `MLX5_EXTENDED_UD_AV`: bit 31 of `dqp_dct`, set on every UD address vector the provider
+/// posts (`set_datagram_seg`).
+pub const EXTENDED_UD_AV: u32 = 0x8000_0000;
+
+/// Offsets in `struct mlx5_wqe_av` (mlx5dv.h).
+pub mod av {
+    /// `key.qkey.qkey` (big-endian).
+    pub const QKEY: usize = 0;
+    /// `dqp_dct`: destination QP | `MLX5_EXTENDED_UD_AV` (big-endian).
+    pub const DQP_DCT: usize = 8;
+    /// `stat_rate_sl`: static rate in bits 7..4, SL in bits 3..1.
+    pub const STAT_RATE_SL: usize = 12;
+    /// `fl_mlid`: force loopback bit 7, source path bits in 6..0.
+    pub const FL_MLID: usize = 13;
+    /// `rlid` (big-endian): on RoCE v2, the UDP source port (`mlx5_create_ah`).
+    pub const RLID: usize = 14;
+    /// `rmac`: destination MAC, 6 bytes.
+    pub const RMAC: usize = 20;
+    /// `tclass`.
+    pub const TCLASS: usize = 26;
+    /// `hop_limit`.
+    pub const HOP_LIMIT: usize = 27;
+    /// `grh_gid_fl` (big-endian): GRH present bit 30, source GID index bits 27..20, flow
+    /// label bits 19..0.
+    pub const GRH_GID_FL: usize = 28;
+    /// `rgid`: destination GID, 16 bytes.
+    pub const RGID: usize = 32;
+}
+
+/// The datagram segment of a UD send.
+pub struct DatagramSeg;
+
+impl DatagramSeg {
+    /// The address vector for `dest`, as `mlx5_create_ah` fills it for a RoCE v2 address
+    /// (GRH always, the UDP source port in `rlid`, SL 0, static rate 0) and
+    /// `set_datagram_seg` completes it with the destination QP and Q_Key.
+    #[inline]
+    pub fn encode(dest: &rdma_pmd::UdDest) -> [u8; DATAGRAM_LEN] {
+        let a = &dest.addr;
+        let mut b = [0u8; DATAGRAM_LEN];
+        be::set32(&mut b, av::QKEY, dest.qkey);
+        be::set32(&mut b, av::DQP_DCT, (dest.qpn.0 & QpNum::MAX) | EXTENDED_UD_AV);
+        be::set16(&mut b, av::RLID, a.udp_sport);
+        b[av::RMAC..av::RMAC + 6].copy_from_slice(&a.dmac.0);
+        b[av::TCLASS] = a.traffic_class;
+        b[av::HOP_LIMIT] = a.hop_limit;
+        let gid_fl = 1 << 30 | (a.sgid_index as u32) << 20 | (a.flow_label & 0xf_ffff);
+        be::set32(&mut b, av::GRH_GID_FL, gid_fl);
+        b[av::RGID..av::RGID + 16].copy_from_slice(&a.dgid.0);
+        b
+    }
+}
+
 /// Index (in 32-bit words) of the receive queue's doorbell record (`MLX5_RCV_DBR`).
 pub const RCV_DBR: usize = 0;
 /// Index (in 32-bit words) of the send queue's doorbell record (`MLX5_SND_DBR`): byte offset 4

@@ -15,11 +15,12 @@
 //!   that was not committed, none reported twice, and every region's count back at zero once
 //!   the QP is dropped.
 
+use rdma_pmd::RecvQueue;
 use std::collections::{HashSet, VecDeque};
 use std::vec::Vec;
 
 use rdma_pmd::{
-    Completion, Error, LocalBuf, PostWrite, RemoteBuf, Rkey, SendFlags, SendQueue, Sge, WcStatus,
+    Completion, Error, LocalBuf, Post, RemoteBuf, Rkey, SendFlags, SendQueue, Sge, WcStatus,
 };
 
 use super::tests::{connected, rig, REMOTE};
@@ -176,13 +177,13 @@ pub(super) fn caller_case(seed: u64, t: &mut Tally) {
                         // SAFETY: refused before it is written (the test checks), so the
                         // device never sees the element.
                         unsafe {
-                            b.post(&rdma_pmd::WriteRequest {
-                                wr_id: id,
-                                source: rdma_pmd::Source::raw(&e),
-                                flags: flags - SendFlags::INLINE,
+                            b.post(&rdma_pmd::SendRequest::write(
+                                id,
+                                rdma_pmd::Source::raw(&e),
+                                flags - SendFlags::INLINE,
                                 remote,
-                                imm: None,
-                            })
+                                None,
+                            ))
                         }
                     } else {
                         b.post_writev(id, &sgl, flags, remote)
@@ -438,7 +439,7 @@ fn device_case(seed: u64, t: &mut Tally) -> u64 {
                 _ => {
                     // The receive side: a receive posted, or a receive CQE that may be wrong.
                     if rng.chance(500) {
-                        if qp.post_recv(next_recv).is_ok() {
+                        if qp.post_recv_empty(next_recv).is_ok() {
                             recv_posted.insert(next_recv);
                         }
                         next_recv += 1;

@@ -2,8 +2,9 @@
 //! caller that leaks batches or misuses cursors, and a device that writes what it should only
 //! read or completes what was never posted. Each failed, hung or was accepted before its fix.
 
+use rdma_pmd::RecvQueue;
 use rdma_pmd::{
-    DeviceFault, Error, PostWrite, QpNum, RemoteBuf, Rkey, SendFlags, SendQueue, Sge, WcStatus,
+    DeviceFault, Error, Post, QpNum, RemoteBuf, Rkey, SendFlags, SendQueue, Sge, WcStatus,
 };
 
 use super::tests::{connected, poll_all, rig, REMOTE};
@@ -101,13 +102,13 @@ fn misused_cursors_neither_hang_nor_overcount() {
         small
             .push(
                 &mut c,
-                &rdma_pmd::WriteRequest {
-                    wr_id: 1,
-                    source: rdma_pmd::Source::inline(&[&inline]),
-                    flags: SendFlags::INLINE | SendFlags::SIGNALED,
-                    remote: REMOTE,
-                    imm: None,
-                },
+                &rdma_pmd::SendRequest::write(
+                    1,
+                    rdma_pmd::Source::inline(&[&inline]),
+                    SendFlags::INLINE | SendFlags::SIGNALED,
+                    REMOTE,
+                    None,
+                ),
             )
             .unwrap();
         small.commit(c);
@@ -122,13 +123,13 @@ fn misused_cursors_neither_hang_nor_overcount() {
         for i in 0..20 {
             let _ = small.push(
                 &mut foreign,
-                &rdma_pmd::WriteRequest {
-                    wr_id: 10 + i,
-                    source: rdma_pmd::Source::sgl(&[a.slice(0, 8).unwrap()]),
-                    flags: SendFlags::empty(),
-                    remote: REMOTE,
-                    imm: None,
-                },
+                &rdma_pmd::SendRequest::write(
+                    10 + i,
+                    rdma_pmd::Source::sgl(&[a.slice(0, 8).unwrap()]),
+                    SendFlags::empty(),
+                    REMOTE,
+                    None,
+                ),
             );
         }
         small.commit(foreign);
@@ -204,8 +205,8 @@ fn impossible_messages_are_refused_before_the_ring_moves() {
 fn bogus_receive_cqes_consume_no_receive() {
     let r = rig(9);
     let (mut qp, mut hw) = connected::<16>(&r);
-    qp.post_recv(70).unwrap();
-    qp.post_recv(71).unwrap();
+    qp.post_recv_empty(70).unwrap();
+    qp.post_recv_empty(71).unwrap();
     let mut out = [rdma_pmd::Completion::default(); 4];
     // Another QP's completion, then a requester opcode on the receive CQ.
     hw.recv_cqe_with(1, 8, CqeOpcode::RespWrImm, |c| {

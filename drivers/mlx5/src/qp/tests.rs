@@ -1,11 +1,12 @@
 //! Unit tests of the data path against the null control seam, a recording BAR and heap DMA:
 //! the test plays the device, reading the rings and writing CQEs through the CQE writer.
 
+use rdma_pmd::RecvQueue;
 use std::sync::Arc;
 use std::vec::Vec;
 
 use rdma_pmd::{
-    BusAddr, Completion, DeviceFault, Errno, Error, PostWrite, QpNum, RemoteBuf, Rkey, SendFlags,
+    BusAddr, Completion, DeviceFault, Errno, Error, Post, QpNum, RemoteBuf, Rkey, SendFlags,
     SendQueue, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
@@ -448,7 +449,7 @@ fn posting_needs_rts_and_connect_walks_the_transitions() {
     let mut qp = r.dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
     let buf = region.slice(0, 8).unwrap();
     assert_eq!(qp.post_write(1, buf, SendFlags::SIGNALED, REMOTE), Err(Error::NotConnected));
-    assert_eq!(qp.post_recv(1), Err(Error::NotConnected));
+    assert_eq!(qp.post_recv_empty(1), Err(Error::NotConnected));
     qp.connect_loopback(QpNum(0x55)).unwrap();
     assert_eq!(qp.state(), QpState::Rts);
     let t: Vec<_> = r.log().transitions.iter().map(|(_, t)| *t).collect();
@@ -496,8 +497,8 @@ fn write_with_immediate_target_reaps_the_immediate() {
     let mut qp = r.dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
     let mut hw = Hw::of(&r, qp.qp_num());
     qp.init(&ConnectOpts::default()).unwrap();
-    qp.post_recv(77).unwrap();
-    qp.post_recv(78).unwrap();
+    qp.post_recv_empty(77).unwrap();
+    qp.post_recv_empty(78).unwrap();
     assert_eq!(hw.qp_dbrec().0, 2);
     let mut wqe = [0u8; 16];
     assert!(r.dma.read(hw.qp.buf, &mut wqe));
@@ -511,9 +512,9 @@ fn write_with_immediate_target_reaps_the_immediate() {
     assert_eq!((c.imm, c.byte_len, c.qp_num), (Some(0xdead_beef), 64, qp.qp_num()));
     assert_eq!(qp.rq_outstanding(), 1);
     for i in 0..15 {
-        qp.post_recv(100 + i).unwrap();
+        qp.post_recv_empty(100 + i).unwrap();
     }
-    assert_eq!(qp.post_recv(200), Err(Error::QueueFull { needed: 1, free: 0 }));
+    assert_eq!(qp.post_recv_empty(200), Err(Error::QueueFull { needed: 1, free: 0 }));
 }
 
 #[test]

@@ -115,13 +115,13 @@ fn wqe_wraps_at_the_ring_end() {
 fn inline_payload_crosses_blocks_and_wraps() {
     let payload: Vec<u8> = (0..100u8).collect();
     let pieces: [&[u8]; 3] = [&payload[..3], &payload[3..77], &payload[77..]];
-    let req = WriteRequest {
-        wr_id: 0,
-        source: Source::inline(&pieces),
-        flags: SendFlags::INLINE,
-        remote: REMOTE,
-        imm: Some(0xdead_beef),
-    };
+    let req = SendRequest::write(
+        0,
+        Source::inline(&pieces),
+        SendFlags::INLINE,
+        REMOTE,
+        Some(0xdead_beef),
+    );
     let mut r = Recorder::new(4);
     let b = WqeBuilder::new(QpNum(1)).sq_sig_all(true);
     let info = b.write(&mut r, 3, 4, &req).unwrap();
@@ -147,13 +147,7 @@ fn registered_and_raw_sources_can_be_inlined() {
         LocalBuf::from_raw_parts(&region, NonNull::from(&mem[..]).cast(), 0x1000, 40, Lkey(9))
     };
     let sgl = [buf.slice(0, 10).unwrap(), buf.slice(10, 30).unwrap()];
-    let req = WriteRequest {
-        wr_id: 0,
-        source: Source::sgl(&sgl),
-        flags: SendFlags::INLINE,
-        remote: REMOTE,
-        imm: None,
-    };
+    let req = SendRequest::write(0, Source::sgl(&sgl), SendFlags::INLINE, REMOTE, None);
     let b = WqeBuilder::new(QpNum(1));
     let mut r = Recorder::new(8);
     let info = b.write(&mut r, 0, 8, &req).unwrap();
@@ -161,7 +155,7 @@ fn registered_and_raw_sources_can_be_inlined() {
     assert_eq!(InlineSeg::new_checked(&r.wqe(0, 2)[32..]).unwrap().payload(), &mem[..]);
 
     // Without INLINE the same buffers become data segments.
-    let req = WriteRequest { flags: SendFlags::empty(), ..req };
+    let req = SendRequest { flags: SendFlags::empty(), ..req };
     let info = b.write(&mut r, 2, 6, &req).unwrap();
     assert_eq!(info.shape.ds, 4);
     let w = r.wqe(2, 1);
@@ -171,8 +165,7 @@ fn registered_and_raw_sources_can_be_inlined() {
     let raw = [Sge::new(mem.as_ptr() as u64 + 4, 6, Lkey(0))];
     // SAFETY: the address is readable for 6 bytes during the post (INLINE).
     let source = unsafe { Source::raw(&raw) };
-    let req =
-        WriteRequest { wr_id: 0, source, flags: SendFlags::INLINE, remote: REMOTE, imm: None };
+    let req = SendRequest::write(0, source, SendFlags::INLINE, REMOTE, None);
     b.write(&mut r, 4, 4, &req).unwrap();
     assert_eq!(InlineSeg::new_checked(&r.wqe(4, 1)[32..]).unwrap().payload(), &mem[4..10]);
 }
@@ -201,20 +194,14 @@ fn refusals_leave_the_ring_untouched() {
     assert_eq!(e, Error::QueueFull { needed: 2, free: 1 });
     let data = [0u8; 65];
     let pieces: [&[u8]; 1] = [&data];
-    let req = WriteRequest {
-        wr_id: 0,
-        source: Source::inline(&pieces),
-        flags: SendFlags::INLINE,
-        remote: REMOTE,
-        imm: None,
-    };
+    let req = SendRequest::write(0, Source::inline(&pieces), SendFlags::INLINE, REMOTE, None);
     assert_eq!(
         b.write(&mut r, 0, 4, &req).unwrap_err(),
         Error::InlineTooLarge { len: 65, max: 64 }
     );
     let small = [0u8; 1];
     let five_pieces: [&[u8]; 5] = [&small; 5];
-    let req5 = WriteRequest { source: Source::inline(&five_pieces), ..req };
+    let req5 = SendRequest::write(0, Source::inline(&five_pieces), req.flags, REMOTE, None);
     let e = b.write(&mut r, 0, 4, &req5).unwrap_err();
     assert_eq!(e, Error::TooManySges { given: 5, max: 4 });
     assert!(r.offs.is_empty());
@@ -268,14 +255,8 @@ proptest! {
         let ds = 2 + nz.len();
         let wqebbs = (ds * 16).div_ceil(64);
         let res = b.write_sges(&mut r, pi, room, &sgl, flags, REMOTE, imm);
-        let req = WriteRequest {
-            wr_id: 0,
-            // SAFETY: the elements are only copied into the WQE (no INLINE).
-            source: unsafe { Source::raw(&sgl) },
-            flags,
-            remote: REMOTE,
-            imm,
-        };
+        // SAFETY: the elements are only copied into the WQE (no INLINE).
+        let req = SendRequest::write(0, unsafe { Source::raw(&sgl) }, flags, REMOTE, imm);
         let shape = b.shape(&req);
         if sgl.len() > max_sge as usize || ds > 63 {
             prop_assert!(matches!(res, Err(Error::TooManySges { .. })), "{:?}", res);
@@ -339,13 +320,7 @@ proptest! {
         let wqe_cnt = 1u32 << log_cnt;
         let refs: Vec<&[u8]> = pieces.iter().map(|p| p.as_slice()).collect();
         let payload: Vec<u8> = pieces.concat();
-        let req = WriteRequest {
-            wr_id: 0,
-            source: Source::inline(&refs),
-            flags: SendFlags::INLINE,
-            remote: REMOTE,
-            imm,
-        };
+        let req = SendRequest::write(0, Source::inline(&refs), SendFlags::INLINE, REMOTE, imm);
         let b = WqeBuilder::new(QpNum(5)).max_inline(max_inline);
         let mut r = Recorder::new(wqe_cnt);
         let res = b.write(&mut r, pi, u32::MAX, &req);

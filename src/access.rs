@@ -1,5 +1,7 @@
 //! Loads and stores of memory the device may touch at the same time: the one place where the
-//! CPU side (and the in-memory device model) reads or writes DMA memory.
+//! CPU side (and the in-memory device model) reads or writes DMA memory. It lives in the core
+//! because the core's own buffers ([`crate::DestBuf`], inline copies of registered sources)
+//! read device memory too; the HAL re-exports it as `rdma_pmd_hal::access`.
 //!
 //! # Why atomics, not volatile
 //!
@@ -10,9 +12,8 @@
 //! because volatile is not atomic. So every access to memory both sides touch is a **relaxed
 //! atomic** access (`AtomicU8`/`AtomicU32`/`AtomicU64::from_ptr`), on both sides:
 //!
-//! * the driver's accessors ([`crate::DmaBuf`], the mlx5 send ring, BlueFlame copies, region
-//!   copies) and the model's ([`crate::mem::HeapDma::read`]/[`write`](crate::mem::HeapDma::write),
-//!   [`crate::mem::BarMem`]) all go through the functions below, so no access to shared memory
+//! * the driver's accessors (the HAL's `DmaBuf`, the mlx5 send ring, BlueFlame copies, region
+//!   copies) and the model's (the HAL's `HeapDma::read`/`write` and `BarMem`) all go through the functions below, so no access to shared memory
 //!   is non-atomic, and no data race can occur whatever either side does — by construction,
 //!   not by protocol. The one exception is the mlx5 send ring's 16-byte segment store on
 //!   x86_64 (Rust has no 16-byte atomic), which the send queue's protocol orders by
@@ -22,8 +23,8 @@
 //!   same bus accesses as before, and the data path costs the same.
 //!
 //! Relaxed accesses order nothing. Ordering comes, as on hardware, from the barriers in
-//! [`crate::barrier`], which are also Rust fences: [`to_device`](crate::barrier::to_device) is
-//! (among other things) a `Release` fence and [`from_device`](crate::barrier::from_device) an
+//! the HAL's `barrier` module, whose functions are also Rust fences: `to_device` is
+//! (among other things) a `Release` fence and `from_device` an
 //! `Acquire` fence. A relaxed store after a release fence, read by a relaxed load that is
 //! followed by an acquire fence, makes everything before the release fence happen before
 //! everything after the acquire fence (fence–fence synchronization). That is how the driver's
@@ -52,6 +53,8 @@
 //! Accesses that are ordered by that synchronization (a CQE body, the WQEs of a ring) may use
 //! any sizes.
 
+#![allow(unsafe_code)]
+
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 /// One relaxed atomic 8-bit load.
@@ -63,7 +66,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 #[inline(always)]
 pub unsafe fn load_u8(p: *const u8) -> u8 {
     // SAFETY: the caller vouches for validity and for atomic-only, same-size racing accesses;
-    // a byte is always aligned. Relaxed: the caller orders with `crate::barrier`.
+    // a byte is always aligned. Relaxed: the caller orders with the HAL's barriers.
     unsafe { AtomicU8::from_ptr(p.cast_mut()) }.load(Relaxed)
 }
 
@@ -86,7 +89,7 @@ pub unsafe fn store_u8(p: *mut u8, v: u8) {
 #[inline(always)]
 pub unsafe fn load_u32(p: *const u32) -> u32 {
     // SAFETY: the caller vouches for alignment, validity and atomic-only, same-size racing
-    // accesses. Relaxed: the caller orders with `crate::barrier`.
+    // accesses. Relaxed: the caller orders with the HAL's barriers.
     unsafe { AtomicU32::from_ptr(p.cast_mut()) }.load(Relaxed)
 }
 
@@ -109,7 +112,7 @@ pub unsafe fn store_u32(p: *mut u32, v: u32) {
 #[inline(always)]
 pub unsafe fn load_u64(p: *const u64) -> u64 {
     // SAFETY: the caller vouches for alignment, validity and atomic-only, same-size racing
-    // accesses. Relaxed: the caller orders with `crate::barrier`.
+    // accesses. Relaxed: the caller orders with the HAL's barriers.
     unsafe { AtomicU64::from_ptr(p.cast_mut()) }.load(Relaxed)
 }
 
@@ -127,9 +130,9 @@ pub unsafe fn store_u64(p: *mut u64, v: u64) {
 /// splitting rule of the module docs, shared by every copy so both sides split alike.
 #[inline(always)]
 fn step(addr: usize, left: usize) -> usize {
-    if addr.is_multiple_of(8) && left >= 8 {
+    if addr % 8 == 0 && left >= 8 {
         8
-    } else if addr.is_multiple_of(4) && left >= 4 {
+    } else if addr % 4 == 0 && left >= 4 {
         4
     } else {
         1
