@@ -8,6 +8,11 @@
  * skipped, inline segment with wrap at the queue end, fm_ce_se composition, bytes 8..11 of the
  * control segment zeroed, doorbell record, BlueFlame rule, CQE ownership test).
  *
+ * Extensions (drivers/mlx5/vectors/FORMAT.md), emitted after every v1 record: RDMA READ,
+ * SEND/SEND_IMM (RC and UD, with the RoCE v2 address vector of mlx5_create_ah()), ATOMIC_CS/FA,
+ * the fence rules around them, `recv` records (mlx5_post_recv() and the RQ geometry of
+ * verbs.c), and responder / READ / atomic CQEs with the ibv_wc fields cq.c derives from them.
+ *
  * It shares no code with the Rust builder it checks. Output goes to stdout.
  *
  *   cc -O2 -Wall -o mlx5-vecgen gen.c && ./mlx5-vecgen > mlx5-generated.txt
@@ -1380,6 +1385,8 @@ int main(void)
 
 	/* Extensions (FORMAT.md in this directory). */
 	int v1_cases = ncases;
+	printf("# Extended records (READ, SEND, atomics, UD, recv, responder CQEs): see\n");
+	printf("# drivers/mlx5/vectors/FORMAT.md. Readers ignore unknown keys and may skip unknown records.\n");
 	gen_read_cases();
 	gen_fence_cases();
 	gen_send_cases();
