@@ -534,12 +534,11 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         if let Some(e) = self.recv_fault.take() {
             return Err(e);
         }
-        let datagram = self.service != Service::Rc;
         let mut n = 0;
         let mut res = Ok(());
         while n < out.len() {
             let Some(raw) = self.mem.rcq.pop() else { break };
-            match self.rq.complete(&raw, self.qpn, datagram) {
+            match self.rq.complete(&raw, self.qpn) {
                 Ok(c) => {
                     out[n] = c;
                     n += 1;

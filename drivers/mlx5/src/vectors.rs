@@ -20,13 +20,18 @@
 
 use std::collections::HashMap;
 
-use rdma_pmd::{Lkey, QpNum, RemoteBuf, Rkey, SendFlags, SendRequest, Sge, Source};
+use rdma_pmd::{
+    AtomicOp, Dest, Gid, Lkey, Mac, QpNum, RemoteBuf, Rkey, RoceAddr, SendFlags, SendOp,
+    SendRequest, Sge, Source, UdDest, WcStatus,
+};
 
+use crate::datapath::recv::{recv_entries, responder_completion};
+use crate::datapath::send::requester_byte_len;
 use crate::datapath::wqe::{SliceRing, WqeBuilder, WqeInfo, WqeSink};
 use crate::layout::codes::{CqeOpcode, SendOpcode, SEND_WQE_BB, SEND_WQE_DS};
 use crate::layout::cqe::{self, Cqe, CqeRepr};
 use crate::layout::wqe as seg;
-use crate::layout::wqe::{CtrlSeg, DataSeg, InlineSeg, RaddrSeg};
+use crate::layout::wqe::{CtrlSeg, DataSeg, InlineSeg, RaddrSeg, SEG_LEN};
 
 /// BlueFlame half-register size the vectors assume (`bf_reg_size` 512 / 2).
 pub const BF_SIZE: u32 = 256;
@@ -210,6 +215,10 @@ struct CaseInput {
     wqe_cnt: u32,
     sges: Vec<Sge>,
     inline_pieces: Vec<Vec<u8>>,
+    /// The atomic's operation, for opcodes 0x11 and 0x12.
+    atomic: Option<AtomicOp>,
+    /// The datagram destination of a UD case.
+    ud: Option<UdDest>,
 }
 
 impl CaseInput {
@@ -228,11 +237,56 @@ impl CaseInput {
         }
         let opcode = r.num("opcode")? as u8;
         let opmod = r.num("opmod").unwrap_or(0) as u8;
-        if !matches!(SendOpcode::from(opcode), SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm)
-            || opmod != 0
-        {
-            return Ok(Err(format!("opcode {opcode:#x}/opmod {opmod:#x} is not an RDMA WRITE")));
+        let ud_qp = match r.fields.get("qp_type").map(|s| s.as_str()) {
+            None | Some("rc") => false,
+            Some("ud") => true,
+            Some(other) => return Ok(Err(format!("qp_type {other} is not modelled"))),
+        };
+        use SendOpcode::*;
+        let posted = match SendOpcode::from(opcode) {
+            RdmaWrite | RdmaWriteImm | RdmaRead | AtomicCs | AtomicFa => !ud_qp,
+            Send | SendImm => true,
+            _ => false,
+        };
+        if !posted || opmod != 0 {
+            return Ok(Err(format!(
+                "opcode {opcode:#x}/opmod {opmod:#x} is not one this API posts"
+            )));
         }
+        let atomic = match SendOpcode::from(opcode) {
+            AtomicCs => {
+                Some(AtomicOp::CompareSwap { compare: r.num("compare")?, swap: r.num("swap")? })
+            }
+            AtomicFa => Some(AtomicOp::FetchAdd { add: r.num("add")? }),
+            _ => None,
+        };
+        if atomic.is_some() && list(r.fields.get("sges")).len() != 1 {
+            return Ok(Err("an atomic's result is one buffer in this API".to_string()));
+        }
+        let ud = if ud_qp {
+            if r.num("sl")? != 0 || r.num("static_rate")? != 0 {
+                return Ok(Err("a service level or static rate (not in RoceAddr)".to_string()));
+            }
+            let mut dgid = [0u8; 16];
+            dgid.copy_from_slice(&hex(r.get("dgid")?)?);
+            let mut dmac = [0u8; 6];
+            dmac.copy_from_slice(&hex(r.get("dmac")?)?);
+            Some(UdDest {
+                addr: RoceAddr {
+                    dgid: Gid(dgid),
+                    dmac: Mac(dmac),
+                    sgid_index: r.num("sgid_index")? as u8,
+                    udp_sport: r.num("sport")? as u16,
+                    hop_limit: r.num("hop_limit")? as u8,
+                    traffic_class: r.num("tclass")? as u8,
+                    flow_label: r.num("flow_label")? as u32,
+                },
+                qpn: QpNum(r.num("dqpn")? as u32),
+                qkey: r.num("qkey")? as u32,
+            })
+        } else {
+            None
+        };
         let mut sges = Vec::new();
         for s in list(r.fields.get("sges")) {
             let p: Vec<&str> = s.split(':').collect();
@@ -276,7 +330,19 @@ impl CaseInput {
             wqe_cnt: r.num("sq_wqe_cnt").unwrap_or(64) as u32,
             sges,
             inline_pieces,
+            atomic,
+            ud,
         }))
+    }
+
+    /// `ds` units before the payload (control segment included), as the builder's head.
+    fn header_units(&self) -> usize {
+        match SendOpcode::from(self.opcode) {
+            _ if self.ud.is_some() => 4,
+            SendOpcode::Send | SendOpcode::SendImm => 1,
+            SendOpcode::AtomicCs | SendOpcode::AtomicFa => 3,
+            _ => 2,
+        }
     }
 
     fn inline_len(&self) -> usize {
@@ -285,18 +351,31 @@ impl CaseInput {
 
     /// Build the case into `ring` at counter `pi`.
     fn build(&self, ring: &mut SliceRing<'_>, pi: u16) -> Result<WqeInfo, String> {
-        let b = WqeBuilder::new(QpNum(self.qpn)).sq_sig_all(self.sig_all);
-        let imm = (self.opcode == u8::from(SendOpcode::RdmaWriteImm)).then_some(self.imm);
+        let b =
+            WqeBuilder::new(QpNum(self.qpn)).sq_sig_all(self.sig_all).datagram(self.ud.is_some());
+        let op = SendOpcode::from(self.opcode);
+        let imm = matches!(op, SendOpcode::RdmaWriteImm | SendOpcode::SendImm).then_some(self.imm);
         let remote = RemoteBuf::new(self.raddr, Rkey(self.rkey));
         let room = ring.wqe_cnt();
-        let r = if self.flags.contains(SendFlags::INLINE) {
-            let pieces: Vec<&[u8]> = self.inline_pieces.iter().map(|p| p.as_slice()).collect();
-            let req = SendRequest::write(0, Source::inline(&pieces), self.flags, remote, imm);
-            b.write(ring, pi, room, &req)
+        let pieces: Vec<&[u8]> = self.inline_pieces.iter().map(|p| p.as_slice()).collect();
+        let source = if self.flags.contains(SendFlags::INLINE) {
+            Source::inline(&pieces)
         } else {
-            b.write_sges(ring, pi, room, &self.sges, self.flags, remote, imm)
+            // SAFETY: the elements are only copied into the WQE, never dereferenced.
+            unsafe { Source::raw(&self.sges) }
         };
-        r.map_err(|e| format!("builder refused: {e}"))
+        // SAFETY: as above.
+        let dest = unsafe { Dest::raw(&self.sges) };
+        let op = match op {
+            SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm => {
+                SendOp::Write { source, remote, imm }
+            }
+            SendOpcode::Send | SendOpcode::SendImm => SendOp::Send { source, imm, ud: self.ud },
+            SendOpcode::RdmaRead => SendOp::Read { dest, remote },
+            _ => SendOp::Atomic { dest, remote, op: self.atomic.ok_or("atomic without operands")? },
+        };
+        let req = SendRequest { wr_id: 0, flags: self.flags, op };
+        b.write(ring, pi, room, &req).map_err(|e| format!("builder refused: {e}"))
     }
 }
 
@@ -316,13 +395,25 @@ macro_rules! expect_eq {
     }};
 }
 
-/// Byte `k` of a WQE of `ds` units with an inline payload of `inline_len` (0 if none) is
-/// don't-care: never written by the provider.
-fn dont_care(k: usize, ds: usize, inline: Option<usize>) -> bool {
+/// Byte `k` of a WQE of `ds` units, whose payload starts after `hdr` units, with an inline
+/// payload of `inline_len` (0 if none) is don't-care: never written by the provider (the tail
+/// past `ds`, inline padding, and the `compare` word of a fetch-and-add).
+fn dont_care(k: usize, ds: usize, hdr: usize, inline: Option<usize>, fetch_add: bool) -> bool {
     if k >= ds * SEND_WQE_DS {
         return true;
     }
-    matches!(inline, Some(l) if l > 0 && k >= 36 + l)
+    if fetch_add && (40..48).contains(&k) {
+        return true;
+    }
+    matches!(inline, Some(l) if l > 0 && k >= hdr * SEND_WQE_DS + 4 + l)
+}
+
+impl CaseInput {
+    fn dont_care(&self, k: usize, ds: usize) -> bool {
+        let inline = self.flags.contains(SendFlags::INLINE).then(|| self.inline_len());
+        let fa = SendOpcode::from(self.opcode) == SendOpcode::AtomicFa;
+        dont_care(k, ds, self.header_units(), inline, fa)
+    }
 }
 
 fn run_case(r: &Record) -> Result<Verdict, String> {
@@ -351,9 +442,8 @@ fn run_case(r: &Record) -> Result<Verdict, String> {
 
     let mut got = vec![0u8; want_bbs * SEND_WQE_BB];
     ring.copy_wqe(input.pi, want_bbs, &mut got);
-    let inline = input.flags.contains(SendFlags::INLINE).then(|| input.inline_len());
     for k in 0..got.len() {
-        if !dont_care(k, want_ds, inline) && got[k] != want_wqe[k] {
+        if !input.dont_care(k, want_ds) && got[k] != want_wqe[k] {
             return Err(format!(
                 "wqe byte {k}: got {:02x}, want {:02x}\n  got  {}\n  want {}",
                 got[k],
@@ -389,23 +479,44 @@ fn check_views(r: &Record, input: &CaseInput, wqe: &[u8]) -> Result<(), String> 
     expect_eq!("view ds", c.ds() as u64, r.num("ds")?);
     expect_eq!("view fm_ce_se", c.fm_ce_se().bits() as u64, r.num("fm_ce_se")?);
     expect_eq!("view imm", c.imm(), input.imm);
-    let ra = RaddrSeg::new_checked(&wqe[16..]).map_err(|e| e.to_string())?;
-    expect_eq!("view raddr", ra.raddr(), input.raddr);
-    expect_eq!("view rkey", ra.rkey(), Rkey(input.rkey));
+    let hdr = input.header_units() * SEND_WQE_DS;
+    if hdr >= 32 && input.ud.is_none() {
+        let ra = RaddrSeg::new_checked(&wqe[16..]).map_err(|e| e.to_string())?;
+        expect_eq!("view raddr", ra.raddr(), input.raddr);
+        expect_eq!("view rkey", ra.rkey(), Rkey(input.rkey));
+    }
+    if let Some(d) = &input.ud {
+        let av = &wqe[16..16 + seg::DATAGRAM_LEN];
+        expect_eq!("view av qkey", be32(&av[seg::av::QKEY..]), d.qkey);
+        expect_eq!(
+            "view av dqpn",
+            be32(&av[seg::av::DQP_DCT..]) & QpNum::MAX,
+            d.qpn.0 & QpNum::MAX
+        );
+        expect_eq!("view av rgid", &av[seg::av::RGID..seg::av::RGID + 16], &d.addr.dgid.0[..]);
+        expect_eq!("view av rmac", &av[seg::av::RMAC..seg::av::RMAC + 6], &d.addr.dmac.0[..]);
+    }
     if input.flags.contains(SendFlags::INLINE) {
         let want: Vec<u8> = input.inline_pieces.concat();
         if !want.is_empty() {
-            let s = InlineSeg::new_checked(&wqe[32..]).map_err(|e| e.to_string())?;
+            let s = InlineSeg::new_checked(&wqe[hdr..]).map_err(|e| e.to_string())?;
             expect_eq!("view inline", s.payload(), &want[..]);
         }
     } else {
+        let atomic = input.atomic.is_some();
         let nz: Vec<Sge> = input.sges.iter().copied().filter(|e| e.length != 0).collect();
         for (j, e) in nz.iter().enumerate() {
-            let d = DataSeg::new_checked(&wqe[32 + 16 * j..]).map_err(|e| e.to_string())?;
-            expect_eq!(format!("view data seg {j}"), d.sge(), *e);
+            let d = DataSeg::new_checked(&wqe[hdr + 16 * j..]).map_err(|e| e.to_string())?;
+            // An atomic's data segment counts 8 bytes whatever the element's length.
+            let want = if atomic { Sge::new(e.addr, 8, e.lkey) } else { *e };
+            expect_eq!(format!("view data seg {j}"), d.sge(), want);
         }
     }
     Ok(())
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
 }
 
 fn run_ring(r: &Record, cases: &HashMap<&str, &Record>) -> Result<Verdict, String> {
@@ -431,11 +542,10 @@ fn run_ring(r: &Record, cases: &HashMap<&str, &Record>) -> Result<Verdict, Strin
                 Err(why) => return Ok(Verdict::Unsupported(format!("post {name}: {why}"))),
             };
             let info = input.build(&mut ring, pi).map_err(|e| format!("post {name}: {e}"))?;
-            let inline = input.flags.contains(SendFlags::INLINE).then(|| input.inline_len());
             for k in 0..info.shape.wqebbs as usize * SEND_WQE_BB {
                 let at = info.slot((k / SEND_WQE_BB) as u32, wqe_cnt) as usize * SEND_WQE_BB
                     + k % SEND_WQE_BB;
-                care[at] = Some(!dont_care(k, info.shape.ds as usize, inline));
+                care[at] = Some(!input.dont_care(k, info.shape.ds as usize));
             }
             pi = info.next_pi();
             last = Some(info);
@@ -464,6 +574,106 @@ fn run_ring(r: &Record, cases: &HashMap<&str, &Record>) -> Result<Verdict, Strin
     Ok(Verdict::Pass)
 }
 
+/// A `recv` record: one `ibv_post_recv` into a receive queue of `stride`-byte WQEs.
+fn run_recv(r: &Record) -> Result<Verdict, String> {
+    let stride = r.num("stride")? as usize;
+    let max = stride / SEG_LEN;
+    let head = r.num("head")? as u16;
+    let wqe_cnt = r.num("wqe_cnt")? as u32;
+    let mut sges = Vec::new();
+    for e in list(r.fields.get("sges")) {
+        let p: Vec<&str> = e.split(':').collect();
+        if p.len() != 3 {
+            return Err(format!("bad sge {e:?}"));
+        }
+        sges.push(Sge::new(scalar(p[0])?, scalar(p[1])? as u32, Lkey(scalar(p[2])? as u32)));
+    }
+    if sges.len() > max {
+        return Err(format!("{} elements for {max} entries", sges.len()));
+    }
+    let mut got = vec![POISON; stride];
+    let n = recv_entries(sges.iter().copied(), max, |k, e| {
+        got[k * SEG_LEN..(k + 1) * SEG_LEN].copy_from_slice(&DataSeg::encode(&e));
+    });
+    let want = r.body_hex("wqe")?;
+    expect_eq!("wqe length", want.len(), stride);
+    // Entries past the last one written are never touched by the provider.
+    for k in 0..n * SEG_LEN {
+        if got[k] != want[k] {
+            return Err(format!("wqe byte {k}: got {}, want {}", hexs(&got), hexs(&want)));
+        }
+    }
+    if let Ok(e) = r.num("entries") {
+        let term = r.num("terminator").unwrap_or(0);
+        expect_eq!("entries written", n as u64, e + term);
+    }
+    expect_eq!("slot", (head as u32 & (wqe_cnt - 1)) as u64, r.body_num("slot")?);
+    let dbrec = (head.wrapping_add(1) as u32).to_be_bytes().to_vec();
+    expect_eq!("dbrec", dbrec, r.body_hex("dbrec")?);
+    Ok(Verdict::Pass)
+}
+
+/// Compare an optional decimal/hex header value (`-` means "not set by the provider").
+fn want_opt(r: &Record, k: &str) -> Result<Option<u64>, String> {
+    match r.get(k)? {
+        "-" => Ok(None),
+        v => scalar(v).map(Some),
+    }
+}
+
+/// The `ibv_wc` fields of a `cqe` record that carries them (`wc_status` present).
+fn check_wc(r: &Record, c: &Cqe<&[u8]>, p: &CqeRepr, kind: &str) -> Result<(), String> {
+    let wc = match kind {
+        "resp_send" | "resp_send_imm" | "resp_wr_imm" | "resp_err" => {
+            responder_completion(c, p, 0, p.qpn).map_err(|e| e.to_string())?
+        }
+        _ => {
+            let mut wc = p.completion(0);
+            if wc.status == WcStatus::Success {
+                if let Some(op) = p.s_wqe_opcode.wc_opcode() {
+                    wc.opcode = op;
+                }
+                wc.byte_len = requester_byte_len(p.s_wqe_opcode, p.byte_cnt);
+            }
+            wc
+        }
+    };
+    expect_eq!("wc_status", u32::from(wc.status) as u64, r.num("wc_status")?);
+    expect_eq!("wc_qp_num", wc.qp_num.0 as u64, r.num("wc_qp_num")?);
+    if let Some(v) = want_opt(r, "wc_vendor_err")? {
+        expect_eq!("wc_vendor_err", wc.vendor_err as u64, v);
+    }
+    // The rest is defined for successful completions only.
+    if wc.status != WcStatus::Success {
+        return Ok(());
+    }
+    if let Some(op) = want_opt(r, "wc_opcode")? {
+        expect_eq!("wc_opcode", u32::from(wc.opcode) as u64, op);
+    }
+    if let Some(n) = want_opt(r, "wc_byte_len")? {
+        expect_eq!("wc_byte_len", wc.byte_len as u64, n);
+    }
+    let mut flags = wc.flags().bits() as u64;
+    // A requester completion of a SEND or WRITE WITH IMMEDIATE: the provider sets
+    // IBV_WC_WITH_IMM with no immediate data to go with it; this API reports the immediate
+    // only where there is one (`Completion::imm`), so the flag is absent here by design.
+    let req_imm =
+        kind == "req" && matches!(p.s_wqe_opcode, SendOpcode::RdmaWriteImm | SendOpcode::SendImm);
+    if req_imm {
+        flags |= rdma_pmd::WcFlags::WITH_IMM.bits() as u64;
+    }
+    expect_eq!("wc_flags", flags, r.num("wc_flags")?);
+    if let Some(imm) = want_opt(r, "wc_imm")? {
+        expect_eq!("wc_imm", wc.imm.map(u64::from), Some(imm));
+    } else if !req_imm {
+        expect_eq!("wc_imm", wc.imm, None);
+    }
+    if let Some(q) = want_opt(r, "wc_src_qp")? {
+        expect_eq!("wc_src_qp", wc.src_qp.0 as u64, q);
+    }
+    Ok(())
+}
+
 fn run_cqe(r: &Record) -> Result<Verdict, String> {
     let bytes = r.body_hex("bytes")?;
     expect_eq!("cqe length", bytes.len(), cqe::LEN);
@@ -474,6 +684,10 @@ fn run_cqe(r: &Record) -> Result<Verdict, String> {
         "req" => CqeOpcode::Req,
         "req_err" => CqeOpcode::ReqErr,
         "invalid" => CqeOpcode::Invalid,
+        "resp_send" => CqeOpcode::RespSend,
+        "resp_send_imm" => CqeOpcode::RespSendImm,
+        "resp_wr_imm" => CqeOpcode::RespWrImm,
+        "resp_err" => CqeOpcode::RespErr,
         other => return Ok(Verdict::Unsupported(format!("cqe kind {other}"))),
     };
     expect_eq!("kind", p.opcode, want_op);
@@ -496,6 +710,13 @@ fn run_cqe(r: &Record) -> Result<Verdict, String> {
             expect_eq!("timestamp", p.timestamp, Some(r.num("timestamp")?));
         }
     }
+    if r.fields.contains_key("wc_status") {
+        let view = Cqe::new_checked(&bytes[..]).map_err(|e| e.to_string())?;
+        check_wc(r, &view, &p, kind)?;
+    }
+    if let Ok(f) = r.num("flags_rqpn") {
+        expect_eq!("flags_rqpn", c.flags_rqpn() as u64, f);
+    }
     let (ci, cnt) = (r.num("cq_index")? as u32, r.num("cqe_cnt")? as u32);
     expect_eq!("sw_owned", c.sw_owned(ci, cnt) as u64, r.num("sw_owned")?);
     expect_eq!("ci_dbrec", cqe::cq_ci_dbrec(ci.wrapping_add(1)).to_vec(), r.body_hex("ci_dbrec")?);
@@ -512,6 +733,7 @@ pub fn run(records: &[Record]) -> Report {
             "case" => run_case(r),
             "ring" => run_ring(r, &cases),
             "cqe" => run_cqe(r),
+            "recv" => run_recv(r),
             other => Ok(Verdict::Unsupported(format!("record kind {other}"))),
         };
         rep.add(&r.name, v.unwrap_or_else(|e| Verdict::Fail(format!("line {}: {e}", r.line))));

@@ -105,18 +105,8 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
             }
         }
         let at = self.off + slot * Self::STRIDE;
-        let mut j = 0;
-        for i in 0..dest.count() {
-            let Some(e) = dest.sge(i) else { break };
-            if e.length == 0 {
-                continue;
-            }
-            put_seg(buf, at + j * SEG_LEN, &e);
-            j += 1;
-        }
-        if j < S {
-            put_seg(buf, at + j * SEG_LEN, &Sge::new(0, 0, rdma_pmd::Lkey(INVALID_LKEY)));
-        }
+        let sges = (0..dest.count()).filter_map(|i| dest.sge(i));
+        recv_entries(sges, S, |k, seg| put_seg(buf, at + k * SEG_LEN, &seg));
         self.wr_id[slot] = wr_id;
         self.regions[slot] = held;
         self.head = self.head.wrapping_add(1);
@@ -130,7 +120,7 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
     /// Turn a receive CQE into a completion for the oldest posted WQE. The CQE is checked
     /// whole (a receive posted, its QP, a responder opcode) before the ring moves, so a CQE
     /// the device should not have written consumes no receive.
-    pub fn complete(&mut self, raw: &[u8; 64], qpn: QpNum, datagram: bool) -> Result<Completion> {
+    pub fn complete(&mut self, raw: &[u8; 64], qpn: QpNum) -> Result<Completion> {
         if self.outstanding() == 0 {
             return Err(DeviceFault::NoReceivePosted.into());
         }
@@ -139,33 +129,21 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
         if repr.qpn != qpn {
             return Err(DeviceFault::WrongQp { qpn: repr.qpn }.into());
         }
-        let (opcode, imm) = match repr.opcode {
-            CqeOpcode::RespWrImm => (WcOpcode::RecvRdmaWithImm, Some(cqe.imm_inval_pkey())),
-            CqeOpcode::RespSend => (WcOpcode::Recv, None),
-            CqeOpcode::RespSendImm => (WcOpcode::Recv, Some(cqe.imm_inval_pkey())),
-            CqeOpcode::RespErr => (WcOpcode::Recv, None),
-            other => return Err(DeviceFault::UnexpectedOpcode { opcode: other.into() }.into()),
-        };
+        // Checked before the ring moves: a CQE of the wrong kind consumes no receive.
+        if !matches!(
+            repr.opcode,
+            CqeOpcode::RespWrImm
+                | CqeOpcode::RespSend
+                | CqeOpcode::RespSendImm
+                | CqeOpcode::RespErr
+        ) {
+            return Err(DeviceFault::UnexpectedOpcode { opcode: repr.opcode.into() }.into());
+        }
         let slot = self.tail as usize & Self::MASK;
         self.tail = self.tail.wrapping_add(1);
         // The device is done with the WQE's buffers: its completion is in hand.
         release(&mut self.regions[slot]);
-        let status = repr.status();
-        let mut c = Completion::new(self.wr_id[slot], status, opcode, qpn);
-        if status == WcStatus::Success {
-            c.byte_len = repr.byte_cnt;
-            c.imm = imm;
-            if datagram {
-                // `cq.c` `handle_responder`: `src_qp = flags_rqpn & 0xffffff`, and the GRH
-                // flag from bits 29..28.
-                let f = cqe.flags_rqpn();
-                c.src_qp = QpNum(f & QpNum::MAX);
-                c.grh = (f >> 28) & 3 != 0;
-            }
-        } else {
-            c.vendor_err = repr.vendor_err();
-        }
-        Ok(c)
+        responder_completion(&cqe, &repr, self.wr_id[slot], qpn)
     }
 
     /// Release the regions of every receive still posted and forget them: for teardown, once
@@ -178,6 +156,60 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
         }
         self.tail = self.head;
     }
+}
+
+/// The scatter entries `mlx5_post_recv` writes into a receive WQE of `max` entries for the
+/// elements `sges`: one per element of non-zero length, then, when fewer than `max` were
+/// written, the terminator (`byte_count` 0, `MLX5_INVALID_LKEY`, address 0). `put(k, entry)`
+/// stores entry `k`; returns how many entries were stored. The caller has checked that the
+/// elements are at most `max`.
+pub fn recv_entries(
+    sges: impl Iterator<Item = Sge>,
+    max: usize,
+    mut put: impl FnMut(usize, Sge),
+) -> usize {
+    let mut j = 0;
+    for e in sges.filter(|e| e.length != 0).take(max) {
+        put(j, e);
+        j += 1;
+    }
+    if j < max {
+        put(j, Sge::new(0, 0, rdma_pmd::Lkey(INVALID_LKEY)));
+        j += 1;
+    }
+    j
+}
+
+/// The completion `cq.c` `handle_responder` makes of a responder CQE (`RESP_SEND`,
+/// `RESP_SEND_IMM`, `RESP_WR_IMM`, or `RESP_ERR` through `mlx5_handle_error_cqe`) for the
+/// receive known as `wr_id`: `IBV_WC_RECV` or `IBV_WC_RECV_RDMA_WITH_IMM`, `byte_len` from
+/// `byte_cnt`, the immediate for the `_IMM` opcodes, and `src_qp` and the GRH flag from
+/// `flags_rqpn` (which the provider reports on every QP type; only UD and GSI QPs fill them).
+pub fn responder_completion<T: AsRef<[u8]>>(
+    cqe: &Cqe<T>,
+    repr: &CqeRepr,
+    wr_id: u64,
+    qpn: QpNum,
+) -> Result<Completion> {
+    let (opcode, imm) = match repr.opcode {
+        CqeOpcode::RespWrImm => (WcOpcode::RecvRdmaWithImm, Some(cqe.imm_inval_pkey())),
+        CqeOpcode::RespSend => (WcOpcode::Recv, None),
+        CqeOpcode::RespSendImm => (WcOpcode::Recv, Some(cqe.imm_inval_pkey())),
+        CqeOpcode::RespErr => (WcOpcode::Recv, None),
+        other => return Err(DeviceFault::UnexpectedOpcode { opcode: other.into() }.into()),
+    };
+    let status = repr.status();
+    let mut c = Completion::new(wr_id, status, opcode, qpn);
+    if status == WcStatus::Success {
+        c.byte_len = repr.byte_cnt;
+        c.imm = imm;
+        let f = cqe.flags_rqpn();
+        c.src_qp = QpNum(f & QpNum::MAX);
+        c.grh = (f >> 28) & 3 != 0;
+    } else {
+        c.vendor_err = repr.vendor_err();
+    }
+    Ok(c)
 }
 
 /// Release (once) each region counted in `held`.

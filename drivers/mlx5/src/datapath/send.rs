@@ -135,6 +135,17 @@ struct Pending {
     flush_skipped: bool,
 }
 
+/// `wc.byte_len` of a successful requester completion (`cq.c` `handle_good_req`): the CQE's
+/// byte count for an RDMA READ, 8 for an atomic, nothing (0) for writes and sends.
+#[inline]
+pub fn requester_byte_len(op: SendOpcode, byte_cnt: u32) -> u32 {
+    match op {
+        SendOpcode::RdmaRead => byte_cnt,
+        SendOpcode::AtomicCs | SendOpcode::AtomicFa => rdma_pmd::post::ATOMIC_LEN,
+        _ => 0,
+    }
+}
+
 /// Where an open batch stands: the next free block, the free blocks left, what was pushed.
 ///
 /// It is the mlx5 [`rdma_pmd::SendQueue::Cursor`]: it lives in the caller's
@@ -618,11 +629,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             return Err(DeviceFault::NotOutstanding { counter: cqe.wqe_counter }.into());
         }
         let status = cqe.status();
-        let byte_len = match cqe.s_wqe_opcode {
-            SendOpcode::RdmaRead => cqe.byte_cnt,
-            SendOpcode::AtomicCs | SendOpcode::AtomicFa => rdma_pmd::post::ATOMIC_LEN,
-            _ => 0,
-        };
+        let byte_len = requester_byte_len(cqe.s_wqe_opcode, cqe.byte_cnt);
         self.pending = Some(Pending {
             target: cqe.wqe_counter,
             status,

@@ -470,7 +470,9 @@ impl DatagramSeg {
         b[av::RMAC..av::RMAC + 6].copy_from_slice(&a.dmac.0);
         b[av::TCLASS] = a.traffic_class;
         b[av::HOP_LIMIT] = a.hop_limit;
-        let gid_fl = 1 << 30 | (a.sgid_index as u32) << 20 | (a.flow_label & 0xf_ffff);
+        // The GRH bit stays 0 on RoCE (`mlx5_create_ah` sets it only on InfiniBand): the
+        // port puts the IP header in front of every packet anyway.
+        let gid_fl = (a.sgid_index as u32) << 20 | (a.flow_label & 0xf_ffff);
         be::set32(&mut b, av::GRH_GID_FL, gid_fl);
         b[av::RGID..av::RGID + 16].copy_from_slice(&a.dgid.0);
         b
