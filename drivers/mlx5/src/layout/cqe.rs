@@ -27,7 +27,7 @@ use rdma_pmd::{Completion, QpNum, Result, WcOpcode, WcStatus};
 use super::codes::{CqeOpcode, SendOpcode, Syndrome};
 use super::{be, view};
 
-mod field {
+pub(crate) mod field {
     pub const FLAGS_RQPN: usize = 24;
     pub const SRQN_UIDX: usize = 32;
     pub const IMM_INVAL_PKEY: usize = 36;

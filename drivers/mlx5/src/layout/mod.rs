@@ -26,6 +26,8 @@ pub mod codes;
 pub mod cqe;
 pub mod ifc;
 pub mod wqe;
+#[cfg(test)]
+mod c_header;
 
 /// Big-endian fields at byte offsets of a buffer: every multi-byte field the HCA reads or
 /// writes is big-endian, and this is the crate's one set of accessors for them. Out-of-range

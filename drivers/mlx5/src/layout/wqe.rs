@@ -45,7 +45,7 @@ pub const SEG_LEN: usize = 16;
 /// `MLX5_INVALID_LKEY`: ends a receive WQE's scatter list.
 pub const INVALID_LKEY: u32 = 0x100;
 
-mod ctrl {
+pub(crate) mod ctrl {
     pub const OPMOD_IDX_OPCODE: usize = 0;
     pub const QPN_DS: usize = 4;
     pub const SIGNATURE: usize = 8;
@@ -54,13 +54,13 @@ mod ctrl {
     pub const IMM: usize = 12;
 }
 
-mod raddr {
+pub(crate) mod raddr {
     pub const RADDR: usize = 0;
     pub const RKEY: usize = 8;
     pub const RESERVED: usize = 12;
 }
 
-mod data {
+pub(crate) mod data {
     pub const BYTE_COUNT: usize = 0;
     pub const LKEY: usize = 4;
     pub const ADDR: usize = 8;
@@ -394,7 +394,7 @@ impl InlineSeg<[u8; INLINE_HEADER_LEN]> {
     }
 }
 
-mod atomic {
+pub(crate) mod atomic {
     pub const SWAP_ADD: usize = 0;
     pub const COMPARE: usize = 8;
 }
