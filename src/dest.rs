@@ -185,7 +185,8 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// What a READ, receive or atomic can be given to write: one [`DestBuf`] or an array of them.
+/// What a READ, receive or atomic can be given to write: one [`DestBuf`], an array of them, or
+/// (with the `std` feature) a `Vec` of them.
 ///
 /// Sealed: the elements a request is built from must be the ones the [`Pending`] keeps, which
 /// only these owning containers guarantee.
@@ -204,6 +205,17 @@ impl<'r> DestList<'r> for DestBuf<'r> {
 
 impl<const N: usize> sealed::Sealed for [DestBuf<'_>; N] {}
 impl<'r, const N: usize> DestList<'r> for [DestBuf<'r>; N] {
+    #[inline]
+    fn bufs(&self) -> &[DestBuf<'r>] {
+        self
+    }
+}
+
+#[cfg(feature = "std")]
+impl sealed::Sealed for std::vec::Vec<DestBuf<'_>> {}
+/// A list whose length is known only at run time (with the `std` feature).
+#[cfg(feature = "std")]
+impl<'r> DestList<'r> for std::vec::Vec<DestBuf<'r>> {
     #[inline]
     fn bufs(&self) -> &[DestBuf<'r>] {
         self

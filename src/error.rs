@@ -63,6 +63,14 @@ pub enum Error {
         /// The queue's limit.
         max: usize,
     },
+    /// More scatter elements than the receive queue accepts (`mlx5_post_recv` and rxe refuse
+    /// it with EINVAL, where a send's excess is ENOMEM).
+    TooManyRecvSges {
+        /// How many were given.
+        given: usize,
+        /// The queue's limit.
+        max: usize,
+    },
     /// Inline payload larger than the queue's inline limit.
     InlineTooLarge {
         /// Bytes given.
@@ -227,6 +235,7 @@ impl Error {
             | Error::QueueFull { .. }
             | Error::TooManyInFlight => Errno::ENOMEM,
             Error::NotConnected
+            | Error::TooManyRecvSges { .. }
             | Error::BadLkey
             | Error::OutOfBounds
             | Error::InvalidArgument(_) => Errno::EINVAL,
@@ -270,6 +279,9 @@ impl fmt::Display for Error {
         match self {
             Error::TooManySges { given, max } => {
                 write!(f, "{given} scatter-gather elements given, the queue takes at most {max}")
+            }
+            Error::TooManyRecvSges { given, max } => {
+                write!(f, "{given} scatter elements given, the receive queue takes at most {max}")
             }
             Error::InlineTooLarge { len, max } => {
                 write!(f, "{len} bytes of inline data, the queue takes at most {max}")
@@ -369,6 +381,7 @@ mod tests {
     #[test]
     fn errno_mapping_follows_the_mlx5_provider() {
         assert_eq!(Error::TooManySges { given: 40, max: 30 }.errno().0, 12);
+        assert_eq!(Error::TooManyRecvSges { given: 5, max: 4 }.errno().0, 22);
         assert_eq!(Error::InlineTooLarge { len: 512, max: 220 }.errno().0, 12);
         assert_eq!(Error::QueueFull { needed: 1, free: 0 }.errno().0, 12);
         assert_eq!(Error::NotConnected.errno().0, 22);

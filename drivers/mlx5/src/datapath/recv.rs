@@ -72,7 +72,7 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
     }
 
     /// Post one receive WQE scattering into `dest` into `buf` and ring the doorbell record.
-    /// Refused, with nothing changed: more elements than `S` ([`Error::TooManySges`], EINVAL
+    /// Refused, with nothing changed: more elements than `S` ([`Error::TooManyRecvSges`], EINVAL
     /// as `mlx5_post_recv`), a full ring ([`Error::QueueFull`], ENOMEM), a deregistered
     /// region ([`Error::BadLkey`]), a message above 2^31 bytes.
     #[inline]
@@ -84,7 +84,7 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
         dest: Dest<'_, 'r>,
     ) -> Result<()> {
         if dest.count() > S {
-            return Err(Error::TooManySges { given: dest.count(), max: S });
+            return Err(Error::TooManyRecvSges { given: dest.count(), max: S });
         }
         if dest.total_len().is_none() {
             return Err(Error::InvalidArgument("message above 2 GiB"));
