@@ -184,3 +184,69 @@ fn posting_and_polling_allocate_nothing() {
     assert_eq!(n, 0, "allocations on the data path");
     // The 64 unsignalled writes of `a` retire on teardown.
 }
+
+#[test]
+fn reads_sends_receives_and_atomics_allocate_nothing() {
+    use rdma_pmd_mlx5::control::{Access, Path};
+    use rdma_pmd_mlx5::ConnectOpts;
+    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let model = Model::new();
+    let dev = open_with(&model, DeviceSide);
+    let src = dev.reg(1 << 16, all).unwrap();
+    src.write(0, &pattern(3, 1 << 16)).unwrap();
+    let mut mine = dev.reg(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let mut theirs = dev.reg(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let opts = ConnectOpts { access: all, ..ConnectOpts::default() };
+    let mut a = dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+    let mut b = dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+    let (na, nb) = (a.qp_num(), b.qp_num());
+    a.connect(nb, Path::Loopback, &opts).unwrap();
+    b.connect(na, Path::Loopback, &opts).unwrap();
+    // Setup, not counted: the destination buffers, carved once.
+    let mut rd = mine.dest().unwrap();
+    let mut rd_tail = rd.split_off(512).unwrap();
+    let mut atom = rd_tail.split_off(64).unwrap();
+    let _ = atom.split_off(8).unwrap();
+    let mut rx = theirs.dest().unwrap();
+    let mut rx2 = rx.split_off(100).unwrap();
+    let _ = rx2.split_off(400).unwrap();
+
+    let ((), n) = counted(|| {
+        let mut out = [Completion::default(); 16];
+        let (mut rd, mut rd_tail, mut atom, mut rx, mut rx2) = (rd, rd_tail, atom, rx, rx2);
+        for round in 0..200u64 {
+            let pr = b.post_recvv(round, [rx, rx2]).unwrap();
+            let sgl = [src.slice(0, 150).unwrap(), src.slice(1000, 300).unwrap()];
+            let mut bt = a.batch();
+            let p1 = bt.post_readv(1, [rd, rd_tail], SendFlags::empty(), src.remote(64)).unwrap();
+            bt.post_sendv(2, &sgl, SendFlags::empty()).unwrap();
+            let p2 = bt.post_faa(3, atom, SendFlags::SIGNALED, src.remote(8192), 1).unwrap();
+            bt.commit();
+            reap(&mut a, &mut out, 1);
+            assert_eq!((out[0].wr_id, out[0].status), (3, WcStatus::Success));
+            [rd, rd_tail] = p1.reclaim(&a).unwrap();
+            atom = p2.reclaim(&a).unwrap();
+            let mut got = 0;
+            while got == 0 {
+                got = b.poll_recv(&mut out).unwrap();
+            }
+            assert_eq!((out[0].wr_id, out[0].byte_len), (round, 450));
+            [rx, rx2] = pr.reclaim(&b).unwrap();
+        }
+        // A refused receive hands its buffers back, allocating nothing either.
+        let more: [rdma_pmd::DestBuf<'_>; 5] = {
+            let mut r = rx;
+            let mut v = [None, None, None, None, None];
+            for slot in v.iter_mut() {
+                let rest = r.split_off(10).unwrap();
+                *slot = Some(r);
+                r = rest;
+            }
+            v.map(|d| d.unwrap())
+        };
+        let refused = b.post_recvv(9, more).unwrap_err();
+        assert!(matches!(refused.error, Error::TooManyRecvSges { .. }));
+        drop((rd, rd_tail, atom, rx2, refused));
+    });
+    assert_eq!(n, 0, "allocations on the data path");
+}
