@@ -1,4 +1,5 @@
-//! The busy-poll writev load generator, generic over the core posting API.
+//! The busy-poll load generator, generic over the core posting API: RDMA WRITEs ([`run`]),
+//! READs ([`run_reads`]) and SENDs into posted receives ([`run_sends`]).
 //!
 //! The same loop drives every backend (the mlx5 driver on its device model or on VFIO, the rxe
 //! shim): it only needs a [`Post`] queue, a pool of registered source buffers, a registered
@@ -14,8 +15,8 @@
 use std::time::{Duration, Instant};
 
 use rdma_pmd::{
-    Completion, Error, LocalBuf, Post, RemoteBuf, Result, SendFlags, SendQueue, SendRequest,
-    WcStatus,
+    Completion, DestBuf, Error, LocalBuf, Post, RecvQueue, RemoteBuf, Result, SendFlags, SendQueue,
+    SendRequest, WcStatus,
 };
 
 /// What to run.
@@ -329,4 +330,220 @@ fn verify_one(
         return Err(Error::Device(rdma_pmd::Errno::EIO));
     }
     Ok(())
+}
+
+/// The byte at offset `off` of the region a READ run reads from (what the caller fills it with
+/// and what each READ is checked against).
+pub fn read_source_byte(off: usize) -> u8 {
+    (off as u8).wrapping_mul(31).wrapping_add((off >> 8) as u8).wrapping_add(7)
+}
+
+/// A READ run: `plan.writes` RDMA READs of `len` bytes each, from `remote` (a region of
+/// `slots * len` bytes filled with [`read_source_byte`]) into the destination buffers `dests`
+/// (each at least `len` bytes), in batches of `plan.batch` with the last one signalled. Every
+/// batch's buffers come back from their `Pending`s only after its completion, and each is
+/// compared byte for byte. Returns the figures (`writes` counts the READs).
+pub fn run_reads<'r, Q: SendQueue<'r>>(
+    q: &mut Q,
+    mut dests: Vec<DestBuf<'r>>,
+    remote: RemoteBuf,
+    slots: u64,
+    len: usize,
+    plan: &Plan,
+) -> Result<Report> {
+    let batch = (plan.batch as usize).clamp(1, dests.len()).min(q.caps().max_send_wr as usize);
+    let mut rep = Report::default();
+    let mut wc = [Completion::default(); 4];
+    let mut got = vec![0u8; len];
+    let start = Instant::now();
+    let mut i = 0u64;
+    while i < plan.writes {
+        let n = (plan.writes - i).min(batch as u64) as usize;
+        let t = Instant::now();
+        let mut pend = Vec::with_capacity(n);
+        let mut b = q.batch();
+        for k in 0..n {
+            let d = dests.pop().ok_or(Error::InvalidArgument("no destination buffer"))?;
+            let slot = (i + k as u64) % slots;
+            let flags = if k + 1 == n { SendFlags::SIGNALED } else { SendFlags::empty() };
+            let from = remote.offset(slot * len as u64);
+            match b.post_read(i + k as u64, d, flags, from) {
+                Ok(p) => pend.push((slot, p)),
+                Err(refused) => return Err(refused.error),
+            }
+        }
+        b.commit();
+        rep.doorbells += 1;
+        let mut idle = 0u64;
+        loop {
+            let k = q.poll(&mut wc)?;
+            if k > 0 {
+                if wc[0].status != WcStatus::Success || wc[0].wr_id != i + n as u64 - 1 {
+                    eprintln!("loadgen: READ completion {:?}", wc[0]);
+                    return Err(Error::Device(rdma_pmd::Errno::EIO));
+                }
+                break;
+            }
+            idle += 1;
+            if idle > plan.max_idle_polls {
+                return Err(Error::Timeout("READ completions in the load generator"));
+            }
+            std::hint::spin_loop();
+        }
+        rep.latencies_ns.push(t.elapsed().as_nanos() as u64);
+        for (slot, p) in pend {
+            let d = p.reclaim(&*q).map_err(|_| Error::InvalidArgument("READ not retired"))?;
+            if plan.verify {
+                d.read(0, &mut got)?;
+                let base = slot as usize * len;
+                if got.iter().enumerate().any(|(k, b)| *b != read_source_byte(base + k)) {
+                    eprintln!("loadgen: READ of slot {slot} brought the wrong bytes");
+                    return Err(Error::Device(rdma_pmd::Errno::EIO));
+                }
+                rep.verified += 1;
+            }
+            dests.push(d);
+        }
+        rep.bytes += (n * len) as u64;
+        i += n as u64;
+    }
+    rep.elapsed = start.elapsed();
+    rep.writes = i;
+    rep.latencies_ns.sort_unstable();
+    Ok(rep)
+}
+
+/// A SEND run: `plan.writes` SENDs from `a` (each the gather `[stamp, pieces...]` as for
+/// writes, or inline every `plan.inline_every`-th) into receives posted on `b` with the
+/// buffers `rx` (each at least one slot), each receive scattering into two pieces of its
+/// buffer. Every receive is checked: its byte count, then the stamp and pattern bytes, which
+/// come back from the receive's `Pending` only after its completion. `writes` counts the
+/// SENDs.
+pub fn run_sends<'r, A: SendQueue<'r>, B: RecvQueue<'r>>(
+    a: &mut A,
+    b: &mut B,
+    rx: Vec<DestBuf<'r>>,
+    bufs: &Buffers<'r>,
+    host: &mut dyn Host,
+    plan: &Plan,
+) -> Result<Report> {
+    let max_pieces = plan.pieces.iter().copied().max().unwrap_or(0);
+    let slot = 8 + max_pieces * plan.piece_len;
+    let window = rx.len().min(b.recv_caps().max_recv_wr as usize).min(bufs.stamps.len());
+    let mut posted_rx = std::collections::VecDeque::new();
+    let mut spare: Vec<[DestBuf<'r>; 2]> = Vec::new();
+    for mut d in rx {
+        let tail = d.split_off(slot / 2)?;
+        spare.push([d, tail]);
+    }
+    let mut rep = Report::default();
+    let mut wc = [Completion::default(); 16];
+    let mut sgl: Vec<LocalBuf<'r>> = Vec::with_capacity(max_pieces + 1);
+    let mut want = vec![0u8; slot];
+    let mut got = vec![0u8; slot];
+    let (mut sent, mut received) = (0u64, 0u64);
+    let start = Instant::now();
+    while received < plan.writes {
+        // Keep receives posted ahead of the sends.
+        while posted_rx.len() < window && (received + posted_rx.len() as u64) < plan.writes {
+            let bufs2 = spare.pop().ok_or(Error::InvalidArgument("no receive buffer"))?;
+            match b.post_recvv(received + posted_rx.len() as u64, bufs2) {
+                Ok(p) => posted_rx.push_back(p),
+                Err(refused) => return Err(refused.error),
+            }
+        }
+        // Send what the posted receives can take.
+        let room = (received + posted_rx.len() as u64).min(plan.writes) - sent;
+        let n = room.min(plan.batch.max(1) as u64);
+        if n > 0 {
+            let max_inline = a.caps().max_inline as usize;
+            let mut bt = a.batch();
+            for k in 0..n {
+                let i = sent + k;
+                let pieces = plan.pieces[(i % plan.pieces.len() as u64) as usize];
+                let len = 8 + pieces * plan.piece_len;
+                let flags = if k + 1 == n { SendFlags::SIGNALED } else { SendFlags::empty() };
+                if plan.inline_every > 0 && i % plan.inline_every == 0 && len <= max_inline {
+                    want[..8].copy_from_slice(&i.to_le_bytes());
+                    for p in 0..pieces {
+                        let at = 8 + p * plan.piece_len;
+                        fill_pattern(p, &mut want[at..at + plan.piece_len]);
+                    }
+                    bt.post_send_inline(i, &[&want[..len]], flags)?;
+                    rep.inline += 1;
+                } else {
+                    let cell = (i % bufs.stamps.len() as u64) as usize;
+                    host.write_stamp(cell, i);
+                    sgl.clear();
+                    sgl.push(bufs.stamps[cell]);
+                    sgl.extend_from_slice(&bufs.pieces[..pieces]);
+                    bt.post_sendv(i, &sgl, flags)?;
+                }
+            }
+            bt.commit();
+            rep.doorbells += 1;
+            sent += n;
+        }
+        // Reap both sides.
+        let mut idle = 0u64;
+        loop {
+            let s = a.poll(&mut wc)?;
+            if let Some(c) = wc[..s].iter().find(|c| c.status != WcStatus::Success) {
+                eprintln!("loadgen: SEND {} failed: {:?}", c.wr_id, c.status);
+                return Err(Error::Device(rdma_pmd::Errno::EIO));
+            }
+            let r = b.poll_recv(&mut wc)?;
+            for c in &wc[..r] {
+                let p = posted_rx.pop_front().ok_or(Error::InvalidArgument("stray receive"))?;
+                let i = c.wr_id;
+                let pieces = plan.pieces[(i % plan.pieces.len() as u64) as usize];
+                let len = 8 + pieces * plan.piece_len;
+                if c.status != WcStatus::Success || c.byte_len as usize != len || i != received {
+                    eprintln!("loadgen: receive {i}: {c:?}, expected {len} bytes");
+                    return Err(Error::Device(rdma_pmd::Errno::EIO));
+                }
+                let back =
+                    p.reclaim(&*b).map_err(|_| Error::InvalidArgument("receive not retired"))?;
+                if plan.verify {
+                    let h = slot / 2;
+                    back[0].read(0, &mut got[..h])?;
+                    back[1].read(0, &mut got[h..slot])?;
+                    let stamp = u64::from_le_bytes(got[..8].try_into().expect("8 bytes"));
+                    let bad = stamp != i
+                        || (0..pieces).any(|p| {
+                            let at = 8 + p * plan.piece_len;
+                            (0..plan.piece_len).any(|k| got[at + k] != pattern_byte(p, k))
+                        });
+                    if bad {
+                        eprintln!("loadgen: receive {i} holds the wrong bytes");
+                        return Err(Error::Device(rdma_pmd::Errno::EIO));
+                    }
+                    rep.verified += 1;
+                }
+                rep.bytes += len as u64;
+                spare.push(back);
+                received += 1;
+            }
+            if r > 0 || s > 0 {
+                break;
+            }
+            idle += 1;
+            if idle > plan.max_idle_polls {
+                return Err(Error::Timeout("receive completions in the load generator"));
+            }
+            std::hint::spin_loop();
+        }
+    }
+    // The last SENDs' completions.
+    let mut idle = 0u64;
+    while a.outstanding() > 0 {
+        let _ = a.poll(&mut wc)?;
+        idle += 1;
+        if idle > plan.max_idle_polls {
+            return Err(Error::Timeout("SEND completions in the load generator"));
+        }
+    }
+    rep.elapsed = start.elapsed();
+    rep.writes = received;
+    Ok(rep)
 }

@@ -189,7 +189,8 @@ fn posting_and_polling_allocate_nothing() {
 fn reads_sends_receives_and_atomics_allocate_nothing() {
     use rdma_pmd_mlx5::control::{Access, Path};
     use rdma_pmd_mlx5::ConnectOpts;
-    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let all =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let model = Model::new();
     let dev = open_with(&model, DeviceSide);
     let src = dev.reg(1 << 16, all).unwrap();

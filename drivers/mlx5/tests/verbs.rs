@@ -111,7 +111,10 @@ fn readv_with_1_to_max_sges_fills_every_piece_after_its_completion() {
         // Not reaped yet: the buffers stay out of reach, whatever the device has done.
         let p = p.reclaim(&a).unwrap_err();
         let c = wait(&mut a, 1);
-        assert_eq!((c[0].wr_id, c[0].status, c[0].opcode), (n as u64, WcStatus::Success, WcOpcode::RdmaRead));
+        assert_eq!(
+            (c[0].wr_id, c[0].status, c[0].opcode),
+            (n as u64, WcStatus::Success, WcOpcode::RdmaRead)
+        );
         assert_eq!(c[0].byte_len as usize, total);
         let back = p.reclaim(&a).unwrap();
         let mut off = at;
@@ -138,7 +141,8 @@ fn sendv_and_recvv_scatter_on_both_ends_with_immediate_and_inline_sends() {
     let (mut a, mut b) = rc_pair(&dev);
     let (pieces, rest) = carve(rx.dest().unwrap(), &[100, 7, 300, 1000]);
     let mut pieces = pieces.into_iter();
-    let r0: [DestBuf<'_>; 3] = [pieces.next().unwrap(), pieces.next().unwrap(), pieces.next().unwrap()];
+    let r0: [DestBuf<'_>; 3] =
+        [pieces.next().unwrap(), pieces.next().unwrap(), pieces.next().unwrap()];
     let r1 = pieces.next().unwrap();
     let (r2, r3) = {
         let mut r2 = rest;
@@ -150,7 +154,8 @@ fn sendv_and_recvv_scatter_on_both_ends_with_immediate_and_inline_sends() {
     let p2 = b.post_recv(12, r2).unwrap();
     let p3 = b.post_recvv(13, vec![r3]).unwrap();
     // A gather of three pieces (407 bytes) into a scatter of 100 + 7 + 300.
-    let sgl = [src.slice(0, 200).unwrap(), src.slice(1000, 7).unwrap(), src.slice(2000, 200).unwrap()];
+    let sgl =
+        [src.slice(0, 200).unwrap(), src.slice(1000, 7).unwrap(), src.slice(2000, 200).unwrap()];
     a.post_sendv(1, &sgl, SIG).unwrap();
     a.post_send_imm(2, &[src.slice(3000, 999).unwrap()], SIG, 0xabad_cafe).unwrap();
     a.post_send_inline(3, &[b"inline ", b"bytes"], SIG).unwrap();
@@ -162,7 +167,10 @@ fn sendv_and_recvv_scatter_on_both_ends_with_immediate_and_inline_sends() {
     assert_eq!(ids, [10, 11, 12, 13]);
     assert!(got.iter().all(|c| c.status == WcStatus::Success && c.opcode == WcOpcode::Recv));
     assert_eq!(got.iter().map(|c| c.byte_len).collect::<Vec<_>>(), [407, 999, 12, 0]);
-    assert_eq!(got.iter().map(|c| c.imm).collect::<Vec<_>>(), [None, Some(0xabad_cafe), None, Some(7)]);
+    assert_eq!(
+        got.iter().map(|c| c.imm).collect::<Vec<_>>(),
+        [None, Some(0xabad_cafe), None, Some(7)]
+    );
     let [s0, s1, s2] = p0.reclaim(&b).unwrap();
     let mut want = data[..200].to_vec();
     want.extend_from_slice(&data[1000..1007]);
@@ -179,7 +187,10 @@ fn sendv_and_recvv_scatter_on_both_ends_with_immediate_and_inline_sends() {
 }
 
 /// The 8 bytes at `off` of a region as the HCA keeps an atomic's operand: big-endian.
-fn remote_u64<M: rdma_pmd_hal::Mmio, C: Control>(r: &rdma_pmd_mlx5::Region<'_, M, D, C>, off: usize) -> u64 {
+fn remote_u64<M: rdma_pmd_hal::Mmio, C: Control>(
+    r: &rdma_pmd_mlx5::Region<'_, M, D, C>,
+    off: usize,
+) -> u64 {
     let mut w = [0u8; 8];
     r.read(off, &mut w).unwrap();
     u64::from_be_bytes(w)
@@ -323,7 +334,12 @@ fn ud_datagrams_arrive_behind_a_grh_with_their_source_qp_and_qp1_takes_the_gsi_q
         let want = if len == 512 { &data[..512] } else { &data[1000..1256] };
         assert_eq!(&got[40..40 + len], want);
         // RoCE v2 over IPv4: the IPv4 header in the GRH's last 20 bytes (version 4, IHL 5).
-        assert_eq!(got[20] >> 4, 4, "an IPv4 header follows 20 bytes of zeros: {:02x?}", &got[..40]);
+        assert_eq!(
+            got[20] >> 4,
+            4,
+            "an IPv4 header follows 20 bytes of zeros: {:02x?}",
+            &got[..40]
+        );
     }
     quiet(&mut a);
     clean(&model);

@@ -21,13 +21,13 @@
 //! | [`ifc`] | command and context layouts, generated from `mlx5_ifc.h` by `cargo xtask ifc` |
 
 pub mod abi;
+#[cfg(test)]
+mod c_header;
 pub mod cmd;
 pub mod codes;
 pub mod cqe;
 pub mod ifc;
 pub mod wqe;
-#[cfg(test)]
-mod c_header;
 
 /// Big-endian fields at byte offsets of a buffer: every multi-byte field the HCA reads or
 /// writes is big-endian, and this is the crate's one set of accessors for them. Out-of-range
