@@ -178,6 +178,23 @@ impl<'d, M: Mmio, D: Dma, C: Control> Region<'d, M, D, C> {
     /// region's bytes closed for as long as the buffer, or a piece
     /// [`split_off`](DestBuf::split_off) from it, lives. Posted, the buffer comes back from
     /// its [`rdma_pmd::Pending`] once the request retires.
+    ///
+    /// Reading the region while a READ may still write it does not compile:
+    ///
+    /// ```compile_fail,E0502
+    /// # use rdma_pmd::{Post, SendFlags};
+    /// # use rdma_pmd_mlx5::{control::Access, ConnectOpts, Mlx5, QpConfig, SharedDma};
+    /// # let model = rdma_pmd_mlx5_model::Model::new();
+    /// # let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())?;
+    /// # let src = dev.reg(64, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+    /// let mut dst = dev.reg(64, Access::LOCAL_WRITE)?;
+    /// let mut qp = dev.create_qp::<64, 16>(&QpConfig::default())?;
+    /// let read = qp.post_read(1, dst.dest()?, SendFlags::SIGNALED, src.remote(0)).ok();
+    /// let mut out = [0u8; 8];
+    /// dst.read(0, &mut out)?; // the READ may still be writing these bytes
+    /// # drop(read);
+    /// # Ok::<(), rdma_pmd::Error>(())
+    /// ```
     pub fn dest(&mut self) -> Result<DestBuf<'_>> {
         if !self.usage.is_registered() {
             return Err(Error::BadLkey);
