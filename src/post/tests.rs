@@ -374,3 +374,24 @@ fn dest_buf_copies_are_bounded() {
     d.read(0, &mut out).unwrap();
     assert_eq!(out, [0xaa; 8]);
 }
+
+#[test]
+fn a_forgotten_batch_with_a_read_leaks_the_count_and_keeps_the_buffer_out_of_reach() {
+    let r = RegionUse::new();
+    let mut m = [0u8; 8];
+    let mut q = Fake::new();
+    let p = {
+        let mut b = q.batch();
+        let p = b.post_read(1, dest(&r, &mut m), SendFlags::SIGNALED, REMOTE).unwrap();
+        core::mem::forget(b);
+        p
+    };
+    // Never posted, never released: the region stays busy (a leak), and the buffer stays in
+    // its Pending until a request with its number retires.
+    assert_eq!(r.in_flight(), 1);
+    let p = p.reclaim(&q).unwrap_err();
+    q.post_write_inline(2, &[b"z"], SendFlags::SIGNALED, REMOTE).unwrap();
+    q.retire(1);
+    assert!(p.reclaim(&q).is_ok());
+    assert_eq!(r.in_flight(), 1, "the forgotten request's count is leaked, not shifted");
+}
