@@ -591,24 +591,24 @@ FLOOR_CODE uint32_t c_post_floor_op(void *ring, uint32_t wqe_cnt, volatile uint3
 							       (uint64_t)htobe32(sges[i].lkey) << 32));
 		}
 	}
-#define FLOOR_OP(op_, ds_, var_, vn_)                                                           \
+#define FLOOR_OP(op_, ds_, var_, first_, vn_)                                                   \
 	return floor_run_op(ring, wqe_cnt, dbrec, bf_reg, bf_size, pi, n, batch, seg, ds_, qpn,  \
-			    op_, var_, 1 + hdr, vn_, use_bf)
+			    op_, var_, first_, vn_, use_bf)
 	if (opcode == MLX5_OPCODE_RDMA_READ && stride) {
 		if (ds == 3)
-			FLOOR_OP(MLX5_OPCODE_RDMA_READ, 3, sges, 1);
+			FLOOR_OP(MLX5_OPCODE_RDMA_READ, 3, sges, 2, 1);
 		if (ds == 6)
-			FLOOR_OP(MLX5_OPCODE_RDMA_READ, 6, sges, 4);
-		FLOOR_OP(MLX5_OPCODE_RDMA_READ, ds, sges, nsge);
+			FLOOR_OP(MLX5_OPCODE_RDMA_READ, 6, sges, 2, 4);
+		FLOOR_OP(MLX5_OPCODE_RDMA_READ, ds, sges, 2, nsge);
 	}
 	if (opcode == MLX5_OPCODE_SEND && !stride) {
 		if (ds == 2)
-			FLOOR_OP(MLX5_OPCODE_SEND, 2, NULL, 0);
+			FLOOR_OP(MLX5_OPCODE_SEND, 2, NULL, 0, 0);
 		if (ds == 5)
-			FLOOR_OP(MLX5_OPCODE_SEND, 5, NULL, 0);
+			FLOOR_OP(MLX5_OPCODE_SEND, 5, NULL, 0, 0);
 		if (ds == 6)
-			FLOOR_OP(MLX5_OPCODE_SEND, 6, NULL, 0);
+			FLOOR_OP(MLX5_OPCODE_SEND, 6, NULL, 0, 0);
 	}
-	FLOOR_OP(opcode, ds, stride ? sges : NULL, stride ? nsge : 0);
+	FLOOR_OP(opcode, ds, stride ? sges : NULL, 1 + hdr, stride ? nsge : 0);
 #undef FLOOR_OP
 }
