@@ -70,6 +70,7 @@ struct bench_qp {
 	uint32_t qp_num;
 	uint8_t sq_signal_bits;
 	int prefer_bf;
+	int max_inline_data;
 	struct bench_cq send_cq;
 };
 

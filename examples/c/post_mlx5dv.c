@@ -13,12 +13,26 @@
  * 64-byte chunks of 8-byte stores, the source wrapping at the ring's end) or one 8-byte store
  * of the WQE's first 8 bytes, mmio_flush_writes, and the BlueFlame half alternates.
  *
+ * c_post_mlx5dv_read, c_post_mlx5dv_send: the same loop for IBV_WR_RDMA_READ (opcode 0x10:
+ * control, remote-address and data segments) and IBV_WR_SEND (0x0a: control and data segments,
+ * or with IBV_SEND_INLINE one inline segment: set_data_inl_seg's memcpy of each SGE's bytes,
+ * wrapping at the ring's end, the max_inline_data check, byte_count | MLX5_INLINE_SEG, size
+ * align(inl + 4, 16) / 16), each work request with an SGE list of its own (`stride` elements
+ * apart, as each ibv_send_wr has its own sg_list) or all sharing one (stride 0). Like
+ * c_post_mlx5dv it leaves out qp->sq.wr_data[idx] = 0 (read only for BIND_MW and LOCAL_INV
+ * completions), which only makes the C loop cheaper.
+ *
  * c_post_floor: the cheapest code that stores the same bytes: each WQE's segments built once
  * per call in vector registers and stored whole (16-byte stores, one index computation per
  * WQE, none per word), only the control segment's WQE counter and completion flag computed per
  * WQE; the same doorbell record, barriers, doorbell or BlueFlame copy and half alternation.
+ * c_post_floor_op does the same for READ and SEND WQEs (an inline payload's segments built
+ * once per call, like the others); where each request has SGEs of its own, their data
+ * segments are encoded per WQE (two loads, three byte swaps, one 16-byte store each: the
+ * least a WQE of new addresses costs).
  */
 #include <endian.h>
+#include <errno.h>
 #include <emmintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,6 +57,18 @@ uint32_t c_post_floor(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
 		      volatile char *bf_reg, uint32_t bf_size, uint32_t pi, uint64_t n,
 		      uint32_t batch, const struct bench_sge *sges, uint32_t nsge, uint32_t qpn,
 		      uint64_t raddr, uint32_t rkey, int use_bf);
+void c_qp_set_max_inline(struct bench_qp *qp, int max_inline_data);
+int c_post_mlx5dv_read(struct bench_qp *qp, uint64_t n, uint32_t batch,
+		       const struct bench_sge *sges, uint32_t nsge, uint32_t stride, uint64_t raddr,
+		       uint32_t rkey, uint64_t wr_id);
+int c_post_mlx5dv_send(struct bench_qp *qp, uint64_t n, uint32_t batch,
+		       const struct bench_sge *sges, uint32_t nsge, uint32_t stride, int inl,
+		       uint64_t wr_id);
+uint32_t c_post_floor_op(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
+			 volatile char *bf_reg, uint32_t bf_size, uint32_t pi, uint64_t n,
+			 uint32_t batch, uint32_t opcode, const struct bench_sge *sges, uint32_t nsge,
+			 uint32_t stride, int inl, uint32_t qpn, uint64_t raddr, uint32_t rkey,
+			 int use_bf);
 
 /*
  * A QP over the caller's memory: the send ring (wqe_cnt blocks of 64 bytes), its doorbell
@@ -76,6 +102,7 @@ struct bench_qp *c_qp_new(void *sq_buf, unsigned wqe_cnt, uint32_t *db, void *bf
 	qp->qp_num = qp_num;
 	/* rdma-core's default: MLX5_POST_SEND_PREFER_BF unset means BlueFlame for single posts. */
 	qp->prefer_bf = 1;
+	qp->max_inline_data = 0;
 	qp->send_cq.buf = cq_buf;
 	qp->send_cq.cqe = (1u << log_cqe_cnt) - 1;
 	qp->send_cq.dbrec = cq_dbrec;
@@ -97,6 +124,12 @@ void c_qp_free(struct bench_qp *qp)
 uint32_t c_qp_cur_post(const struct bench_qp *qp)
 {
 	return qp->sq.cur_post;
+}
+
+/* ibv_qp_cap.max_inline_data as the QP was created with (qp->max_inline_data). */
+void c_qp_set_max_inline(struct bench_qp *qp, int max_inline_data)
+{
+	qp->max_inline_data = max_inline_data;
 }
 
 static inline int wq_overflow(const struct bench_wq *wq, unsigned nreq)
@@ -241,13 +274,16 @@ floor_store(char *ring, char *qend, uint32_t mask, uint32_t pi, const __m128i *s
 }
 
 /*
- * One lap of the floor for a WQE of ds segments; ds is a constant where this is inlined, so
- * the stores unroll and the segments stay in registers.
+ * One lap of the floor for a WQE of ds segments with `opcode`; ds is a constant where this is
+ * inlined, so the stores unroll and the segments stay in registers. With `var`, segments
+ * var_first .. var_first + var_n - 1 are data segments encoded from var_n new SGEs per WQE
+ * (all non-empty); otherwise seg[1 ..] are the same for every WQE.
  */
 static inline __attribute__((always_inline)) FLOOR_CODE uint32_t
-floor_run(char *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec, volatile char *bf_reg,
-	  uint32_t bf_size, uint32_t pi, uint64_t n, uint32_t batch, __m128i *seg, unsigned ds,
-	  uint32_t qpn, int use_bf)
+floor_run_op(char *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec, volatile char *bf_reg,
+	     uint32_t bf_size, uint32_t pi, uint64_t n, uint32_t batch, __m128i *seg, unsigned ds,
+	     uint32_t qpn, uint32_t opcode, const struct bench_sge *var, unsigned var_first,
+	     unsigned var_n, int use_bf)
 {
 	char *qend = ring + ((size_t)wqe_cnt << 6);
 	uint32_t mask = wqe_cnt - 1;
@@ -262,13 +298,28 @@ floor_run(char *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec, volatile char 
 		uint32_t last = pi;
 
 		for (uint32_t r = 0; r < nreq; r++) {
-			uint32_t w = htobe32(((pi & 0xffff) << 8) | MLX5_OPCODE_RDMA_WRITE);
+			uint32_t w = htobe32(((pi & 0xffff) << 8) | opcode);
 			__m128i c = _mm_or_si128(ctrl0, _mm_cvtsi32_si128((int)w));
 
 			if (r + 1 == nreq)
 				c = _mm_or_si128(c, sig);
 			seg[0] = c;
-			floor_store(ring, qend, mask, pi, seg, ds);
+			if (var) {
+				/* the header from registers, each data segment straight from
+				 * its SGE in two 8-byte stores (no trip through a vector) */
+				char *p = ring + ((size_t)(pi & mask) << 6) + var_first * 16;
+
+				floor_store(ring, qend, mask, pi, seg, var_first);
+				for (unsigned k = 0; k < var_n; k++, var++, p += 16) {
+					if (p >= qend)
+						p -= (size_t)wqe_cnt << 6;
+					((uint64_t *)p)[0] = htobe32(var->length) |
+							     (uint64_t)htobe32(var->lkey) << 32;
+					((uint64_t *)p)[1] = htobe64(var->addr);
+				}
+			} else {
+				floor_store(ring, qend, mask, pi, seg, ds);
+			}
 			last = pi;
 			pi += wqebbs;
 		}
@@ -295,6 +346,16 @@ floor_run(char *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec, volatile char 
 		n -= nreq;
 	}
 	return pi;
+}
+
+/* The RDMA WRITE floor: floor_run_op with the WRITE opcode and the same segments every WQE. */
+static inline __attribute__((always_inline)) FLOOR_CODE uint32_t
+floor_run(char *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec, volatile char *bf_reg,
+	  uint32_t bf_size, uint32_t pi, uint64_t n, uint32_t batch, __m128i *seg, unsigned ds,
+	  uint32_t qpn, int use_bf)
+{
+	return floor_run_op(ring, wqe_cnt, dbrec, bf_reg, bf_size, pi, n, batch, seg, ds, qpn,
+			    MLX5_OPCODE_RDMA_WRITE, NULL, 0, 0, use_bf);
 }
 
 FLOOR_CODE uint32_t c_post_floor(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
@@ -330,4 +391,232 @@ FLOOR_CODE uint32_t c_post_floor(void *ring, uint32_t wqe_cnt, volatile uint32_t
 		return floor_run(ring, wqe_cnt, dbrec, bf_reg, bf_size, pi, n, batch, seg, ds, qpn,
 				 use_bf);
 	}
+}
+
+/* struct mlx5_wqe_inline_seg (providers/mlx5/wqe.h). */
+struct bench_inline_seg {
+	__be32 byte_count;
+};
+
+/*
+ * set_data_inl_seg: copy the bytes of the request's nsge SGEs (CPU addresses) into the WQE
+ * after its inline header, wrapping at the ring's end; *sz is the inline segment's size in
+ * 16-byte units. ENOMEM above max_inline_data.
+ */
+static int set_data_inl_seg(struct bench_qp *qp, const struct bench_sge *sg, uint32_t nsge,
+			    void *wqe, int *sz)
+{
+	struct bench_inline_seg *seg = wqe;
+	void *qend = qp->sq.qend;
+	int inl = 0;
+
+	wqe = (char *)wqe + sizeof(*seg);
+	for (uint32_t i = 0; i < nsge; ++i) {
+		void *addr = (void *)(uintptr_t)sg[i].addr;
+		int len = (int)sg[i].length;
+
+		inl += len;
+		if (unlikely(inl > qp->max_inline_data))
+			return ENOMEM;
+		if (unlikely((char *)wqe + len > (char *)qend)) {
+			int copy = (int)((char *)qend - (char *)wqe);
+
+			memcpy(wqe, addr, copy);
+			addr = (char *)addr + copy;
+			len -= copy;
+			wqe = send_wqe(qp, 0);
+		}
+		memcpy(wqe, addr, len);
+		wqe = (char *)wqe + len;
+	}
+	if (likely(inl)) {
+		seg->byte_count = htobe32((uint32_t)inl | MLX5_INLINE_SEG);
+		*sz = (int)((inl + sizeof(seg->byte_count) + 15) & ~15u) / 16;
+	} else {
+		*sz = 0;
+	}
+	return 0;
+}
+
+/*
+ * The provider's loop for an RC READ (raddr_seg set) or SEND, as c_post_mlx5dv is for WRITE;
+ * opcode and raddr_seg are constants where this is inlined, as the provider's switch on the
+ * opcode resolves to one arm per request.
+ */
+static inline __attribute__((always_inline)) int
+post_verb(struct bench_qp *qp, uint32_t opcode, int raddr_seg, uint64_t n, uint32_t batch,
+	  const struct bench_sge *sg_list, uint32_t nsge, uint32_t stride, int inline_flag,
+	  uint64_t raddr, uint32_t rkey, uint64_t wr_id)
+{
+	void *qend = qp->sq.qend;
+
+	while (n) {
+		unsigned todo = n < batch ? (unsigned)n : batch;
+		struct mlx5_wqe_ctrl_seg *ctrl = NULL;
+		unsigned size = 0;
+		unsigned nreq;
+
+		for (nreq = 0; nreq < todo; ++nreq, sg_list += stride) {
+			unsigned idx;
+			char *seg;
+
+			if (unlikely(wq_overflow(&qp->sq, nreq)) ||
+			    unlikely((int)nsge > qp->sq.max_gs)) {
+				post_send_db(qp, nreq, size, ctrl);
+				return -1;
+			}
+			idx = qp->sq.cur_post & (qp->sq.wqe_cnt - 1);
+			seg = send_wqe(qp, idx);
+			ctrl = (void *)seg;
+			*(uint32_t *)(seg + 8) = 0;
+			ctrl->imm = 0;
+			ctrl->fm_ce_se = qp->sq_signal_bits |
+					 (nreq + 1 == todo ? MLX5_WQE_CTRL_CQ_UPDATE : 0);
+			seg += sizeof(*ctrl);
+			size = sizeof(*ctrl) / 16;
+
+			if (raddr_seg) {
+				struct mlx5_wqe_raddr_seg *rseg = (void *)seg;
+
+				rseg->raddr = htobe64(raddr);
+				rseg->rkey = htobe32(rkey);
+				rseg->reserved = 0;
+				seg += sizeof(*rseg);
+				size += sizeof(*rseg) / 16;
+			}
+
+			if (inline_flag && nsge) {
+				int sz;
+
+				if (unlikely(set_data_inl_seg(qp, sg_list, nsge, seg, &sz))) {
+					post_send_db(qp, nreq, size, ctrl);
+					return -1;
+				}
+				/* `inl = 1`: post_send_db reads it only with prefer_bf off. */
+				size += (unsigned)sz;
+			} else {
+				struct mlx5_wqe_data_seg *dpseg = (void *)seg;
+
+				for (uint32_t i = 0; i < nsge; ++i) {
+					if (unlikely((void *)dpseg == qend))
+						dpseg = send_wqe(qp, 0);
+					if (likely(sg_list[i].length)) {
+						mlx5dv_set_data_seg(dpseg, sg_list[i].length,
+								    sg_list[i].lkey,
+								    sg_list[i].addr);
+						++dpseg;
+						size += sizeof(*dpseg) / 16;
+					}
+				}
+			}
+
+			ctrl->opmod_idx_opcode =
+				htobe32(((qp->sq.cur_post & 0xffff) << 8) | opcode);
+			ctrl->qpn_ds = htobe32(size | (qp->qp_num << 8));
+			qp->sq.wrid[idx] = wr_id++;
+			qp->sq.wqe_head[idx] = qp->sq.head + nreq;
+			qp->sq.cur_post += (size * 16 + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
+		}
+		post_send_db(qp, nreq, size, ctrl);
+		n -= todo;
+	}
+	return 0;
+}
+
+/*
+ * Post n RDMA READs of `raddr` into SGE lists of nsge elements, the k-th request's at
+ * sges + k * stride, in doorbell batches of `batch`, the last of each batch signalled.
+ * Returns 0, or -1 if the queue was full.
+ */
+int c_post_mlx5dv_read(struct bench_qp *qp, uint64_t n, uint32_t batch,
+		       const struct bench_sge *sges, uint32_t nsge, uint32_t stride, uint64_t raddr,
+		       uint32_t rkey, uint64_t wr_id)
+{
+	return post_verb(qp, MLX5_OPCODE_RDMA_READ, 1, n, batch, sges, nsge, stride, 0, raddr,
+			 rkey, wr_id);
+}
+
+/*
+ * Post n SENDs of SGE lists as c_post_mlx5dv_read takes them; with `inl`, IBV_SEND_INLINE
+ * (the SGEs' addresses are CPU addresses).
+ */
+int c_post_mlx5dv_send(struct bench_qp *qp, uint64_t n, uint32_t batch,
+		       const struct bench_sge *sges, uint32_t nsge, uint32_t stride, int inl,
+		       uint64_t wr_id)
+{
+	if (inl)
+		return post_verb(qp, MLX5_OPCODE_SEND, 0, n, batch, sges, nsge, stride, 1, 0, 0,
+				 wr_id);
+	return post_verb(qp, MLX5_OPCODE_SEND, 0, n, batch, sges, nsge, stride, 0, 0, 0, wr_id);
+}
+
+/*
+ * The floor of c_post_mlx5dv_read (opcode MLX5_OPCODE_RDMA_READ) and c_post_mlx5dv_send
+ * (MLX5_OPCODE_SEND, inline with `inl`), taking the SGEs as they do. With stride != 0 it must
+ * equal nsge and every SGE be non-empty; an inline payload is at most 256 bytes.
+ */
+FLOOR_CODE uint32_t c_post_floor_op(void *ring, uint32_t wqe_cnt, volatile uint32_t *dbrec,
+				    volatile char *bf_reg, uint32_t bf_size, uint32_t pi, uint64_t n,
+				    uint32_t batch, uint32_t opcode, const struct bench_sge *sges,
+				    uint32_t nsge, uint32_t stride, int inl, uint32_t qpn,
+				    uint64_t raddr, uint32_t rkey, int use_bf)
+{
+	__m128i seg[2 + 64];
+	unsigned hdr = opcode == MLX5_OPCODE_RDMA_READ ? 1 : 0;
+	unsigned ds = 1 + hdr;
+
+	if (nsge > 64 || (stride && stride != nsge))
+		return pi;
+	if (hdr)
+		seg[1] = _mm_set_epi64x(htobe32(rkey), (long long)htobe64(raddr));
+	if (inl) {
+		/* the inline segment: header, payload, zeros to the next 16 bytes */
+		unsigned char b[16 * 17] = { 0 };
+		uint32_t len = 0;
+
+		for (uint32_t i = 0; i < nsge; i++) {
+			if (len + sges[i].length > sizeof(b) - 16)
+				return pi;
+			memcpy(b + 4 + len, (const void *)(uintptr_t)sges[i].addr,
+			       sges[i].length);
+			len += sges[i].length;
+		}
+		if (len) {
+			uint32_t h = htobe32(len | MLX5_INLINE_SEG);
+
+			memcpy(b, &h, 4);
+			for (unsigned k = 0; k < (len + 4 + 15) / 16; k++)
+				seg[ds++] = _mm_loadu_si128((const __m128i *)(b + 16 * k));
+		}
+	} else if (stride) {
+		ds += nsge;
+	} else {
+		for (uint32_t i = 0; i < nsge; i++) {
+			if (!sges[i].length)
+				continue;
+			seg[ds++] = _mm_set_epi64x((long long)htobe64(sges[i].addr),
+						   (long long)(htobe32(sges[i].length) |
+							       (uint64_t)htobe32(sges[i].lkey) << 32));
+		}
+	}
+#define FLOOR_OP(op_, ds_, var_, first_, vn_)                                                   \
+	return floor_run_op(ring, wqe_cnt, dbrec, bf_reg, bf_size, pi, n, batch, seg, ds_, qpn,  \
+			    op_, var_, first_, vn_, use_bf)
+	if (opcode == MLX5_OPCODE_RDMA_READ && stride) {
+		if (ds == 3)
+			FLOOR_OP(MLX5_OPCODE_RDMA_READ, 3, sges, 2, 1);
+		if (ds == 6)
+			FLOOR_OP(MLX5_OPCODE_RDMA_READ, 6, sges, 2, 4);
+		FLOOR_OP(MLX5_OPCODE_RDMA_READ, ds, sges, 2, nsge);
+	}
+	if (opcode == MLX5_OPCODE_SEND && !stride) {
+		if (ds == 2)
+			FLOOR_OP(MLX5_OPCODE_SEND, 2, NULL, 0, 0);
+		if (ds == 5)
+			FLOOR_OP(MLX5_OPCODE_SEND, 5, NULL, 0, 0);
+		if (ds == 6)
+			FLOOR_OP(MLX5_OPCODE_SEND, 6, NULL, 0, 0);
+	}
+	FLOOR_OP(opcode, ds, stride ? sges : NULL, 1 + hdr, stride ? nsge : 0);
+#undef FLOOR_OP
 }

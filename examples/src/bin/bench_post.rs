@@ -1,13 +1,24 @@
 //! `cargo xtask bench post`: the cost of posting one WQE, side by side in one process.
 //!
-//! * **ours**: the mlx5 driver's writev path (`Qp` through the core `Post` API) into an
-//!   in-memory BAR and heap DMA memory, with a control seam that only hands out numbers;
-//!   beside it the same through raw `Sge`s (no region accounting), so the cost of the safe
-//!   API's accounting shows;
+//! * **ours**: the mlx5 driver's posting paths (`Qp` through the core `Post` API:
+//!   `post_writev`, `post_readv`, `post_sendv`, `post_send_inline`) into an in-memory BAR and
+//!   heap DMA memory, with a control seam that only hands out numbers; beside them the same
+//!   through raw `Sge`s (no region accounting), so the cost of the safe API's accounting
+//!   shows;
 //! * **c**: rdma-core's provider loop (`_mlx5_post_send` and `post_send_db`, written for RC
-//!   RDMA WRITE over `mlx5dv.h`; `c/post_mlx5dv.c`), compiled as Debian compiles rdma-core;
+//!   RDMA WRITE, READ and SEND over `mlx5dv.h`; `c/post_mlx5dv.c`), compiled as Debian compiles
+//!   rdma-core;
 //! * **floor**: the cheapest code that stores the same WQE bytes, doorbell record and doorbell
-//!   (whole-segment stores, no per-word arithmetic; `c_post_floor`).
+//!   (whole-segment stores, no per-word arithmetic; `c_post_floor`, `c_post_floor_op`).
+//!
+//! A READ writes local memory, so each READ of a lap has destinations of its own (64-byte
+//! pieces of one region, the same pieces lap after lap, which the C loop and the floor are
+//! given as one SGE list per request). Through the safe API they are owned [`DestBuf`]s moved
+//! into a [`Pending`] by `post_readv`; after the lap's completion is reaped each is taken back
+//! with [`Pending::reclaim`]. That reclaim is the safe form's own cost, so it is timed and
+//! counted in the lap (the poll that retires the lap is not, for any variant). An inline
+//! SEND's payload padding (the bytes between its end and the next 16) is not compared: the
+//! provider leaves it as it was, ours zeroes it, the device reads only `byte_count` bytes.
 //!
 //! Before timing, one lap of each from a fresh ring checks that all three leave the same bytes
 //! in the ring. A round runs each variant for `BENCH_LAPS` laps of the ring (timed lap by lap);
@@ -23,16 +34,33 @@ mod c_mlx5;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use c_mlx5::{CQp, IbvWc};
-use rdma_pmd::{Completion, LocalBuf, Post, QpNum, RemoteBuf, SendFlags, SendQueue, Sge};
+use c_mlx5::{CQp, IbvWc, Sgls, Verb};
+use rdma_pmd::{
+    Completion, DestBuf, DestList, LocalBuf, Pending, Post, QpNum, RemoteBuf, Retired, SendFlags,
+    SendQueue, Sge,
+};
 use rdma_pmd_hal::mem::HeapDma;
 use rdma_pmd_mlx5::control::Access;
 use rdma_pmd_mlx5::testing::CqWriter;
 
 const SQ: usize = 1024;
 
+/// What a case posts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    /// RDMA WRITE of the case's SGEs (`post_writev`).
+    Write,
+    /// RDMA READ into destinations of its own per request (`post_readv` with `DestBuf`s).
+    Read,
+    /// SEND of the case's SGEs (`post_sendv`).
+    Send,
+    /// Inline SEND of this many bytes (`post_send_inline`), one piece.
+    SendInline(usize),
+}
+
 struct Case {
     name: &'static str,
+    op: Op,
     nsge: usize,
     batch: u32,
     bf: bool,
@@ -42,16 +70,70 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
-    Case { name: "1sge-batch32", nsge: 1, batch: 32, bf: false, raw: false },
-    Case { name: "1sge-batch32-raw", nsge: 1, batch: 32, bf: false, raw: true },
-    Case { name: "1sge-single-bf", nsge: 1, batch: 1, bf: true, raw: false },
-    Case { name: "4sge-batch32", nsge: 4, batch: 32, bf: false, raw: false },
-    Case { name: "16sge-batch32", nsge: 16, batch: 32, bf: false, raw: false },
+    Case { name: "1sge-batch32", op: Op::Write, nsge: 1, batch: 32, bf: false, raw: false },
+    Case { name: "1sge-batch32-raw", op: Op::Write, nsge: 1, batch: 32, bf: false, raw: true },
+    Case { name: "1sge-single-bf", op: Op::Write, nsge: 1, batch: 1, bf: true, raw: false },
+    Case { name: "4sge-batch32", op: Op::Write, nsge: 4, batch: 32, bf: false, raw: false },
+    Case { name: "16sge-batch32", op: Op::Write, nsge: 16, batch: 32, bf: false, raw: false },
+    Case { name: "read-1sge-batch32", op: Op::Read, nsge: 1, batch: 32, bf: false, raw: false },
+    Case { name: "read-1sge-batch32-raw", op: Op::Read, nsge: 1, batch: 32, bf: false, raw: true },
+    Case { name: "read-4sge-batch32", op: Op::Read, nsge: 4, batch: 32, bf: false, raw: false },
+    Case { name: "send-1sge-batch32", op: Op::Send, nsge: 1, batch: 32, bf: false, raw: false },
+    Case { name: "send-1sge-batch32-raw", op: Op::Send, nsge: 1, batch: 32, bf: false, raw: true },
+    Case { name: "send-4sge-batch32", op: Op::Send, nsge: 4, batch: 32, bf: false, raw: false },
+    Case {
+        name: "send-inline64-single-bf",
+        op: Op::SendInline(64),
+        nsge: 1,
+        batch: 1,
+        bf: true,
+        raw: false,
+    },
 ];
 
-fn wqebbs(nsge: usize) -> usize {
-    (2 + nsge).div_ceil(4)
+impl Case {
+    /// The WQE's size in 16-byte units (every SGE of the bench is non-empty).
+    fn ds(&self) -> usize {
+        match self.op {
+            Op::Write | Op::Read => 2 + self.nsge,
+            Op::Send => 1 + self.nsge,
+            Op::SendInline(len) => 1 + (4 + len).div_ceil(16),
+        }
+    }
+
+    fn wqebbs(&self) -> usize {
+        self.ds().div_ceil(4)
+    }
+
+    /// Bytes of each WQE that are not compared: an inline payload's padding.
+    fn unchecked(&self) -> core::ops::Range<usize> {
+        match self.op {
+            Op::SendInline(len) => 16 + 4 + len..self.ds() * 16,
+            _ => 0..0,
+        }
+    }
+
+    /// The C loops' form of the request, for all but WRITE.
+    fn verb(&self) -> Option<Verb> {
+        match self.op {
+            Op::Write => None,
+            Op::Read => Some(Verb::Read),
+            Op::Send => Some(Verb::Send),
+            Op::SendInline(_) => Some(Verb::SendInline),
+        }
+    }
 }
+
+/// The destinations of a safe READ case, between laps in `pool` (in posting order), during a
+/// lap in `pending`.
+enum Dests<'r> {
+    None,
+    One { pool: Vec<DestBuf<'r>>, pending: Vec<Pending<DestBuf<'r>>> },
+    Four { pool: Vec<[DestBuf<'r>; 4]>, pending: Vec<Pending<[DestBuf<'r>; 4]>> },
+}
+
+/// Bytes of each READ destination.
+const DEST_LEN: usize = 64;
 
 fn main() {
     let (rounds, laps) = bench_util::rounds_and_laps();
@@ -59,12 +141,20 @@ fn main() {
     let src = dev.reg(16 * 64, Access::LOCAL_WRITE).expect("register source");
     let dst = dev.reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).expect("register dest");
     let remote = dst.remote(0);
+    // What the READs read, and the region they scatter into: 64 bytes for each element of
+    // the largest lap (4 SGEs per request, 2 blocks each).
+    let rsrc = dev.reg(4096, Access::REMOTE_READ).expect("register read source");
+    let read_remote = rsrc.remote(0);
+    let mut rdst =
+        dev.reg(SQ / 2 * 4 * DEST_LEN, Access::LOCAL_WRITE).expect("register READ destinations");
+    // The inline SEND's payload.
+    let payload: [u8; 64] = core::array::from_fn(|k| k as u8);
 
     println!(
         "posting cost per WQE: median of {rounds} rounds of {laps} laps each, ring of {SQ} WQE \
          basic blocks"
     );
-    println!("{:<16} {:>10} {:>10} {:>10}", "case", "ours ns", "c ns", "floor ns");
+    println!("{:<24} {:>10} {:>10} {:>10}", "case", "ours ns", "c ns", "floor ns");
     let mut ratios = Vec::new();
     let mut honest = 0;
     let mut losers = Vec::new();
@@ -85,39 +175,113 @@ fn main() {
             (CqWriter::new(ctl.cq(p.send_cq).expect("send CQ recorded")), p.buf.add(sq_off))
         };
         let mut cq = CQp::new(&heap, SQ, qpn);
-        let per_lap = (SQ / wqebbs(case.nsge) - case.batch as usize) / case.batch as usize
-            * case.batch as usize;
-        let lap_bytes = per_lap * wqebbs(case.nsge) * 64;
+        cq.set_max_inline(qp.caps().max_inline);
+        let per_lap =
+            (SQ / case.wqebbs() - case.batch as usize) / case.batch as usize * case.batch as usize;
+        let lap_bytes = per_lap * case.wqebbs() * 64;
+        // A READ's destinations: 64-byte pieces, `nsge` for each request of a lap; the safe
+        // form owns them (`dests`), the raw form, the C loop and the floor get their SGEs.
+        let mut dests = Dests::None;
+        let mut read_sges = Vec::new();
+        if case.op == Op::Read {
+            let mut rest = rdst.dest().expect("READ destinations");
+            let mut pieces = Vec::new();
+            for _ in 0..per_lap * case.nsge {
+                let tail = rest.split_off(DEST_LEN).expect("room for every destination");
+                pieces.push(core::mem::replace(&mut rest, tail));
+            }
+            read_sges = pieces.iter().map(DestBuf::sge).collect();
+            if !case.raw {
+                dests = match case.nsge {
+                    1 => Dests::One { pool: pieces, pending: Vec::with_capacity(per_lap) },
+                    4 => {
+                        let mut it = pieces.into_iter();
+                        let pool = (0..per_lap)
+                            .map(|_| core::array::from_fn(|_| it.next().expect("4 per request")))
+                            .collect();
+                        Dests::Four { pool, pending: Vec::with_capacity(per_lap) }
+                    }
+                    n => panic!("{}: no safe READ form for {n} SGEs", case.name),
+                };
+            }
+        }
+        let inline_sge =
+            [Sge::new(payload.as_ptr() as u64, payload.len() as u32, rdma_pmd::Lkey(0))];
+        let (sgls, remote) = match case.op {
+            Op::Write | Op::Send => (Sgls { sges: &sges, nsge: case.nsge, stride: 0 }, remote),
+            Op::Read => {
+                (Sgls { sges: &read_sges, nsge: case.nsge, stride: case.nsge }, read_remote)
+            }
+            Op::SendInline(_) => (Sgls { sges: &inline_sge, nsge: 1, stride: 0 }, remote),
+        };
         let mut wc = [Completion::default(); 64];
         let mut cwc = [IbvWc::default(); 32];
         let batch = case.batch as usize;
         let mut wr_id = 0u64;
 
-        let wqe_blocks = wqebbs(case.nsge) as u16;
+        let wqe_blocks = case.wqebbs() as u16;
         // One timed lap of ours.
         macro_rules! lap_ours {
             () => {{
                 let t = Instant::now();
-                if case.raw {
-                    post_lap::<_, true>(&mut qp, &bufs, &sges, per_lap, batch, remote, wr_id);
-                } else {
-                    post_lap::<_, false>(&mut qp, &bufs, &sges, per_lap, batch, remote, wr_id);
+                match (case.op, case.raw, &mut dests) {
+                    (Op::Write, true, _) => {
+                        post_lap::<_, true>(&mut qp, &bufs, &sges, per_lap, batch, remote, wr_id)
+                    }
+                    (Op::Write, false, _) => {
+                        post_lap::<_, false>(&mut qp, &bufs, &sges, per_lap, batch, remote, wr_id)
+                    }
+                    (Op::Read, true, _) => {
+                        read_raw_lap(&mut qp, &read_sges, case.nsge, batch, remote, wr_id)
+                    }
+                    (Op::Read, false, Dests::One { pool, pending }) => {
+                        read_lap(&mut qp, pool, pending, batch, remote, wr_id)
+                    }
+                    (Op::Read, false, Dests::Four { pool, pending }) => {
+                        read_lap(&mut qp, pool, pending, batch, remote, wr_id)
+                    }
+                    (Op::Read, false, Dests::None) => unreachable!("a safe READ owns its dests"),
+                    (Op::Send, true, _) => {
+                        send_lap::<_, true>(&mut qp, &bufs, &sges, per_lap, batch, wr_id)
+                    }
+                    (Op::Send, false, _) => {
+                        send_lap::<_, false>(&mut qp, &bufs, &sges, per_lap, batch, wr_id)
+                    }
+                    (Op::SendInline(_), _, _) => inline_lap(&mut qp, &payload, per_lap, wr_id),
                 }
                 let e = t.elapsed();
                 wr_id += per_lap as u64;
                 e
             }};
         }
-        // The device for ours, untimed: one CQE for the last WQE retires the lap.
+        // The device for ours, untimed: one CQE for the last WQE retires the lap. Then the
+        // safe READ's destinations come back, timed: the lap's share of its cost.
         macro_rules! retire_ours {
             () => {{
                 let last = qp.sq_pi().wrapping_sub(wqe_blocks);
                 retire(&mut qp, &mut scq, &heap, &mut wc, last, per_lap / batch);
+                match &mut dests {
+                    Dests::None => Duration::ZERO,
+                    Dests::One { pool, pending } => {
+                        let t = Instant::now();
+                        reclaim_lap(&qp, pool, pending);
+                        t.elapsed()
+                    }
+                    Dests::Four { pool, pending } => {
+                        let t = Instant::now();
+                        reclaim_lap(&qp, pool, pending);
+                        t.elapsed()
+                    }
+                }
             }};
         }
+        let verb = case.verb();
         let lap_c = |cq: &mut CQp, wr_id: &mut u64| {
             let t = Instant::now();
-            cq.post(per_lap, case.batch, &sges, remote, *wr_id);
+            match verb {
+                None => cq.post(per_lap, case.batch, &sges, remote, *wr_id),
+                Some(v) => cq.post_verb(v, per_lap, case.batch, sgls, remote, *wr_id),
+            }
             let e = t.elapsed();
             *wr_id += per_lap as u64;
             e
@@ -131,8 +295,18 @@ fn main() {
         };
         let lap_floor = |cq: &mut CQp| {
             let t = Instant::now();
-            cq.floor(per_lap, case.batch, &sges, remote, case.bf);
+            match verb {
+                None => cq.floor(per_lap, case.batch, &sges, remote, case.bf),
+                Some(v) => cq.floor_verb(v, per_lap, case.batch, sgls, remote, case.bf),
+            }
             t.elapsed()
+        };
+        // The bytes of a lap that are compared.
+        let compared = |mut b: Vec<u8>| {
+            for wqe in b.chunks_mut(case.wqebbs() * 64) {
+                wqe[case.unchecked()].fill(0);
+            }
+            b
         };
 
         // Same bytes: one lap of each from block 0 over a poisoned ring.
@@ -140,14 +314,15 @@ fn main() {
         lap_ours!();
         let mut ours_bytes = vec![0u8; lap_bytes];
         assert!(heap.read(ours_ring, &mut ours_bytes), "our ring readable");
+        let ours_bytes = compared(ours_bytes);
         retire_ours!();
         cq.poison_ring();
         lap_c(&mut cq, &mut wr_id);
-        let c_bytes = cq.ring_bytes()[..lap_bytes].to_vec();
+        let c_bytes = compared(cq.ring_bytes()[..lap_bytes].to_vec());
         retire_c(&mut cq);
         cq.poison_ring();
         lap_floor(&mut cq);
-        let f_bytes = cq.ring_bytes()[..lap_bytes].to_vec();
+        let f_bytes = compared(cq.ring_bytes()[..lap_bytes].to_vec());
         assert!(ours_bytes == c_bytes, "{}: ours and the C loop wrote different WQEs", case.name);
         assert!(f_bytes == c_bytes, "{}: the floor wrote different WQEs", case.name);
 
@@ -163,7 +338,7 @@ fn main() {
                     0 => {
                         for _ in 0..laps {
                             t += lap_ours!();
-                            retire_ours!();
+                            t += retire_ours!();
                         }
                         ours.push(ns(t));
                     }
@@ -189,7 +364,7 @@ fn main() {
             bench_util::median(&mut c),
             bench_util::median(&mut floor),
         );
-        println!("{:<16} {:>10.2} {:>10.2} {:>10.2}", case.name, o, cc, f);
+        println!("{:<24} {:>10.2} {:>10.2} {:>10.2}", case.name, o, cc, f);
         ratios.push((case.name, o / cc, o / f));
         if f < o && f < cc {
             honest += 1;
@@ -200,6 +375,7 @@ fn main() {
             ));
         }
         drop(qp);
+        drop(dests);
     }
     for (name, rc, rf) in &ratios {
         println!("ratio ours/c {name}: {rc:.3}");
@@ -267,6 +443,112 @@ fn post_lap<'r, Q: SendQueue<'r>, const RAW: bool>(
             } else {
                 b.post_writev(wr_id, bufs, flags, remote).expect("post");
             }
+            wr_id += 1;
+        }
+        b.commit();
+        left -= n;
+    }
+}
+
+/// One timed lap of ours for SENDs, as [`post_lap`] is for writes.
+#[inline(never)]
+fn send_lap<'r, Q: SendQueue<'r>, const RAW: bool>(
+    qp: &mut Q,
+    bufs: &[LocalBuf<'r>],
+    sges: &[Sge],
+    n: usize,
+    batch: usize,
+    mut wr_id: u64,
+) {
+    let mut left = n;
+    while left > 0 {
+        let n = left.min(batch);
+        let mut b = qp.batch();
+        for k in 0..n {
+            let flags = if k + 1 == n { SendFlags::SIGNALED } else { SendFlags::empty() };
+            if RAW {
+                // SAFETY: the SGEs name a region registered and alive for the whole run.
+                unsafe { b.post_sendv_raw(wr_id, sges, flags, None, None) }.expect("post");
+            } else {
+                b.post_sendv(wr_id, bufs, flags).expect("post");
+            }
+            wr_id += 1;
+        }
+        b.commit();
+        left -= n;
+    }
+}
+
+/// One timed lap of ours: `n` inline SENDs of `data`, each a single post (its own doorbell,
+/// a BlueFlame copy), each signalled.
+#[inline(never)]
+fn inline_lap<'r, Q: SendQueue<'r>>(qp: &mut Q, data: &[u8], n: usize, mut wr_id: u64) {
+    for _ in 0..n {
+        qp.post_send_inline(wr_id, &[data], SendFlags::SIGNALED).expect("post");
+        wr_id += 1;
+    }
+}
+
+/// One timed lap of ours: a READ of `remote` into each entry of `pool`, in order, in batches of
+/// `batch`, the last of each signalled; the `Pending`s go to `pending`, in order.
+#[inline(never)]
+fn read_lap<'r, Q: SendQueue<'r>, B: DestList<'r> + core::fmt::Debug>(
+    qp: &mut Q,
+    pool: &mut Vec<B>,
+    pending: &mut Vec<Pending<B>>,
+    batch: usize,
+    remote: RemoteBuf,
+    mut wr_id: u64,
+) {
+    let mut left = pool.len();
+    let mut dests = pool.drain(..);
+    while left > 0 {
+        let n = left.min(batch);
+        let mut b = qp.batch();
+        for k in 0..n {
+            let flags = if k + 1 == n { SendFlags::SIGNALED } else { SendFlags::empty() };
+            let d = dests.next().expect("a destination per request");
+            pending.push(b.post_readv(wr_id, d, flags, remote).expect("post"));
+            wr_id += 1;
+        }
+        b.commit();
+        left -= n;
+    }
+}
+
+/// The safe READ's destinations back into `pool`, in posting order, once the lap retired.
+#[inline(never)]
+fn reclaim_lap<B>(qp: &impl Retired, pool: &mut Vec<B>, pending: &mut Vec<Pending<B>>) {
+    for p in pending.drain(..) {
+        match p.reclaim(qp) {
+            Ok(b) => pool.push(b),
+            Err(_) => panic!("a READ of a retired lap is not retired"),
+        }
+    }
+}
+
+/// One timed lap of ours through `post_readv_raw`: a READ of `remote` into each run of `nsge`
+/// elements of `sges`, in batches of `batch`, the last of each signalled.
+#[inline(never)]
+fn read_raw_lap<'r, Q: SendQueue<'r>>(
+    qp: &mut Q,
+    sges: &[Sge],
+    nsge: usize,
+    batch: usize,
+    remote: RemoteBuf,
+    mut wr_id: u64,
+) {
+    let mut lists = sges.chunks_exact(nsge);
+    let mut left = lists.len();
+    while left > 0 {
+        let n = left.min(batch);
+        let mut b = qp.batch();
+        for k in 0..n {
+            let flags = if k + 1 == n { SendFlags::SIGNALED } else { SendFlags::empty() };
+            let sgl = lists.next().expect("a list per request");
+            // SAFETY: the elements name a region registered and alive for the whole run,
+            // which nothing reads or writes (the bench's device never moves bytes).
+            unsafe { b.post_readv_raw(wr_id, sgl, flags, remote) }.expect("post");
             wr_id += 1;
         }
         b.commit();

@@ -94,6 +94,86 @@ extern "C" {
         use_bf: i32,
     ) -> u32;
     fn c_reap_mlx5(qp: *mut RawQp, expected: u64, wc: *mut IbvWc, ne: i32) -> Reaped;
+    fn c_qp_set_max_inline(qp: *mut RawQp, max_inline_data: i32);
+    fn c_post_mlx5dv_read(
+        qp: *mut RawQp,
+        n: u64,
+        batch: u32,
+        sges: *const Sge,
+        nsge: u32,
+        stride: u32,
+        raddr: u64,
+        rkey: u32,
+        wr_id: u64,
+    ) -> i32;
+    fn c_post_mlx5dv_send(
+        qp: *mut RawQp,
+        n: u64,
+        batch: u32,
+        sges: *const Sge,
+        nsge: u32,
+        stride: u32,
+        inl: i32,
+        wr_id: u64,
+    ) -> i32;
+    fn c_post_floor_op(
+        ring: *mut u8,
+        wqe_cnt: u32,
+        dbrec: *mut u32,
+        bf_reg: *mut u8,
+        bf_size: u32,
+        pi: u32,
+        n: u64,
+        batch: u32,
+        opcode: u32,
+        sges: *const Sge,
+        nsge: u32,
+        stride: u32,
+        inl: i32,
+        qpn: u32,
+        raddr: u64,
+        rkey: u32,
+        use_bf: i32,
+    ) -> u32;
+}
+
+/// What the C loops post besides RDMA WRITE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    /// `IBV_WR_RDMA_READ` (`MLX5_OPCODE_RDMA_READ`).
+    Read,
+    /// `IBV_WR_SEND` (`MLX5_OPCODE_SEND`).
+    Send,
+    /// `IBV_WR_SEND` with `IBV_SEND_INLINE`: the SGEs' addresses are CPU addresses.
+    SendInline,
+}
+
+impl Verb {
+    fn opcode(self) -> u32 {
+        match self {
+            Verb::Read => 0x10,
+            Verb::Send | Verb::SendInline => 0x0a,
+        }
+    }
+}
+
+/// The SGE lists of a batch of requests: `nsge` elements each, either the same list for every
+/// request (`stride` 0) or a list of its own per request, `stride == nsge` elements apart.
+#[derive(Clone, Copy, Debug)]
+pub struct Sgls<'a> {
+    /// The elements.
+    pub sges: &'a [Sge],
+    /// Elements per request.
+    pub nsge: usize,
+    /// Elements between two requests' lists (0: one list for all).
+    pub stride: usize,
+}
+
+impl Sgls<'_> {
+    /// Whether `n` requests stay inside the elements.
+    fn covers(&self, n: usize) -> bool {
+        self.nsge <= self.sges.len() && (self.stride == 0 || n * self.stride <= self.sges.len())
+    }
 }
 
 /// Size of one BlueFlame half (`mlx5dv_qp.bf.size`), as our device reports it.
@@ -225,6 +305,104 @@ impl CQp {
                 batch,
                 sges.as_ptr(),
                 sges.len() as u32,
+                self.qpn.0,
+                remote.addr,
+                remote.rkey.0,
+                bf as i32,
+            )
+        };
+    }
+
+    /// `ibv_qp_cap.max_inline_data` of the QP (0 until set).
+    pub fn set_max_inline(&mut self, n: u32) {
+        // SAFETY: `qp` is live.
+        unsafe { c_qp_set_max_inline(self.qp, n as i32) };
+    }
+
+    /// Post `n` requests of `verb` (READs of `remote`) with the lists `sgls`, in doorbell
+    /// batches of `batch`, the last of each signalled: the provider's loop.
+    #[inline(always)]
+    pub fn post_verb(
+        &mut self,
+        verb: Verb,
+        n: usize,
+        batch: u32,
+        sgls: Sgls<'_>,
+        remote: RemoteBuf,
+        wr_id: u64,
+    ) {
+        assert!(sgls.covers(n), "one SGE list per request");
+        let (sges, nsge, stride) = (sgls.sges.as_ptr(), sgls.nsge as u32, sgls.stride as u32);
+        // SAFETY: `qp` is live and its memory too (see `new`); the SGE lists cover the `n`
+        // requests (checked above) and outlive the call, and an inline request's elements
+        // name readable CPU memory (`Verb::SendInline`); the caller keeps the ring from
+        // overflowing (the C side refuses otherwise).
+        let rc = unsafe {
+            match verb {
+                Verb::Read => c_post_mlx5dv_read(
+                    self.qp,
+                    n as u64,
+                    batch,
+                    sges,
+                    nsge,
+                    stride,
+                    remote.addr,
+                    remote.rkey.0,
+                    wr_id,
+                ),
+                Verb::Send | Verb::SendInline => c_post_mlx5dv_send(
+                    self.qp,
+                    n as u64,
+                    batch,
+                    sges,
+                    nsge,
+                    stride,
+                    (verb == Verb::SendInline) as i32,
+                    wr_id,
+                ),
+            }
+        };
+        assert_eq!(rc, 0, "C ring has room");
+    }
+
+    /// The floor of [`post_verb`](Self::post_verb): the same bytes, doorbell record and
+    /// doorbell, computing nothing else.
+    #[inline(always)]
+    pub fn floor_verb(
+        &mut self,
+        verb: Verb,
+        n: usize,
+        batch: u32,
+        sgls: Sgls<'_>,
+        remote: RemoteBuf,
+        bf: bool,
+    ) {
+        assert!(sgls.covers(n), "one SGE list per request");
+        assert!(
+            sgls.stride == 0 || sgls.sges.iter().all(|e| e.length != 0),
+            "the floor's own lists are of non-empty elements"
+        );
+        let ring = Self::buf(&self.ring).cpu().as_ptr();
+        let dbrec = Self::buf(&self.dbrec).cpu().as_ptr().cast();
+        // SAFETY: as in `new`: live blocks of the sizes the floor assumes.
+        let bar = unsafe { Self::buf(&self.bar).cpu().as_ptr().add(BF_OFFSET) };
+        // SAFETY: as above; the lists cover the `n` requests and outlive the call; inline
+        // elements name readable CPU memory.
+        self.floor_pi = unsafe {
+            c_post_floor_op(
+                ring,
+                self.wqe_cnt,
+                dbrec,
+                bar,
+                BF_SIZE,
+                self.floor_pi,
+                n as u64,
+                batch,
+                verb.opcode(),
+                sgls.sges.as_ptr(),
+                sgls.nsge as u32,
+                sgls.stride as u32,
+                (verb == Verb::SendInline) as i32,
                 self.qpn.0,
                 remote.addr,
                 remote.rkey.0,
