@@ -247,7 +247,7 @@ fn reads_sends_receives_and_atomics_allocate_nothing() {
         };
         let refused = b.post_recvv(9, more).unwrap_err();
         assert!(matches!(refused.error, Error::TooManyRecvSges { .. }));
-        drop((rd, rd_tail, atom, rx2, refused));
+        let _ = (rd, rd_tail, atom, rx2, refused);
     });
     assert_eq!(n, 0, "allocations on the data path");
 }

@@ -508,6 +508,7 @@ fn deregistration_and_teardown_stay_safe_with_device_writes_pending() {
         let p = b.post_recv(2, rx.dest().unwrap()).unwrap();
         // `mem::forget` of the pending request: its buffer is gone for good, the receive
         // stays posted and its region busy until the QP is destroyed.
+        #[allow(clippy::forget_non_drop)]
         std::mem::forget(p);
         assert_eq!(b.recv_outstanding(), 1);
         drop(b);

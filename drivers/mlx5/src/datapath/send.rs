@@ -58,7 +58,6 @@ use crate::layout::codes::CqeOpcode;
 use crate::layout::codes::SendOpcode;
 use crate::layout::codes::SEND_WQE_BB;
 use crate::layout::cqe::{Cqe, CqeRepr};
-use crate::layout::wqe::DATAGRAM_LEN;
 use crate::layout::wqe::{bf_len, sq_dbrec, SND_DBR};
 use crate::qp::{Qp, QpState};
 
@@ -336,8 +335,83 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 }
                 _ => self.push_any(at, req),
             },
+            // One-element SENDs and READs on a connected QP: one block, straight-line, as
+            // for writes.
+            SendOp::Send { source, imm, ud: None }
+                if !req.is_inline() && !at.builder.is_datagram() =>
+            {
+                match *source.kind() {
+                    SourceKind::Sgl([b]) => {
+                        let head = Head::Send { imm: *imm };
+                        self.push_one_head(
+                            at,
+                            req.wr_id,
+                            b.sge(),
+                            Some(b.region()),
+                            req.flags,
+                            head,
+                        )
+                    }
+                    SourceKind::Raw { 0: [e], .. } => {
+                        let head = Head::Send { imm: *imm };
+                        self.push_one_head(at, req.wr_id, *e, None, req.flags, head)
+                    }
+                    _ => self.push_other(at, req),
+                }
+            }
+            SendOp::Read { dest, remote }
+                if !req.flags.contains(SendFlags::INLINE) && !at.builder.is_datagram() =>
+            {
+                let head = Head::Read { remote: *remote };
+                match *dest.kind() {
+                    DestKind::Bufs([d]) => self.push_one_head(
+                        at,
+                        req.wr_id,
+                        d.sge(),
+                        Some(d.region()),
+                        req.flags,
+                        head,
+                    ),
+                    DestKind::Raw([e]) => {
+                        self.push_one_head(at, req.wr_id, *e, None, req.flags, head)
+                    }
+                    _ => self.push_other(at, req),
+                }
+            }
             _ => self.push_other(at, req),
         }
+    }
+
+    /// [`push_one`](Self::push_one) after any one-block head.
+    #[inline(always)]
+    fn push_one_head(
+        &mut self,
+        at: &mut SqCursor,
+        wr_id: u64,
+        e: Sge,
+        region: Option<&'r RegionUse>,
+        flags: SendFlags,
+        head: Head<'_>,
+    ) -> Result<()> {
+        let builder = at.builder;
+        let room = at.limit.wrapping_sub(at.pi) as u32;
+        let ds = match builder.emit_one_head(&mut self.sink.view(), at.pi, room, e, flags, head) {
+            Ok(ds) => ds,
+            Err(err) => return Err(if at.open { err } else { Error::NotConnected }),
+        };
+        let first = match region {
+            Some(r) if e.length != 0 => {
+                r.acquire()?;
+                Some(r)
+            }
+            _ => None,
+        };
+        let slot = at.pi as usize & Self::MASK;
+        self.wr_ids[slot] = wr_id;
+        self.set_first(slot, first);
+        self.meta[slot] = Meta::new(ds, builder.signals(flags), 0);
+        at.advance(1);
+        Ok(())
     }
 
     /// [`push`](Self::push) of everything but a registered gather WRITE: SENDs, READs and
@@ -345,8 +419,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// elements hold none.
     #[inline(never)]
     fn push_other(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
-        let mut av = [0u8; DATAGRAM_LEN];
-        let head = match at.builder.head(req, &mut av) {
+        let head = match at.builder.head(req) {
             Ok(h) => h,
             Err(_) if !at.open => return Err(Error::NotConnected),
             Err(e) => return Err(e),
@@ -356,13 +429,13 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 SourceKind::Sgl(bufs) => {
                     self.push_gather(at, req, head, bufs, |b| b.sge(), |b| b.region())
                 }
-                _ => self.push_any(at, req),
+                _ => self.push_any_head(at, req, head),
             },
             SendOp::Read { dest, .. } => match *dest.kind() {
                 DestKind::Bufs(bufs) => {
                     self.push_gather(at, req, head, bufs, |d| d.sge(), |d| d.region())
                 }
-                DestKind::Raw(_) => self.push_any(at, req),
+                DestKind::Raw(_) => self.push_any_head(at, req, head),
             },
             SendOp::Atomic { dest, .. } => match *dest.kind() {
                 DestKind::Bufs(bufs @ [_]) => {
@@ -376,9 +449,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
                     }
                     self.push_gather(at, req, head, bufs, sge, |d| d.region())
                 }
-                _ => self.push_any(at, req),
+                _ => self.push_any_head(at, req, head),
             },
-            _ => self.push_any(at, req),
+            _ => self.push_any_head(at, req, head),
         }
     }
 
@@ -491,11 +564,27 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// one.
     #[inline(always)]
     fn push_any(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
+        let head = match at.builder.head(req) {
+            Ok(h) => h,
+            Err(_) if !at.open => return Err(Error::NotConnected),
+            Err(e) => return Err(e),
+        };
+        self.push_any_head(at, req, head)
+    }
+
+    /// [`push_any`](Self::push_any) with the head already made.
+    #[inline(always)]
+    fn push_any_head(
+        &mut self,
+        at: &mut SqCursor,
+        req: &SendRequest<'_, 'r>,
+        head: Head<'_>,
+    ) -> Result<()> {
         // A copy, so that the ring's stores (which the compiler must assume may alias the
         // queue) do not force the builder's fields to be reloaded.
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
-        let shape = match builder.emit(&mut self.sink.view(), at.pi, room, req) {
+        let shape = match builder.emit_head(&mut self.sink.view(), at.pi, room, req, head) {
             Ok(s) => s,
             Err(_) if !at.open => return Err(Error::NotConnected),
             Err(e) => return Err(e),

@@ -55,7 +55,7 @@ use core::ptr::NonNull;
 use rdma_pmd::post::{check_message, SourceKind, ATOMIC_LEN};
 use rdma_pmd::{
     AtomicOp, DestKind, Error, QpNum, RemoteBuf, Result, SendFlags, SendOp, SendRequest, Sge,
-    Source,
+    Source, UdDest,
 };
 use rdma_pmd_hal::access;
 
@@ -160,8 +160,8 @@ pub enum Head<'a> {
     SendUd {
         /// Immediate data.
         imm: Option<u32>,
-        /// The datagram segment ([`DatagramSeg::encode`]).
-        av: &'a [u8; DATAGRAM_LEN],
+        /// Where it goes (encoded by [`DatagramSeg::encode`] when the WQE is stored).
+        dest: &'a UdDest,
     },
     /// Compare-and-swap or fetch-and-add.
     Atomic {
@@ -230,7 +230,8 @@ impl Head<'_> {
                 sink.put16(base + SEG_LEN, raddr, rkey);
             }
             Head::Send { .. } => {}
-            Head::SendUd { av, .. } => {
+            Head::SendUd { dest, .. } => {
+                let av = DatagramSeg::encode(dest);
                 for k in 0..DATAGRAM_LEN / SEG_LEN {
                     let mut seg = [0u8; SEG_LEN];
                     seg.copy_from_slice(&av[k * SEG_LEN..(k + 1) * SEG_LEN]);
@@ -322,6 +323,12 @@ impl WqeBuilder {
         self
     }
 
+    /// Whether the QP is a datagram QP.
+    #[inline(always)]
+    pub const fn is_datagram(&self) -> bool {
+        self.datagram
+    }
+
     /// The QP number written into every WQE.
     pub const fn qpn(&self) -> QpNum {
         self.qpn
@@ -347,21 +354,16 @@ impl WqeBuilder {
     }
 
     /// The head of `req` on this QP, or the error the provider gives a request this QP
-    /// cannot post (EINVAL). `av` receives the datagram segment of a UD send.
+    /// cannot post (EINVAL).
     #[inline(always)]
-    pub fn head<'a>(
-        &self,
-        req: &SendRequest<'_, '_>,
-        av: &'a mut [u8; DATAGRAM_LEN],
-    ) -> Result<Head<'a>> {
+    pub fn head<'a>(&self, req: &'a SendRequest<'_, '_>) -> Result<Head<'a>> {
         match (&req.op, self.datagram) {
             (SendOp::Write { remote, imm, .. }, false) => {
                 Ok(Head::Write { remote: *remote, imm: *imm })
             }
             (SendOp::Send { imm, ud: None, .. }, false) => Ok(Head::Send { imm: *imm }),
-            (SendOp::Send { imm, ud: Some(d), .. }, true) => {
-                *av = DatagramSeg::encode(d);
-                Ok(Head::SendUd { imm: *imm, av })
+            (SendOp::Send { imm, ud: Some(dest), .. }, true) => {
+                Ok(Head::SendUd { imm: *imm, dest })
             }
             (SendOp::Read { remote, .. }, false) => Ok(Head::Read { remote: *remote }),
             (SendOp::Atomic { remote, op, .. }, false) => {
@@ -380,8 +382,7 @@ impl WqeBuilder {
     /// The size `req` will take, with every check [`write`](Self::write) makes except the
     /// free-space one. Nothing is written.
     pub fn shape(&self, req: &SendRequest<'_, '_>) -> Result<WqeShape> {
-        let mut av = [0u8; DATAGRAM_LEN];
-        let head = self.head(req, &mut av)?;
+        let head = self.head(req)?;
         let hdr = head.units();
         let (shape, len) = match &req.op {
             SendOp::Write { source, .. } | SendOp::Send { source, .. } => {
@@ -439,8 +440,7 @@ impl WqeBuilder {
         room: u32,
         req: &SendRequest<'_, '_>,
     ) -> Result<WqeInfo> {
-        let mut av = [0u8; DATAGRAM_LEN];
-        let head = self.head(req, &mut av)?;
+        let head = self.head(req)?;
         let shape = self.emit_head(sink, pi, room, req, head)?;
         Ok(self.info(pi, shape, req.flags, head))
     }
@@ -456,13 +456,13 @@ impl WqeBuilder {
         room: u32,
         req: &SendRequest<'_, '_>,
     ) -> Result<WqeShape> {
-        let mut av = [0u8; DATAGRAM_LEN];
-        let head = self.head(req, &mut av)?;
+        let head = self.head(req)?;
         self.emit_head(sink, pi, room, req, head)
     }
 
+    /// [`emit`](Self::emit) with the head already made.
     #[inline(always)]
-    fn emit_head<S: WqeSink + ?Sized>(
+    pub fn emit_head<S: WqeSink + ?Sized>(
         &self,
         sink: &mut S,
         pi: u16,
@@ -541,18 +541,38 @@ impl WqeBuilder {
         if self.datagram {
             return Err(Error::InvalidArgument("a datagram QP posts only sends"));
         }
+        self.emit_one_head(sink, pi, room, e, flags, Head::Write { remote, imm }).map(|_| ())
+    }
+
+    /// [`emit_one`](Self::emit_one) after any head of at most three units (a WRITE, a READ,
+    /// an RC SEND, an atomic): one block, straight-line. Returns the WQE's `ds`.
+    #[inline(always)]
+    pub fn emit_one_head<S: WqeSink + ?Sized>(
+        &self,
+        sink: &mut S,
+        pi: u16,
+        room: u32,
+        e: Sge,
+        flags: SendFlags,
+        head: Head<'_>,
+    ) -> Result<u8> {
+        let hdr = head.units();
+        debug_assert!(hdr <= 3, "one block holds the head and one data segment");
+        if self.max_sge == 0 {
+            return Err(Error::TooManySges { given: 1, max: 0 });
+        }
         Self::check_room(1, room, sink.wqe_cnt())?;
-        check_message(e.length as u64, remote)?;
+        head.check_len(e.length as u64)?;
         let base = pi as usize * SEND_WQE_BB;
         let ds = if e.length != 0 {
             let (w0, w1) = halves(DataSeg::encode(&e));
-            sink.put16(base + 2 * SEND_WQE_DS, w0, w1);
-            HEADER_DS as u8 + 1
+            sink.put16(base + hdr * SEND_WQE_DS, w0, w1);
+            hdr as u8 + 1
         } else {
-            HEADER_DS as u8
+            hdr as u8
         };
-        self.finish(sink, pi, base, ds, flags, Head::Write { remote, imm });
-        Ok(())
+        self.finish(sink, pi, base, ds, flags, head);
+        Ok(ds)
     }
 
     /// What a WQE of `shape` written at `pi` for a request with `flags` and `head` holds.

@@ -24,8 +24,22 @@ fn public_vectors_pass() {
 #[test]
 fn generated_vectors_pass() {
     let rep = run_named("mlx5-generated.txt");
-    assert!(rep.passed > 500, "{}", rep.summary());
-    assert_eq!((rep.failed, rep.unsupported), (0, 0), "{}", rep.summary());
+    assert!(rep.passed > 1300, "{}", rep.summary());
+    assert_eq!(rep.failed, 0, "{}", rep.summary());
+    // What this API cannot post, each for its reason: a small fence left pending by LOCAL_INV
+    // or BIND_MW (never posted here), a service level or static rate (not in `RoceAddr`), an
+    // atomic's result over two elements (one `DestBuf` here).
+    let known = [
+        "flag small_fence_pending is not supported",
+        "a service level or static rate (not in RoceAddr)",
+        "an atomic's result is one buffer in this API",
+    ];
+    for (name, v) in &rep.verdicts {
+        if let Verdict::Unsupported(why) = v {
+            assert!(known.contains(&why.as_str()), "{name}: unsupported for a new reason: {why}");
+        }
+    }
+    assert_eq!(rep.unsupported, 76, "{}", rep.summary());
 }
 
 fn public_text() -> String {
