@@ -417,7 +417,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// [`push`](Self::push) of everything but a registered gather WRITE: SENDs, READs and
     /// atomics count the regions of their registered buffers; inline payloads and raw
     /// elements hold none.
-    #[inline(never)]
+    #[inline(always)]
     fn push_other(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
         let head = match at.builder.head(req) {
             Ok(h) => h,
