@@ -726,6 +726,10 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
                 },
             ),
             SendOp::Atomic { dest, remote, op } => {
+                if remote.addr % u64::from(ATOMIC_LEN) != 0 {
+                    // rdma-core's rxe provider refuses it in ibv_post_send (EINVAL).
+                    return Err(Error::InvalidArgument("an atomic's remote word is not 8-aligned"));
+                }
                 let (opcode, compare_add, swap) = match *op {
                     rdma_pmd::AtomicOp::CompareSwap { compare, swap } => {
                         (ffi::IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap)

@@ -7,6 +7,8 @@
 //! surface a generic load generator uses.
 
 mod support;
+#[path = "rxe/verbs.rs"]
+mod verbs;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
