@@ -52,7 +52,9 @@ fn reclaim<'r, B>(p: Pending<B>, q: &RxeQp<'r>) -> B {
 fn readv_case<'r, const N: usize>(qp: &mut RxeQp<'r>, chunk: DestBuf<'r>, remote: RemoteBuf) {
     let lens: [usize; N] = std::array::from_fn(|i| (i * 37 + N * 11) % 113 + 1);
     let total: usize = lens.iter().sum();
-    assert!(total <= chunk.len());
+    let mut chunk = chunk;
+    // The chunk's tail beyond the elements is not posted (it goes with this case).
+    let _unused = chunk.split_off(total).unwrap();
     let bufs = pieces(chunk, lens);
     let off = (N as u64 * 97) % 2048;
     let p = qp.post_readv(N as u64, bufs, SIG, remote.offset(off)).map_err(|r| r.error).unwrap();
@@ -62,7 +64,8 @@ fn readv_case<'r, const N: usize>(qp: &mut RxeQp<'r>, chunk: DestBuf<'r>, remote
     let bufs = reclaim(p, qp);
     let mut got = Vec::new();
     for (b, len) in bufs.iter().zip(lens) {
-        let mut v = vec![0; if N == 1 { total } else { len }];
+        assert_eq!(b.len(), len);
+        let mut v = vec![0; len];
         let v = &mut v[..];
         b.read(0, v).unwrap();
         got.extend_from_slice(v);
@@ -190,7 +193,7 @@ fn send_with_immediate_and_inline() {
 #[test]
 #[ignore = "needs an rxe device; run by `cargo xtask test --tier rxe`"]
 fn atomics_compare_swap_and_fetch_add() {
-    assert!(cfg!(target_endian = "little"), "the byte checks below are written for x86");
+    const { assert!(cfg!(target_endian = "little"), "the byte checks below are written for x86") };
     let ip = addr();
     let t = Target::spawn(&ip, 7493, 4096, 0, None);
     let conn = resolve(&ip, 7493);
@@ -594,8 +597,7 @@ fn read_into_read_only_region_and_rkey_without_right() {
     eprintln!("READ into a read-only region: {c:?}");
     assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::LocProtErr));
     assert_eq!((c[1].wr_id, c[1].status), (3, WcStatus::WrFlushErr));
-    let b = reclaim(p, &qp);
-    drop(b);
+    reclaim(p, &qp);
     assert_eq!(t.read(100, 5), [0; 5], "the flushed write did not run");
     assert_eq!(ro_use.in_flight(), 0);
     quiet(&mut qp);
