@@ -65,9 +65,65 @@ uint32_t rxe_shim_qp_num(const struct ibv_qp *qp)
 	return qp->qp_num;
 }
 
+uint8_t rxe_shim_id_port(const struct rdma_cm_id *id)
+{
+	return id->port_num;
+}
+
+/* A UD queue pair through its three transitions, with the attributes the verbs require for
+ * each (IBTA 11.2.5.3; rdma-core's ud_pingpong.c sets the same): INIT with P_Key index 0,
+ * the port and the Q_Key; RTR; RTS with send PSN 0. Returns 0 or the errno. */
+int rxe_shim_ud_ready(struct ibv_qp *qp, uint8_t port, uint32_t qkey)
+{
+	struct ibv_qp_attr attr;
+	int rc;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_INIT;
+	attr.pkey_index = 0;
+	attr.port_num = port;
+	attr.qkey = qkey;
+	rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+	if (rc)
+		return rc;
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_RTR;
+	rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+	if (rc)
+		return rc;
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_RTS;
+	attr.sq_psn = 0;
+	return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+/* An address handle for RoCE: always global (RoCE carries a GRH, or its IPv4 equivalent);
+ * the kernel resolves the destination MAC from the GID. NULL with errno set on failure. */
+struct ibv_ah *rxe_shim_create_ah(struct ibv_pd *pd, uint8_t port, const uint8_t *dgid,
+				  uint8_t sgid_index, uint8_t hop_limit, uint8_t traffic_class,
+				  uint32_t flow_label)
+{
+	struct ibv_ah_attr attr;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.is_global = 1;
+	attr.port_num = port;
+	memcpy(attr.grh.dgid.raw, dgid, 16);
+	attr.grh.sgid_index = sgid_index;
+	attr.grh.hop_limit = hop_limit;
+	attr.grh.traffic_class = traffic_class;
+	attr.grh.flow_label = flow_label;
+	return ibv_create_ah(pd, &attr);
+}
+
 #define SZ(t) { "sizeof " #t, sizeof(struct t) }
 #define OFF(t, f) { #t "." #f, offsetof(struct t, f) }
 #define VAL(v) { #v, (uint64_t)(v) }
+
+/* The `wr` union's size, through a struct that holds only it (the union has no tag). */
+struct ibv_send_wr_wr_probe {
+	__typeof__(((struct ibv_send_wr *)0)->wr) wr;
+};
 
 static const struct {
 	const char *name;
@@ -77,7 +133,12 @@ static const struct {
 	SZ(ibv_send_wr), OFF(ibv_send_wr, wr_id), OFF(ibv_send_wr, next),
 	OFF(ibv_send_wr, sg_list), OFF(ibv_send_wr, num_sge), OFF(ibv_send_wr, opcode),
 	OFF(ibv_send_wr, send_flags), OFF(ibv_send_wr, imm_data),
+	OFF(ibv_send_wr, wr), SZ(ibv_send_wr_wr_probe),
 	OFF(ibv_send_wr, wr.rdma.remote_addr), OFF(ibv_send_wr, wr.rdma.rkey),
+	OFF(ibv_send_wr, wr.atomic.remote_addr), OFF(ibv_send_wr, wr.atomic.compare_add),
+	OFF(ibv_send_wr, wr.atomic.swap), OFF(ibv_send_wr, wr.atomic.rkey),
+	OFF(ibv_send_wr, wr.ud.ah), OFF(ibv_send_wr, wr.ud.remote_qpn),
+	OFF(ibv_send_wr, wr.ud.remote_qkey),
 	OFF(ibv_send_wr, qp_type), OFF(ibv_send_wr, bind_mw),
 	SZ(ibv_recv_wr), OFF(ibv_recv_wr, wr_id), OFF(ibv_recv_wr, next),
 	OFF(ibv_recv_wr, sg_list), OFF(ibv_recv_wr, num_sge),
@@ -98,7 +159,12 @@ static const struct {
 	OFF(rdma_conn_param, initiator_depth), OFF(rdma_conn_param, flow_control),
 	OFF(rdma_conn_param, retry_count), OFF(rdma_conn_param, rnr_retry_count),
 	OFF(rdma_conn_param, srq), OFF(rdma_conn_param, qp_num),
-	VAL(IBV_WR_RDMA_WRITE), VAL(IBV_WR_RDMA_WRITE_WITH_IMM),
+	VAL(IBV_WR_RDMA_WRITE), VAL(IBV_WR_RDMA_WRITE_WITH_IMM), VAL(IBV_WR_SEND),
+	VAL(IBV_WR_SEND_WITH_IMM), VAL(IBV_WR_RDMA_READ), VAL(IBV_WR_ATOMIC_CMP_AND_SWP),
+	VAL(IBV_WR_ATOMIC_FETCH_AND_ADD), VAL(IBV_WC_GRH), VAL(IBV_QPT_UD),
+	VAL(IBV_ACCESS_REMOTE_ATOMIC), VAL(IBV_WC_RDMA_READ), VAL(IBV_WC_COMP_SWAP),
+	VAL(IBV_WC_FETCH_ADD), VAL(IBV_WC_SEND), VAL(IBV_WC_LOC_LEN_ERR), VAL(IBV_WC_LOC_QP_OP_ERR),
+	VAL(IBV_WC_REM_INV_REQ_ERR), VAL(IBV_WC_REM_OP_ERR), VAL(IBV_WC_RNR_RETRY_EXC_ERR),
 	VAL(IBV_SEND_FENCE), VAL(IBV_SEND_SIGNALED), VAL(IBV_SEND_SOLICITED), VAL(IBV_SEND_INLINE),
 	VAL(IBV_WC_SUCCESS), VAL(IBV_WC_LOC_PROT_ERR), VAL(IBV_WC_WR_FLUSH_ERR),
 	VAL(IBV_WC_REM_ACCESS_ERR), VAL(IBV_WC_RETRY_EXC_ERR), VAL(IBV_WC_GENERAL_ERR),

@@ -14,7 +14,7 @@
 use core::ptr::{self, NonNull};
 use std::ffi::CString;
 
-use rdma_pmd::{Error, Result};
+use rdma_pmd::{Error, Gid, Result};
 
 use crate::ffi;
 use crate::last_errno;
@@ -92,6 +92,25 @@ impl Conn {
     pub(crate) fn pd(&self) -> *mut ffi::ibv_pd {
         // SAFETY: the id is live.
         unsafe { ffi::rxe_shim_id_pd(self.id.as_ptr()) }
+    }
+
+    /// The port of the device the id is bound to.
+    pub fn port(&self) -> u8 {
+        // SAFETY: the id is live.
+        unsafe { ffi::rxe_shim_id_port(self.id.as_ptr()) }
+    }
+
+    /// Entry `index` of the port's GID table (`ibv_query_gid`). On RoCE v2 over IPv4 the
+    /// netdev's address appears as an IPv4-mapped GID ([`Gid::ipv4`]); unused entries read as
+    /// zero.
+    pub fn gid(&self, index: u8) -> Result<Gid> {
+        let mut raw = [0u8; 16];
+        // SAFETY: a live context and a 16-byte output (`union ibv_gid`).
+        let rc = unsafe { ffi::ibv_query_gid(self.verbs(), self.port(), index.into(), &mut raw) };
+        if rc != 0 {
+            return Err(last_errno());
+        }
+        Ok(Gid(raw))
     }
 
     /// The private data of the peer's last connection message: the request's (passive side,

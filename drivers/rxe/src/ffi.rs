@@ -49,8 +49,50 @@ pub struct ibv_comp_channel {
     _opaque: [u8; 0],
 }
 
-/// `struct ibv_send_wr`, with the `wr` union as its `rdma` arm (the only one a write uses) and
-/// the trailing unions as padding.
+/// Opaque `struct ibv_ah`.
+#[repr(C)]
+pub struct ibv_ah {
+    _opaque: [u8; 0],
+}
+
+/// `struct ibv_send_wr`'s `wr.rdma`: the target of an RDMA WRITE or READ.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wr_rdma {
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
+/// `struct ibv_send_wr`'s `wr.atomic`: the target and operands of an atomic (host byte order).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wr_atomic {
+    pub remote_addr: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub rkey: u32,
+}
+
+/// `struct ibv_send_wr`'s `wr.ud`: where a datagram goes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wr_ud {
+    pub ah: *mut ibv_ah,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// The `wr` union of `struct ibv_send_wr` (32 bytes: its `atomic` arm).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_wr {
+    pub rdma: ibv_wr_rdma,
+    pub atomic: ibv_wr_atomic,
+    pub ud: ibv_wr_ud,
+}
+
+/// `struct ibv_send_wr`, with the trailing unions (`qp_type`, `bind_mw`/`tso`), which this
+/// crate never sets, as padding.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_send_wr {
@@ -62,10 +104,7 @@ pub struct ibv_send_wr {
     pub send_flags: c_uint,
     /// `imm_data`, network byte order.
     pub imm_data: u32,
-    pub remote_addr: u64,
-    pub rkey: u32,
-    /// Rest of the `wr` union (its `atomic` arm is 32 bytes).
-    pub _wr_rest: [u32; 5],
+    pub wr: ibv_send_wr_wr,
     /// `qp_type` union and padding.
     pub _qp_type: [u32; 2],
     /// `bind_mw` / `tso` union.
@@ -82,9 +121,9 @@ impl ibv_send_wr {
         opcode: 0,
         send_flags: 0,
         imm_data: 0,
-        remote_addr: 0,
-        rkey: 0,
-        _wr_rest: [0; 5],
+        wr: ibv_send_wr_wr {
+            atomic: ibv_wr_atomic { remote_addr: 0, compare_add: 0, swap: 0, rkey: 0 },
+        },
         _qp_type: [0; 2],
         _bind_mw: [0; 6],
     };
@@ -192,12 +231,24 @@ pub struct rdma_conn_param {
 pub const IBV_WR_RDMA_WRITE: c_uint = 0;
 /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
+/// `IBV_WR_SEND`.
+pub const IBV_WR_SEND: c_uint = 2;
+/// `IBV_WR_SEND_WITH_IMM`.
+pub const IBV_WR_SEND_WITH_IMM: c_uint = 3;
+/// `IBV_WR_RDMA_READ`.
+pub const IBV_WR_RDMA_READ: c_uint = 4;
+/// `IBV_WR_ATOMIC_CMP_AND_SWP`.
+pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_uint = 5;
+/// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
+pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_uint = 6;
 /// `IBV_WC_GRH` (a `wc_flags` bit).
 pub const IBV_WC_GRH: c_uint = 1 << 0;
 /// `IBV_WC_WITH_IMM` (a `wc_flags` bit).
 pub const IBV_WC_WITH_IMM: c_uint = 1 << 1;
 /// `IBV_QPT_RC`.
 pub const IBV_QPT_RC: c_uint = 2;
+/// `IBV_QPT_UD`.
+pub const IBV_QPT_UD: c_uint = 4;
 /// `RDMA_PS_TCP`.
 pub const RDMA_PS_TCP: c_int = 0x0106;
 /// `RAI_PASSIVE`.
@@ -250,6 +301,16 @@ extern "C" {
         access: c_int,
     ) -> *mut ibv_mr;
     pub fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int;
+    pub fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
+    pub fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
+    /// `union ibv_gid` is 16 bytes, network order.
+    pub fn ibv_query_gid(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: c_int,
+        gid: *mut [u8; 16],
+    ) -> c_int;
+    pub fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
 }
 
 /// The provider's `ops.post_send`, which `ibv_post_send` (inline in `verbs.h`) calls.
@@ -274,6 +335,19 @@ extern "C" {
     pub fn rxe_shim_id_qp(id: *const rdma_cm_id) -> *mut ibv_qp;
     pub fn rxe_shim_id_private_data(id: *const rdma_cm_id, len: *mut u8) -> *const c_void;
     pub fn rxe_shim_qp_num(qp: *const ibv_qp) -> u32;
+    pub fn rxe_shim_id_port(id: *const rdma_cm_id) -> u8;
+    /// INIT (port, P_Key index 0, `qkey`), RTR, RTS (`sq_psn` 0); 0 or the errno.
+    pub fn rxe_shim_ud_ready(qp: *mut ibv_qp, port: u8, qkey: u32) -> c_int;
+    /// `ibv_create_ah` with a global route (`is_global = 1`) to `dgid` (16 bytes).
+    pub fn rxe_shim_create_ah(
+        pd: *mut ibv_pd,
+        port: u8,
+        dgid: *const u8,
+        sgid_index: u8,
+        hop_limit: u8,
+        traffic_class: u8,
+        flow_label: u32,
+    ) -> *mut ibv_ah;
     pub fn rxe_shim_layout(name: *const c_char) -> u64;
 }
 

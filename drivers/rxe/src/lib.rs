@@ -9,10 +9,12 @@
 //!   or [`Access::WRITE`] as `rdma_reg_write`) that embeds a [`RegionUse`](rdma_pmd::RegionUse),
 //!   hands out [`LocalBuf`](rdma_pmd::LocalBuf)s and refuses [`Region::dereg`] with
 //!   [`Error::RegionBusy`] (`EBUSY`) while posted requests use it;
-//! * [`RxeQp`]: an RC queue pair implementing [`SendQueue`](rdma_pmd::SendQueue), so every form
-//!   of [`Post`](rdma_pmd::Post) works on it: writev, write, write with immediate,
-//!   inline, raw, and batches posted as one chained `ibv_post_send` on commit. Completions are
-//!   busy-polled with `ibv_poll_cq` (no completion channel, no sleeping).
+//! * [`RxeQp`]: an RC or UD queue pair implementing [`SendQueue`](rdma_pmd::SendQueue) and
+//!   [`RecvQueue`](rdma_pmd::RecvQueue), so every form of [`Post`](rdma_pmd::Post) works on
+//!   it: writes, sends (to a [`UdDest`](rdma_pmd::UdDest) on UD), READs, compare-and-swap,
+//!   fetch-and-add, inline, raw, and batches posted as one chained `ibv_post_send` on commit;
+//!   receives scatter into [`DestBuf`](rdma_pmd::DestBuf)s from [`Region::dest`]. Completions
+//!   are busy-polled with `ibv_poll_cq` (no completion channel, no sleeping).
 //!
 //! ```no_run
 //! use rdma_pmd::{Post, RemoteBuf, Rkey, SendFlags, Completion};

@@ -5,7 +5,7 @@ use core::cell::Cell;
 use core::ptr::NonNull;
 use std::alloc::{self, Layout};
 
-use rdma_pmd::{Error, Lkey, LocalBuf, RegionUse, RemoteBuf, Result, Rkey};
+use rdma_pmd::{DestBuf, Error, Lkey, LocalBuf, RegionUse, RemoteBuf, Result, Rkey};
 
 use crate::cm::Conn;
 use crate::{ffi, last_errno};
@@ -20,6 +20,9 @@ bitflags::bitflags! {
         const REMOTE_WRITE = 1 << 1;
         /// `IBV_ACCESS_REMOTE_READ`: peers may RDMA READ from here.
         const REMOTE_READ = 1 << 2;
+        /// `IBV_ACCESS_REMOTE_ATOMIC`: peers may run atomics on 8-byte words here (needs
+        /// `LOCAL_WRITE`).
+        const REMOTE_ATOMIC = 1 << 3;
     }
 }
 
@@ -28,6 +31,11 @@ impl Access {
     pub const MSGS: Access = Access::LOCAL_WRITE;
     /// What `rdma_reg_write` asks for: targets of the peer's RDMA WRITEs.
     pub const WRITE: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
+    /// What `rdma_reg_read` asks for: sources of the peer's RDMA READs.
+    pub const READ: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ);
+    /// Every remote right: target of the peer's writes, reads and atomics.
+    pub const REMOTE: Access =
+        Access::WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_ATOMIC);
 }
 
 const PAGE: usize = 4096;
@@ -94,9 +102,39 @@ impl<'c> Region<'c> {
         Region::new(conn, len, Access::WRITE)
     }
 
+    /// A target of every remote access: the peer's writes, reads and atomics.
+    pub fn remote_target(conn: &'c Conn, len: usize) -> Result<Region<'c>> {
+        Region::new(conn, len, Access::REMOTE)
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The whole region as one buffer the device may write (a READ destination, a receive
+    /// buffer, an atomic's result; the registration needs [`Access::LOCAL_WRITE`] for the
+    /// device to accept it, which rxe checks when it writes, failing the request then). The
+    /// exclusive borrow closes every other path to the bytes for as long as the buffer, or a
+    /// piece [`split_off`](DestBuf::split_off) from it, lives; posted, the buffer comes back
+    /// from its [`rdma_pmd::Pending`] once the request retires.
+    pub fn dest(&mut self) -> Result<DestBuf<'_>> {
+        if !self.mr_live.get() || !self.use_.is_registered() {
+            return Err(Error::BadLkey);
+        }
+        // SAFETY: the memory is allocated and registered under `lkey` at its virtual address
+        // until the region is dropped (or leaked while in flight), which the borrow of `self`
+        // outlasts; `self` is borrowed exclusively for the buffer's lifetime, so nothing else
+        // reaches the bytes meanwhile; `use_` is this registration's accounting.
+        Ok(unsafe {
+            DestBuf::from_raw_parts(
+                &self.use_,
+                self.mem,
+                self.mem.as_ptr() as u64,
+                self.len as u32,
+                self.lkey,
+            )
+        })
     }
 
     /// Whether the region is empty (never: regions have at least one byte).

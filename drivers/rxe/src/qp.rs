@@ -1,44 +1,70 @@
-//! The queue pair: the core's [`SendQueue`] over `ibv_post_send` / `ibv_poll_cq`, plus the
-//! receive side a write with immediate needs.
+//! The queue pair: the core's [`SendQueue`] over `ibv_post_send` / `ibv_poll_cq` and its
+//! [`RecvQueue`] over `ibv_post_recv`, for RC (connected through librdmacm) and UD.
 //!
-//! Send-side accounting uses free-running sequence numbers: `head` (oldest request whose
-//! completion is not reaped) ≤ `committed` (first request not yet given to the device) ≤ `tail`
-//! (next request to push). Each request carries its sequence number as the verbs `wr_id`; a
-//! completion for sequence `s` retires every request up to `s` (an RC send queue completes in
-//! order, and unsignalled requests before a signalled one complete with it), releasing the
-//! regions they held. Error and flush completions are reported for every request, signalled or
-//! not, so they retire one request each.
+//! Both directions number their requests with free-running sequence numbers, which go to the
+//! provider as the verbs `wr_id` (the user's `wr_id` stays in the slot table).
+//!
+//! Send side: `head` (oldest request whose completion is not reaped) ≤ `committed` (first
+//! request not yet given to the device) ≤ `tail` (next request to push). A completion for
+//! sequence `s` retires every request up to `s` (a send queue completes in order, and
+//! unsignalled requests before a signalled one complete with it), releasing the regions they
+//! held: the sources of writes and sends, and the destinations of READs and atomics. Error and
+//! flush completions are reported for every request, signalled or not, so they retire one
+//! request each.
+//!
+//! Receive side: `recv_head` (receives retired) ≤ `recv_tail` (receives posted). Every receive
+//! completes, successfully, in error or flushed, exactly once and in order (a receive queue is
+//! a FIFO); `recv_head` passes a receive only once its completion is reaped, and a completion
+//! that names no outstanding receive is refused as a device fault instead of being counted.
 
 use core::ffi::c_int;
 use core::ptr::{self, NonNull};
+use std::collections::HashMap;
 
-use rdma_pmd::post::SourceKind;
-use rdma_pmd::region::{acquire_all, for_each_run};
+use rdma_pmd::post::{SourceKind, ATOMIC_LEN};
 use rdma_pmd::{
-    Caps, Completion, Errno, Error, LocalBuf, QpNum, QueueId, RegionUse, Result, Retired,
-    SendFlags, SendOp, SendQueue, SendRequest, Sge, Side, Source, WcOpcode, WcStatus,
+    Caps, Completion, Dest, DestKind, DeviceFault, Errno, Error, QpNum, QueueId, RecvCaps,
+    RecvQueue, RegionUse, Result, Retired, RoceAddr, SendFlags, SendOp, SendQueue, SendRequest,
+    Sge, Side, Source, WcOpcode, WcStatus,
 };
 
 use crate::cm::Conn;
 use crate::{ffi, last_errno};
 
 /// What to ask for when creating a queue pair; the device may grant more (see
-/// [`SendQueue::caps`]).
+/// [`SendQueue::caps`] and [`RecvQueue::recv_caps`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpConfig {
     /// Send queue depth (`max_send_wr`).
     pub max_send_wr: u32,
-    /// Receive queue depth (`max_recv_wr`), for writes with immediate.
+    /// Receive queue depth (`max_recv_wr`).
     pub max_recv_wr: u32,
     /// Scatter-gather elements per send request (rxe allows up to 32).
     pub max_sge: u32,
+    /// Scatter elements per receive (rxe allows up to 32).
+    pub max_recv_sge: u32,
     /// Inline bytes per request.
     pub max_inline: u32,
+    /// RNR retry count (`rdma_conn_param.rnr_retry_count`, 7 = retry for ever) this end
+    /// announces when it connects or accepts. The IB CM carries it in the REQ or REP, and each
+    /// end's QP takes the count from the message it receives: the active side retries as the
+    /// passive side's accept says (the kernel's `cm_rep_handler`).
+    pub rnr_retry: u8,
+    /// Transport retry count (`rdma_conn_param.retry_count`), announced the same way.
+    pub retry_count: u8,
 }
 
 impl Default for QpConfig {
     fn default() -> Self {
-        QpConfig { max_send_wr: 128, max_recv_wr: 16, max_sge: 8, max_inline: 64 }
+        QpConfig {
+            max_send_wr: 128,
+            max_recv_wr: 16,
+            max_sge: 8,
+            max_recv_sge: 4,
+            max_inline: 64,
+            rnr_retry: 7,
+            retry_count: 7,
+        }
     }
 }
 
@@ -46,13 +72,108 @@ impl Default for QpConfig {
 /// each staged request has.
 pub const MAX_SGE: u32 = 32;
 
-/// Per send-queue slot: what to report and what to release when the request retires. The
-/// first region is kept here, the rest (gathers over several regions) in `RxeQp::runs`.
+/// Per slot (of either direction): what to report and what to release when the request
+/// retires. The first region is kept here, the rest (lists over several regions) in the
+/// direction's run table.
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot<'r> {
     wr_id: u64,
     runs: u32,
     first: Option<&'r RegionUse>,
+}
+
+/// One direction's slot table: a power-of-two number of [`Slot`]s of at least the queue's
+/// depth (rxe grants `2^k - 1`), so a sequence number finds its slot with a mask, and `per`
+/// run entries per slot (entry 0 unused: it is `Slot::first`).
+struct Slots<'r> {
+    slots: Vec<Slot<'r>>,
+    mask: u64,
+    per: usize,
+    runs: Vec<Option<&'r RegionUse>>,
+}
+
+impl<'r> Slots<'r> {
+    fn new(depth: u32, per: u32) -> Self {
+        let n = (depth.max(1) as usize).next_power_of_two();
+        let per = per.max(1) as usize;
+        Slots {
+            slots: vec![Slot::default(); n],
+            mask: n as u64 - 1,
+            per,
+            runs: vec![None; n * per],
+        }
+    }
+
+    #[inline]
+    fn index(&self, seq: u64) -> usize {
+        (seq & self.mask) as usize
+    }
+
+    /// Count the regions of one request busy: each run of consecutive elements from the same
+    /// region once, so a request over one region costs one counter update. Returns the first
+    /// run's region and the number of runs; the further ones are recorded in the run table of
+    /// slot `s`. On failure nothing stays acquired.
+    #[inline]
+    fn hold(
+        &mut self,
+        s: usize,
+        regions: impl Iterator<Item = &'r RegionUse>,
+    ) -> Result<(Option<&'r RegionUse>, u32)> {
+        let base = s * self.per;
+        let (mut first, mut runs): (Option<&'r RegionUse>, u32) = (None, 0);
+        let mut prev: Option<*const RegionUse> = None;
+        for r in regions {
+            if prev == Some(r as *const RegionUse) {
+                continue;
+            }
+            if let Err(e) = r.acquire() {
+                // SAFETY: exactly the runs acquired above, for a request never posted.
+                unsafe { self.release_runs(s, first, runs) };
+                return Err(e);
+            }
+            if runs == 0 {
+                first = Some(r);
+            } else {
+                self.runs[base + runs as usize] = Some(r);
+            }
+            runs += 1;
+            prev = Some(r);
+        }
+        Ok((first, runs))
+    }
+
+    /// Release `first` and the further `runs - 1` regions recorded for slot `s`.
+    ///
+    /// # Safety
+    /// They were acquired by [`hold`](Self::hold) for a request the device no longer reads or
+    /// writes (retired, refused, rolled back, or its QP destroyed), and are released once.
+    #[inline]
+    unsafe fn release_runs(&mut self, s: usize, first: Option<&'r RegionUse>, runs: u32) {
+        if let Some(r) = first {
+            // SAFETY: forwarded to our caller.
+            unsafe { r.release() };
+        }
+        let base = s * self.per;
+        for i in 1..runs as usize {
+            if let Some(r) = self.runs[base + i].take() {
+                // SAFETY: forwarded to our caller.
+                unsafe { r.release() };
+            }
+        }
+    }
+
+    /// Release what the request numbered `seq` holds and empty its slot; returns its `wr_id`.
+    ///
+    /// # Safety
+    /// As [`release_runs`](Self::release_runs), for the request in the slot.
+    #[inline]
+    unsafe fn release(&mut self, seq: u64) -> u64 {
+        let s = self.index(seq);
+        let slot = core::mem::take(&mut self.slots[s]);
+        // SAFETY: forwarded to our caller; the slot was emptied, so it is released once.
+        unsafe { self.release_runs(s, slot.first, slot.runs) };
+        slot.wr_id
+    }
 }
 
 /// One request as `ibv_post_send` takes it, with room for its scatter-gather list. `next` and
@@ -74,8 +195,18 @@ impl Staged {
 /// Completions fetched per `ibv_poll_cq` call.
 const WC_BATCH: usize = 16;
 
-/// An RC queue pair on rxe, connected through its [`Conn`], posting from regions that live
-/// for `'r` (the queue pair is destroyed first, so no request outlives its buffers).
+/// What a UD queue pair keeps: its Q_Key and port, and an address handle per destination.
+struct Ud {
+    port: u8,
+    /// `ibv_create_ah` per distinct [`RoceAddr`], made on the first send there and kept until
+    /// the queue pair is destroyed (a posted request names its handle until it retires).
+    ahs: HashMap<RoceAddr, NonNull<ffi::ibv_ah>>,
+}
+
+/// A queue pair on rxe, posting from and receiving into regions that live for `'r` (the queue
+/// pair is destroyed first, so no request outlives its buffers): RC, connected through its
+/// [`Conn`] ([`create`](Self::create)), or UD on the `Conn`'s device
+/// ([`create_ud`](Self::create_ud)).
 ///
 /// Layout: what a single post touches (the first staged request, the completion array, the
 /// counters) lives in this struct, the per-slot tables each in one allocation. A post is a
@@ -102,13 +233,7 @@ pub struct RxeQp<'r> {
     first: Staged,
     /// Completions as `ibv_poll_cq` fills them.
     wcs: [ffi::ibv_wc; WC_BATCH],
-    slots: Vec<Slot<'r>>,
-    /// `slots.len() - 1`: `slots` has a power-of-two length of at least `max_send_wr` (rxe
-    /// grants `2^k - 1`), so a sequence number finds its slot with a mask, not a division.
-    slot_mask: u64,
-    /// `max_sge` entries per slot, the first unused (it is `Slot::first`): the further regions
-    /// a request acquired, released when it retires.
-    runs: Vec<Option<&'r RegionUse>>,
+    sq: Slots<'r>,
     /// The second and later requests pushed since the last commit; all are chained and posted
     /// by one `ibv_post_send`. `Sge` is `struct ibv_sge`.
     staged: Vec<Staged>,
@@ -118,10 +243,14 @@ pub struct RxeQp<'r> {
     deferred: Option<Error>,
     recv_head: u64,
     recv_tail: u64,
-    /// A power of two of at least `max_recv` entries, indexed like `slots`.
-    recv_slots: Vec<(u64, Option<&'r RegionUse>)>,
-    recv_mask: u64,
-    max_recv: u32,
+    rq: Slots<'r>,
+    /// Per receive slot: its completion was reaped (receives retire in `recv_head` order).
+    recv_done: Vec<bool>,
+    recv_caps: RecvCaps,
+    /// `rnr_retry`, `retry_count` of the configuration, for connecting.
+    retries: (u8, u8),
+    /// `Some` for a UD queue pair.
+    ud: Option<Ud>,
 }
 
 fn cq(conn: &Conn, entries: u32) -> Result<NonNull<ffi::ibv_cq>> {
@@ -139,16 +268,52 @@ fn device_error(rc: c_int) -> Error {
     }
 }
 
+/// Destroy a queue pair made by [`RxeQp::build`].
+///
+/// # Safety
+/// `qp` is live, unused by any further call, and was created for `conn` as `ud` says.
+unsafe fn destroy_qp(conn: &Conn, qp: NonNull<ffi::ibv_qp>, ud: bool) {
+    if ud {
+        // SAFETY: forwarded to our caller.
+        unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
+    } else {
+        // SAFETY: forwarded to our caller: the id's QP.
+        unsafe { ffi::rdma_destroy_qp(conn.id()) };
+    }
+}
+
 impl<'r> RxeQp<'r> {
     /// Create an RC queue pair on `conn` with its own send and receive completion queues (no
-    /// completion channel). It cannot post until [`connect`](Self::connect) or
-    /// [`accept`](Self::accept) succeeded ([`Error::NotConnected`]).
+    /// completion channel). It cannot post sends until [`connect`](Self::connect) or
+    /// [`accept`](Self::accept) succeeded ([`Error::NotConnected`]); receives may be posted
+    /// before.
     pub fn create(conn: &'r Conn, cfg: QpConfig) -> Result<RxeQp<'r>> {
-        if cfg.max_send_wr == 0 || cfg.max_sge == 0 || cfg.max_sge > MAX_SGE {
+        Self::build(conn, cfg, None)
+    }
+
+    /// Create a UD queue pair on `conn`'s device and port (`ibv_create_qp` in the id's
+    /// protection domain, so it posts from the `conn`'s regions), taken through INIT (P_Key
+    /// index 0, `qkey`), RTR and RTS: it can post at once. Sends need a
+    /// [`UdDest`](rdma_pmd::UdDest) ([`Post::post_send_ud`](rdma_pmd::Post::post_send_ud));
+    /// each receive's first 40 bytes get the datagram's GRH (on RoCE v2 over IPv4: 20 bytes
+    /// of zero, then the IPv4 header).
+    pub fn create_ud(conn: &'r Conn, cfg: QpConfig, qkey: u32) -> Result<RxeQp<'r>> {
+        let mut qp = Self::build(conn, cfg, Some(qkey))?;
+        qp.connected = true;
+        Ok(qp)
+    }
+
+    fn build(conn: &'r Conn, cfg: QpConfig, qkey: Option<u32>) -> Result<RxeQp<'r>> {
+        if cfg.max_send_wr == 0
+            || cfg.max_sge == 0
+            || cfg.max_sge > MAX_SGE
+            || cfg.max_recv_sge > MAX_SGE
+        {
             return Err(Error::InvalidArgument(
-                "max_send_wr and max_sge must be 1.. (max_sge ..=32)",
+                "max_send_wr and max_sge must be 1.. (max_sge, max_recv_sge ..=32)",
             ));
         }
+        let ud = qkey.is_some();
         let send_cq = cq(conn, cfg.max_send_wr)?;
         let recv_cq = match cq(conn, cfg.max_recv_wr.max(1)) {
             Ok(c) => c,
@@ -156,6 +321,13 @@ impl<'r> RxeQp<'r> {
                 // SAFETY: created above, unused.
                 unsafe { ffi::ibv_destroy_cq(send_cq.as_ptr()) };
                 return Err(e);
+            }
+        };
+        let destroy_cqs = || {
+            // SAFETY: created above, used by no QP any more.
+            unsafe {
+                ffi::ibv_destroy_cq(send_cq.as_ptr());
+                ffi::ibv_destroy_cq(recv_cq.as_ptr());
             }
         };
         let mut attr = ffi::ibv_qp_init_attr {
@@ -167,31 +339,54 @@ impl<'r> RxeQp<'r> {
                 max_send_wr: cfg.max_send_wr,
                 max_recv_wr: cfg.max_recv_wr.max(1),
                 max_send_sge: cfg.max_sge,
-                max_recv_sge: 1,
+                max_recv_sge: cfg.max_recv_sge.max(1),
                 max_inline_data: cfg.max_inline,
             },
-            qp_type: ffi::IBV_QPT_RC,
+            qp_type: if ud { ffi::IBV_QPT_UD } else { ffi::IBV_QPT_RC },
             sq_sig_all: 0,
         };
-        // SAFETY: a bound id without a QP; both CQs belong to its device; a null PD selects the
-        // id's (the one regions are registered with).
-        let rc = unsafe { ffi::rdma_create_qp(conn.id(), ptr::null_mut(), &mut attr) };
-        // SAFETY: after a successful create the id holds the QP.
-        let qp = (rc == 0).then(|| unsafe { ffi::rxe_shim_id_qp(conn.id()) });
-        let Some(qp) = qp.and_then(NonNull::new) else {
-            let e = last_errno();
-            // SAFETY: created above, unused by any QP.
-            unsafe {
-                ffi::ibv_destroy_cq(send_cq.as_ptr());
-                ffi::ibv_destroy_cq(recv_cq.as_ptr());
+        let qp = if ud {
+            // SAFETY: the id's live PD; both CQs belong to its device. The provider writes
+            // back what it granted.
+            unsafe { ffi::ibv_create_qp(conn.pd(), &mut attr) }
+        } else {
+            // SAFETY: a bound id without a QP; both CQs belong to its device; a null PD
+            // selects the id's (the one regions are registered with).
+            let rc = unsafe { ffi::rdma_create_qp(conn.id(), ptr::null_mut(), &mut attr) };
+            if rc == 0 {
+                // SAFETY: after a successful create the id holds the QP.
+                unsafe { ffi::rxe_shim_id_qp(conn.id()) }
+            } else {
+                ptr::null_mut()
             }
+        };
+        let Some(qp) = NonNull::new(qp) else {
+            let e = last_errno();
+            destroy_cqs();
             return Err(e);
         };
-        // rdma_create_qp writes back what the device granted (our staging holds MAX_SGE).
+        let fail = |e: Error| {
+            // SAFETY: created above for `conn` as `ud` says, unused.
+            unsafe { destroy_qp(conn, qp, ud) };
+            destroy_cqs();
+            Err(e)
+        };
+        if let Some(qkey) = qkey {
+            // SAFETY: a live UD QP in RESET.
+            let rc = unsafe { ffi::rxe_shim_ud_ready(qp.as_ptr(), conn.port(), qkey) };
+            if rc != 0 {
+                return fail(device_error(rc));
+            }
+        }
+        // What the device granted (our staging holds MAX_SGE).
         let caps = Caps {
             max_send_wr: attr.cap.max_send_wr,
             max_sge: attr.cap.max_send_sge.min(MAX_SGE),
             max_inline: attr.cap.max_inline_data,
+        };
+        let recv_caps = RecvCaps {
+            max_recv_wr: attr.cap.max_recv_wr,
+            max_recv_sge: attr.cap.max_recv_sge.min(MAX_SGE),
         };
         // SAFETY: a live QP and CQ. Both CQs were created on `conn`'s context, so the send
         // CQ's poll entry serves the receive CQ too.
@@ -202,21 +397,12 @@ impl<'r> RxeQp<'r> {
             )
         };
         let (Some(post_send), Some(poll_cq)) = entries else {
-            // SAFETY: created above, unused.
-            unsafe {
-                ffi::rdma_destroy_qp(conn.id());
-                ffi::ibv_destroy_cq(send_cq.as_ptr());
-                ffi::ibv_destroy_cq(recv_cq.as_ptr());
-            }
-            return Err(Error::Device(Errno::EOPNOTSUPP));
+            return fail(Error::Device(Errno::EOPNOTSUPP));
         };
         let n = caps.max_send_wr as usize;
-        let slots = n.next_power_of_two();
-        let sge = caps.max_sge as usize;
         // SAFETY: a live QP.
         let qpn = QpNum(unsafe { ffi::rxe_shim_qp_num(qp.as_ptr()) });
-        let max_recv = attr.cap.max_recv_wr;
-        let recv_slots = (max_recv as usize).next_power_of_two();
+        let rq = Slots::new(recv_caps.max_recv_wr, recv_caps.max_recv_sge);
         Ok(RxeQp {
             conn,
             qp,
@@ -233,31 +419,34 @@ impl<'r> RxeQp<'r> {
             poll_cq,
             first: Staged::ZERO,
             wcs: [ffi::ibv_wc::default(); WC_BATCH],
-            slots: vec![Slot::default(); slots],
-            slot_mask: slots as u64 - 1,
-            runs: vec![None; slots * sge],
+            sq: Slots::new(caps.max_send_wr, caps.max_sge),
             staged: vec![Staged::ZERO; n.saturating_sub(1)],
             inline: vec![0; n * caps.max_inline as usize],
             deferred: None,
             recv_head: 0,
             recv_tail: 0,
-            recv_slots: vec![(0, None); recv_slots],
-            recv_mask: recv_slots as u64 - 1,
-            max_recv,
+            recv_done: vec![false; rq.slots.len()],
+            rq,
+            recv_caps,
+            retries: (cfg.rnr_retry, cfg.retry_count),
+            ud: qkey.map(|_| Ud { port: conn.port(), ahs: HashMap::new() }),
         })
     }
 
-    fn conn_param(private: &[u8]) -> Result<ffi::rdma_conn_param> {
+    fn conn_param(&self, private: &[u8]) -> Result<ffi::rdma_conn_param> {
         let len = u8::try_from(private.len())
             .map_err(|_| Error::InvalidArgument("private data above 255 bytes"))?;
         Ok(ffi::rdma_conn_param {
             private_data: if private.is_empty() { ptr::null() } else { private.as_ptr().cast() },
             private_data_len: len,
+            // One READ or atomic in flight each way: the CM also grants the QP remote read
+            // and atomic access only with responder resources (the kernel's
+            // `cm_init_qp_init_attr`), which librdmacm applies at RTR.
             responder_resources: 1,
             initiator_depth: 1,
             flow_control: 0,
-            retry_count: 7,
-            rnr_retry_count: 7,
+            retry_count: self.retries.1,
+            rnr_retry_count: self.retries.0,
             srq: 0,
             qp_num: 0,
         })
@@ -286,7 +475,10 @@ impl<'r> RxeQp<'r> {
         private: &[u8],
         call: impl FnOnce(*mut ffi::rdma_cm_id, *mut ffi::rdma_conn_param) -> c_int,
     ) -> Result<()> {
-        let mut p = Self::conn_param(private)?;
+        if self.ud.is_some() {
+            return Err(Error::InvalidArgument("a UD queue pair does not connect"));
+        }
+        let mut p = self.conn_param(private)?;
         if call(self.conn.id(), &mut p) != 0 {
             return Err(last_errno());
         }
@@ -299,6 +491,11 @@ impl<'r> RxeQp<'r> {
         self.connected
     }
 
+    /// Whether this is a UD queue pair.
+    pub fn is_ud(&self) -> bool {
+        self.ud.is_some()
+    }
+
     /// The connection this queue pair belongs to.
     pub fn conn(&self) -> &'r Conn {
         self.conn
@@ -308,27 +505,8 @@ impl<'r> RxeQp<'r> {
     fn rollback(&mut self) {
         while self.tail > self.committed {
             self.tail -= 1;
-            self.release_slot(self.tail);
-        }
-    }
-
-    #[inline]
-    fn release_slot(&mut self, seq: u64) {
-        let s = (seq & self.slot_mask) as usize;
-        let slot = &mut self.slots[s];
-        let runs = slot.runs as usize;
-        slot.runs = 0;
-        if let Some(r) = slot.first.take() {
-            // SAFETY: acquired by the push that filled the slot, taken out once; the caller
-            // releases a slot only once the provider no longer reads its request.
-            unsafe { r.release() };
-        }
-        let base = s * self.caps.max_sge as usize;
-        for i in 1..runs {
-            if let Some(r) = self.runs[base + i].take() {
-                // SAFETY: as above.
-                unsafe { r.release() };
-            }
+            // SAFETY: never given to the provider.
+            unsafe { self.sq.release(self.tail) };
         }
     }
 
@@ -339,44 +517,6 @@ impl<'r> RxeQp<'r> {
             None => &mut self.first,
             Some(i) => &mut self.staged[i],
         }
-    }
-
-    /// Post a receive for an incoming write with immediate (its payload lands where the writer
-    /// said; a buffer here is only needed for SENDs). Allowed before the connection is up.
-    pub fn post_recv(&mut self, wr_id: u64, buf: Option<LocalBuf<'r>>) -> Result<()> {
-        let free = self.max_recv as u64 - (self.recv_tail - self.recv_head);
-        if free == 0 {
-            return Err(Error::QueueFull { needed: 1, free: 0 });
-        }
-        let region = match &buf {
-            Some(b) => {
-                b.region().acquire()?;
-                Some(b.region())
-            }
-            None => None,
-        };
-        let mut sge = buf.map(|b| b.sge()).unwrap_or_default();
-        let mut wr = ffi::ibv_recv_wr {
-            wr_id: self.recv_tail,
-            next: ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: buf.is_some() as c_int,
-        };
-        let mut bad = ptr::null_mut();
-        // SAFETY: a live QP; `wr` and `sge` outlive the call (the provider copies them); the
-        // buffer stays registered until the completion is reaped (acquired above).
-        let rc = unsafe { ffi::rxe_shim_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
-        if rc != 0 {
-            if let Some(r) = region {
-                // SAFETY: acquired above for a receive the provider refused.
-                unsafe { r.release() };
-            }
-            return Err(device_error(rc));
-        }
-        let slot = (self.recv_tail & self.recv_mask) as usize;
-        self.recv_slots[slot] = (wr_id, region);
-        self.recv_tail += 1;
-        Ok(())
     }
 
     /// Poll up to `want` (at most [`WC_BATCH`]) work completions of `cq` into `wcs`.
@@ -394,24 +534,6 @@ impl<'r> RxeQp<'r> {
         Ok(n as usize)
     }
 
-    /// Reap receive completions (writes with immediate, sends); never blocks.
-    pub fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
-        let n = self.poll_into(self.recv_cq, out.len())?;
-        for (i, wc) in self.wcs[..n].iter().enumerate() {
-            let slot = (wc.wr_id & self.recv_mask) as usize;
-            let (wr_id, region) = self.recv_slots[slot];
-            if let Some(r) = region {
-                // SAFETY: acquired by `post_recv` for this receive, whose completion this is;
-                // the slot is cleared below, so it is released once.
-                unsafe { r.release() };
-            }
-            self.recv_slots[slot] = (0, None);
-            self.recv_head = self.recv_head.max(wc.wr_id + 1);
-            out[i] = completion(wc, wr_id);
-        }
-        Ok(n)
-    }
-
     /// Copy an inline payload into staging slot `idx`; returns its length.
     fn stage_inline(&mut self, idx: usize, source: &Source<'_, 'r>) -> usize {
         let max = self.caps.max_inline as usize;
@@ -423,6 +545,100 @@ impl<'r> RxeQp<'r> {
             at += bytes.len();
         });
         at
+    }
+
+    /// The address handle for `addr`, created on first use (`ibv_create_ah`, global route).
+    /// rxe resolves the destination MAC from the GID itself, and derives the UDP source port
+    /// from the QP number, so `dmac` and `udp_sport` go unused here.
+    fn ah(&mut self, addr: &RoceAddr) -> Result<NonNull<ffi::ibv_ah>> {
+        let pd = self.conn.pd();
+        let Some(ud) = self.ud.as_mut() else {
+            return Err(Error::InvalidArgument("a datagram destination on a connected QP"));
+        };
+        if let Some(ah) = ud.ahs.get(addr) {
+            return Ok(*ah);
+        }
+        // SAFETY: the id's live PD; `dgid` is 16 readable bytes.
+        let ah = unsafe {
+            ffi::rxe_shim_create_ah(
+                pd,
+                ud.port,
+                addr.dgid.0.as_ptr(),
+                addr.sgid_index,
+                addr.hop_limit,
+                addr.traffic_class,
+                addr.flow_label,
+            )
+        };
+        let ah = NonNull::new(ah).ok_or_else(last_errno)?;
+        ud.ahs.insert(*addr, ah);
+        Ok(ah)
+    }
+
+    /// Stage the payload of a WRITE or SEND at `idx` for slot `s`: the inline bytes, or the
+    /// elements (registered buffers counted busy). Returns the number of elements, the first
+    /// region held and the runs.
+    fn stage_source(
+        &mut self,
+        idx: usize,
+        s: usize,
+        req: &SendRequest<'_, 'r>,
+        source: &Source<'_, 'r>,
+    ) -> Result<(usize, Option<&'r RegionUse>, u32)> {
+        if req.is_inline() {
+            let len = self.stage_inline(idx, source);
+            let at = self.inline[idx * self.caps.max_inline as usize..].as_ptr();
+            // Inline data needs no key: the provider copies the bytes into the WQE.
+            self.staged(idx).sge[0] = Sge::new(at as u64, len as u32, rdma_pmd::Lkey(0));
+            return Ok(((len > 0) as usize, None, 0));
+        }
+        match *source.kind() {
+            SourceKind::Sgl(bufs) => {
+                let (first, runs) = self.sq.hold(s, bufs.iter().map(|b| b.region()))?;
+                let st = self.staged(idx);
+                for (e, b) in st.sge.iter_mut().zip(bufs) {
+                    *e = b.sge();
+                }
+                Ok((bufs.len(), first, runs))
+            }
+            SourceKind::Raw { 0: sges, .. } => {
+                self.staged(idx).sge[..sges.len()].copy_from_slice(sges);
+                Ok((sges.len(), None, 0))
+            }
+            SourceKind::Inline(_) => unreachable!("inline sources are inline requests"),
+        }
+    }
+
+    /// Stage the destination of a READ or atomic (at most `limit` bytes of its first element
+    /// for an atomic), counting owned buffers' regions busy.
+    fn stage_dest(
+        &mut self,
+        idx: usize,
+        s: usize,
+        dest: &Dest<'_, 'r>,
+        atomic: bool,
+    ) -> Result<(usize, Option<&'r RegionUse>, u32)> {
+        let (n, first, runs) = match *dest.kind() {
+            DestKind::Bufs(bufs) => {
+                let bufs = if atomic { &bufs[..1] } else { bufs };
+                let (first, runs) = self.sq.hold(s, bufs.iter().map(|b| b.region()))?;
+                let st = self.staged(idx);
+                for (e, b) in st.sge.iter_mut().zip(bufs) {
+                    *e = b.sge();
+                }
+                (bufs.len(), first, runs)
+            }
+            DestKind::Raw(sges) => {
+                let sges = if atomic { &sges[..1] } else { sges };
+                self.staged(idx).sge[..sges.len()].copy_from_slice(sges);
+                (sges.len(), None, 0)
+            }
+        };
+        if atomic {
+            // The device writes exactly the 8 bytes of the original value.
+            self.staged(idx).sge[0].length = ATOMIC_LEN;
+        }
+        Ok((n, first, runs))
     }
 }
 
@@ -453,67 +669,102 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
             return Err(Error::NotConnected);
         }
         req.check(&self.caps)?;
-        let SendOp::Write { source, remote, imm } = &req.op else {
-            return Err(Error::Unsupported("only writes on rxe so far"));
-        };
         let cap = self.caps.max_send_wr as u64;
         let free = (cap - (self.tail - self.head)) as u32;
         if free == 0 {
             return Err(Error::QueueFull { needed: 1, free });
         }
+        // The service's rules (rdma-core's rxe provider refuses the same with EINVAL): a UD
+        // queue pair only sends, and only to a destination; a connected one never to one.
+        let ah = match (&req.op, self.ud.is_some()) {
+            (SendOp::Send { ud: Some(d), .. }, true) => {
+                Some((self.ah(&d.addr)?, d.qpn.get(), d.qkey))
+            }
+            (SendOp::Send { ud: None, .. }, true) => {
+                return Err(Error::InvalidArgument("a UD send needs a destination"))
+            }
+            (_, true) => return Err(Error::InvalidArgument("a UD queue pair only sends")),
+            (SendOp::Send { ud: Some(_), .. }, false) => {
+                return Err(Error::InvalidArgument("a datagram destination on a connected QP"))
+            }
+            _ => None,
+        };
         let seq = self.tail;
         let idx = (seq - self.committed) as usize;
-        let slot = (seq & self.slot_mask) as usize;
-        let mut first = None;
-        let mut runs = 0u32;
-        let num_sge = if req.is_inline() {
-            let len = self.stage_inline(idx, source);
-            let at = self.inline[idx * self.caps.max_inline as usize..].as_ptr();
-            // Inline data needs no key: the provider copies the bytes into the WQE.
-            self.staged(idx).sge[0] = Sge::new(at as u64, len as u32, rdma_pmd::Lkey(0));
-            (len > 0) as usize
-        } else {
-            match *source.kind() {
-                SourceKind::Sgl(bufs) => {
-                    acquire_all(bufs)?;
-                    let base = slot * self.caps.max_sge as usize;
-                    let more = &mut self.runs;
-                    for_each_run(bufs, |r| {
-                        if runs == 0 {
-                            first = Some(r);
-                        } else {
-                            more[base + runs as usize] = Some(r);
-                        }
-                        runs += 1;
-                    });
-                    let st = self.staged(idx);
-                    for (e, b) in st.sge.iter_mut().zip(bufs) {
-                        *e = b.sge();
+        let s = self.sq.index(seq);
+        // Everything fallible is above or in the staging call, which holds nothing on failure.
+        let ((num_sge, first, runs), opcode, imm, wr) = match &req.op {
+            SendOp::Write { source, remote, imm } => (
+                self.stage_source(idx, s, req, source)?,
+                if imm.is_some() {
+                    ffi::IBV_WR_RDMA_WRITE_WITH_IMM
+                } else {
+                    ffi::IBV_WR_RDMA_WRITE
+                },
+                *imm,
+                ffi::ibv_send_wr_wr {
+                    rdma: ffi::ibv_wr_rdma { remote_addr: remote.addr, rkey: remote.rkey.get() },
+                },
+            ),
+            SendOp::Send { source, imm, .. } => (
+                self.stage_source(idx, s, req, source)?,
+                if imm.is_some() { ffi::IBV_WR_SEND_WITH_IMM } else { ffi::IBV_WR_SEND },
+                *imm,
+                match ah {
+                    Some((ah, remote_qpn, remote_qkey)) => ffi::ibv_send_wr_wr {
+                        ud: ffi::ibv_wr_ud { ah: ah.as_ptr(), remote_qpn, remote_qkey },
+                    },
+                    None => ffi::ibv_send_wr::ZERO.wr,
+                },
+            ),
+            SendOp::Read { dest, remote } => (
+                self.stage_dest(idx, s, dest, false)?,
+                ffi::IBV_WR_RDMA_READ,
+                None,
+                ffi::ibv_send_wr_wr {
+                    rdma: ffi::ibv_wr_rdma { remote_addr: remote.addr, rkey: remote.rkey.get() },
+                },
+            ),
+            SendOp::Atomic { dest, remote, op } => {
+                if remote.addr % u64::from(ATOMIC_LEN) != 0 {
+                    // rdma-core's rxe provider refuses it in ibv_post_send (EINVAL).
+                    return Err(Error::InvalidArgument("an atomic's remote word is not 8-aligned"));
+                }
+                let (opcode, compare_add, swap) = match *op {
+                    rdma_pmd::AtomicOp::CompareSwap { compare, swap } => {
+                        (ffi::IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap)
                     }
-                    bufs.len()
-                }
-                SourceKind::Raw { 0: sges, .. } => {
-                    self.staged(idx).sge[..sges.len()].copy_from_slice(sges);
-                    sges.len()
-                }
-                SourceKind::Inline(_) => unreachable!("inline sources are inline requests"),
+                    rdma_pmd::AtomicOp::FetchAdd { add } => {
+                        (ffi::IBV_WR_ATOMIC_FETCH_AND_ADD, add, 0)
+                    }
+                };
+                (
+                    self.stage_dest(idx, s, dest, true)?,
+                    opcode,
+                    None,
+                    ffi::ibv_send_wr_wr {
+                        atomic: ffi::ibv_wr_atomic {
+                            remote_addr: remote.addr,
+                            compare_add,
+                            swap,
+                            rkey: remote.rkey.get(),
+                        },
+                    },
+                )
             }
         };
         let mut flags = req.flags;
         if req.is_inline() {
             flags |= SendFlags::INLINE;
         }
-        // Only the fields a write uses: the rest stay zero from `Staged::ZERO`.
-        let wr = &mut self.staged(idx).wr;
-        wr.wr_id = seq;
-        wr.num_sge = num_sge as c_int;
-        wr.opcode =
-            if imm.is_some() { ffi::IBV_WR_RDMA_WRITE_WITH_IMM } else { ffi::IBV_WR_RDMA_WRITE };
-        wr.send_flags = flags.bits();
-        wr.imm_data = imm.unwrap_or(0).to_be();
-        wr.remote_addr = remote.addr;
-        wr.rkey = remote.rkey.get();
-        self.slots[slot] = Slot { wr_id: req.wr_id, runs, first };
+        let st = &mut self.staged(idx).wr;
+        st.wr_id = seq;
+        st.num_sge = num_sge as c_int;
+        st.opcode = opcode;
+        st.send_flags = flags.bits();
+        st.imm_data = imm.unwrap_or(0).to_be();
+        st.wr = wr;
+        self.sq.slots[s] = Slot { wr_id: req.wr_id, runs, first };
         self.tail = seq + 1;
         Ok(())
     }
@@ -546,7 +797,7 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         // SAFETY: the provider's post_send for this live QP (what ibv_post_send calls); the
         // chain lives in `self` until the call returns; every request's SGEs name memory
         // acquired until its completion, or inline bytes staged in `inline` (copied by the
-        // provider during this call).
+        // provider during this call); address handles live until the QP is destroyed.
         let rc = unsafe { (self.post_send)(self.qp.as_ptr(), head, &mut bad) };
         if rc == 0 {
             self.committed = self.tail;
@@ -573,10 +824,12 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
         for (i, o) in out.iter_mut().enumerate().take(n) {
             let wc = self.wcs[i];
             let seq = wc.wr_id;
-            let wr_id = self.slots[(seq & self.slot_mask) as usize].wr_id;
+            let wr_id = self.sq.slots[self.sq.index(seq)].wr_id;
             if seq >= self.head && seq < self.committed {
                 while self.head <= seq {
-                    self.release_slot(self.head);
+                    // SAFETY: the completion of `seq`, or of a later request, was reaped: the
+                    // send queue completes in order, so the device is done with it.
+                    unsafe { self.sq.release(self.head) };
                     self.head += 1;
                 }
             }
@@ -591,9 +844,116 @@ impl<'r> SendQueue<'r> for RxeQp<'r> {
     }
 }
 
+impl<'r> RecvQueue<'r> for RxeQp<'r> {
+    fn recv_caps(&self) -> RecvCaps {
+        self.recv_caps
+    }
+
+    fn recv_posted(&self) -> u64 {
+        self.recv_tail
+    }
+
+    /// `ibv_post_recv` of one receive, refused as rxe's provider refuses it: with `ENOMEM`
+    /// ([`Error::QueueFull`]) when the queue holds `max_recv_wr`, with `EINVAL` when it has
+    /// more elements than `max_recv_sge`. Allowed before the connection is up.
+    unsafe fn push_recv(&mut self, wr_id: u64, dest: Dest<'_, 'r>) -> Result<()> {
+        if self.recv_tail - self.recv_head >= self.recv_caps.max_recv_wr as u64 {
+            return Err(Error::QueueFull { needed: 1, free: 0 });
+        }
+        if dest.count() > self.recv_caps.max_recv_sge as usize {
+            return Err(Error::InvalidArgument("more receive elements than max_recv_sge"));
+        }
+        if dest.total_len().is_none() {
+            return Err(Error::InvalidArgument("message above 2 GiB"));
+        }
+        let seq = self.recv_tail;
+        let s = self.rq.index(seq);
+        let mut sge = [Sge::new(0, 0, rdma_pmd::Lkey(0)); MAX_SGE as usize];
+        let (first, runs) = match *dest.kind() {
+            DestKind::Bufs(bufs) => {
+                let held = self.rq.hold(s, bufs.iter().map(|b| b.region()))?;
+                for (e, b) in sge.iter_mut().zip(bufs) {
+                    *e = b.sge();
+                }
+                held
+            }
+            DestKind::Raw(sges) => {
+                sge[..sges.len()].copy_from_slice(sges);
+                (None, 0)
+            }
+        };
+        let mut wr = ffi::ibv_recv_wr {
+            wr_id: seq,
+            next: ptr::null_mut(),
+            sg_list: sge.as_mut_ptr(),
+            num_sge: dest.count() as c_int,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: a live QP; `wr` and `sge` outlive the call (the provider copies them); the
+        // buffers stay registered, and out of the caller's reach, until the completion is
+        // reaped (held above; the caller's contract).
+        let rc = unsafe { ffi::rxe_shim_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
+        if rc != 0 {
+            // SAFETY: held above for a receive the provider refused.
+            unsafe { self.rq.release_runs(s, first, runs) };
+            return Err(device_error(rc));
+        }
+        self.rq.slots[s] = Slot { wr_id, runs, first };
+        self.recv_done[s] = false;
+        self.recv_tail = seq + 1;
+        Ok(())
+    }
+
+    /// Reap receive completions (sends, writes with immediate, their errors and flushes);
+    /// never blocks.
+    fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let n = self.poll_into(self.recv_cq, out.len())?;
+        for (i, o) in out.iter_mut().enumerate().take(n) {
+            let wc = self.wcs[i];
+            let seq = wc.wr_id;
+            let s = self.rq.index(seq);
+            if seq < self.recv_head || seq >= self.recv_tail || self.recv_done[s] {
+                // Not a receive we have outstanding: counting it would retire another one.
+                let fault = if self.recv_head == self.recv_tail {
+                    DeviceFault::NoReceivePosted
+                } else {
+                    DeviceFault::NotOutstanding { counter: seq as u16 }
+                };
+                if i == 0 {
+                    return Err(Error::Fault(fault));
+                }
+                self.deferred_recv(fault);
+                return Ok(i);
+            }
+            // SAFETY: this receive's completion was reaped: the device no longer writes it.
+            let wr_id = unsafe { self.rq.release(seq) };
+            self.recv_done[s] = true;
+            while self.recv_head < self.recv_tail && self.recv_done[self.rq.index(self.recv_head)] {
+                self.recv_done[self.rq.index(self.recv_head)] = false;
+                self.recv_head += 1;
+            }
+            *o = completion(&wc, wr_id);
+        }
+        Ok(n)
+    }
+
+    fn recv_outstanding(&self) -> u32 {
+        (self.recv_tail - self.recv_head) as u32
+    }
+}
+
+impl RxeQp<'_> {
+    /// Report a receive-side fault found after good completions with the next send poll (the
+    /// queue pair's one place for errors a call could not return).
+    fn deferred_recv(&mut self, fault: DeviceFault) {
+        self.deferred.get_or_insert(Error::Fault(fault));
+    }
+}
+
 // SAFETY: sends are numbered by their sequence (`committed` is the next one's), and `head`
 // passes a request only when its completion, or a later one, was reaped, or at teardown.
-// Receives are not numbered yet: none is ever reported retired.
+// Receives are numbered by `recv_tail` at posting, and `recv_head` passes one only once its
+// own completion was reaped (and every earlier one's), or at teardown.
 unsafe impl Retired for RxeQp<'_> {
     fn queue_id(&self) -> QueueId {
         self.id
@@ -601,25 +961,34 @@ unsafe impl Retired for RxeQp<'_> {
     fn retired(&self, side: Side) -> u64 {
         match side {
             Side::Send => self.head,
-            Side::Recv => 0,
+            Side::Recv => self.recv_head,
         }
     }
 }
 
 impl Drop for RxeQp<'_> {
     fn drop(&mut self) {
-        // SAFETY: our QP on the id; after this the device reads and writes none of our
-        // buffers, so every region a pending request held can be released.
-        unsafe { ffi::rdma_destroy_qp(self.conn.id()) };
+        // SAFETY: our QP; after this the device reads and writes none of our buffers, so
+        // every region a pending request held can be released.
+        unsafe { destroy_qp(self.conn, self.qp, self.ud.is_some()) };
         self.rollback();
         while self.head < self.committed {
-            self.release_slot(self.head);
+            // SAFETY: the QP is destroyed.
+            unsafe { self.sq.release(self.head) };
             self.head += 1;
         }
-        for (_, r) in self.recv_slots.iter_mut() {
-            if let Some(r) = r.take() {
-                // SAFETY: the QP is destroyed; each receive's region is taken out once.
-                unsafe { r.release() };
+        while self.recv_head < self.recv_tail {
+            let s = self.rq.index(self.recv_head);
+            if !self.recv_done[s] {
+                // SAFETY: the QP is destroyed; a receive not yet completed is released once.
+                unsafe { self.rq.release(self.recv_head) };
+            }
+            self.recv_head += 1;
+        }
+        if let Some(ud) = self.ud.take() {
+            for ah in ud.ahs.into_values() {
+                // SAFETY: created by `ah`; the QP whose requests named it is gone.
+                unsafe { ffi::ibv_destroy_ah(ah.as_ptr()) };
             }
         }
         // SAFETY: the QP using them is gone.

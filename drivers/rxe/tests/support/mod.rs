@@ -7,7 +7,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdma_pmd::{Completion, RemoteBuf, Rkey, SendQueue};
+use rdma_pmd::{Completion, DestBuf, Pending, RecvQueue, RemoteBuf, Rkey, SendQueue};
 use rdma_pmd_rxe::peer::TargetInfo;
 use rdma_pmd_rxe::{Conn, Listener, QpConfig, Region, RxeQp};
 
@@ -58,6 +58,7 @@ pub fn wait_send<'r, Q: SendQueue<'r>>(q: &mut Q, n: usize) -> Vec<Completion> {
 
 enum Cmd {
     Read(usize, usize),
+    Write(usize, Vec<u8>),
     ReadRecv(usize, usize),
     Recv(usize),
     Quit,
@@ -68,7 +69,8 @@ enum Reply {
     Wcs(Vec<Completion>),
 }
 
-/// The passive end: listens, registers a write target, posts receives (64-byte buffers), and
+/// The passive end: listens, registers a target of every remote access (writes, reads,
+/// atomics), posts receives (64-byte buffers), and
 /// accepts with the target's [`TargetInfo`] as private data. Then serves reads of its memory
 /// and reaps receive completions on request.
 pub struct Target {
@@ -95,14 +97,21 @@ impl Target {
             let l = Listener::bind(&ip, port).expect("listen");
             ready_tx.send(()).unwrap();
             let conn = l.get_request().expect("get_request");
-            let region = Region::write_target(&conn, len).expect("register target");
-            let rbuf = Region::msgs(&conn, RECV_BUF * recvs.max(1) as usize).expect("recv buf");
+            let region = Region::remote_target(&conn, len).expect("register target");
+            let mut rbuf = Region::msgs(&conn, RECV_BUF * recvs.max(1) as usize).expect("recv buf");
             let cfg = QpConfig { max_recv_wr: recvs.max(1), ..QpConfig::default() };
             let mut qp = RxeQp::create(&conn, cfg).expect("target qp");
-            for i in 0..recvs as usize {
-                qp.post_recv(i as u64, Some(rbuf.buf(i * RECV_BUF, RECV_BUF).unwrap()))
-                    .expect("post_recv");
+            // Receive `i` owns bytes [i * RECV_BUF, (i + 1) * RECV_BUF) until it retires.
+            let mut pending: Vec<Pending<DestBuf<'_>>> = Vec::new();
+            let mut rest = rbuf.dest().expect("recv dest");
+            for i in 0..recvs as u64 {
+                let tail = rest.split_off(RECV_BUF).expect("split");
+                pending.push(qp.post_recv(i, rest).map_err(|r| r.error).expect("post_recv"));
+                rest = tail;
             }
+            let mut pending: Vec<Option<Pending<DestBuf<'_>>>> =
+                pending.into_iter().map(Some).collect();
+            let mut bufs: Vec<Option<DestBuf<'_>>> = (0..recvs).map(|_| None).collect();
             let r = region.remote();
             let info = TargetInfo { addr: r.addr, rkey: r.rkey.get(), len: len as u32 };
             qp.accept(&info.to_bytes()).expect("accept");
@@ -113,9 +122,19 @@ impl Target {
                         region.read(off, &mut b).unwrap();
                         reply_tx.send(Reply::Bytes(b)).unwrap();
                     }
-                    Cmd::ReadRecv(off, n) => {
+                    Cmd::Write(off, data) => {
+                        region.write(off, &data).unwrap();
+                        reply_tx.send(Reply::Bytes(Vec::new())).unwrap();
+                    }
+                    Cmd::ReadRecv(i, n) => {
+                        if let Some(p) = pending[i].take() {
+                            let b = p.reclaim(&qp).unwrap_or_else(|_| {
+                                panic!("receive {i} read before its completion was reaped")
+                            });
+                            bufs[i] = Some(b);
+                        }
                         let mut b = vec![0; n];
-                        rbuf.read(off, &mut b).unwrap();
+                        bufs[i].as_ref().expect("receive buffer").read(0, &mut b).unwrap();
                         reply_tx.send(Reply::Bytes(b)).unwrap();
                     }
                     Cmd::Recv(n) => {
@@ -143,9 +162,15 @@ impl Target {
         self.bytes(Cmd::Read(off, n))
     }
 
-    /// The bytes of receive buffer `i`.
+    /// Copy `data` into the target's bytes at `off`.
+    pub fn write(&self, off: usize, data: &[u8]) {
+        self.bytes(Cmd::Write(off, data.to_vec()));
+    }
+
+    /// The bytes of receive buffer `i` (its completion must have been reaped by
+    /// [`recv`](Self::recv): the buffer comes back from its `Pending` only then).
     pub fn read_recv(&self, i: usize, n: usize) -> Vec<u8> {
-        self.bytes(Cmd::ReadRecv(i * RECV_BUF, n))
+        self.bytes(Cmd::ReadRecv(i, n))
     }
 
     /// Wait for `n` receive completions.
@@ -176,6 +201,26 @@ impl Drop for Target {
             }
         }
     }
+}
+
+/// Run `body` as a passive end on its own thread: listen on `ip:port`, take one connection
+/// request and hand its [`Conn`] to `body` (which creates its queue pair and regions, posts
+/// what it needs and accepts). Returns once it listens; join the handle for `body`'s result.
+pub fn passive<T, F>(ip: &str, port: u16, body: F) -> JoinHandle<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&Conn) -> T + Send + 'static,
+{
+    let (ready_tx, ready_rx) = channel::<()>();
+    let ip = ip.to_string();
+    let h = std::thread::spawn(move || {
+        let l = Listener::bind(&ip, port).expect("listen");
+        ready_tx.send(()).unwrap();
+        let conn = l.get_request().expect("get_request");
+        body(&conn)
+    });
+    ready_rx.recv_timeout(WAIT).expect("passive end listening");
+    h
 }
 
 /// The active end's connection, resolved and ready for regions and a queue pair.
