@@ -861,7 +861,8 @@ impl<'r> RecvQueue<'r> for RxeQp<'r> {
             return Err(Error::QueueFull { needed: 1, free: 0 });
         }
         if dest.count() > self.recv_caps.max_recv_sge as usize {
-            return Err(Error::InvalidArgument("more receive elements than max_recv_sge"));
+            let max = self.recv_caps.max_recv_sge as usize;
+            return Err(Error::TooManyRecvSges { given: dest.count(), max });
         }
         if dest.total_len().is_none() {
             return Err(Error::InvalidArgument("message above 2 GiB"));
