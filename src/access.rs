@@ -228,9 +228,13 @@ mod tests {
         // SAFETY: as above.
         unsafe { load_bytes(base.add(1), &mut out) };
         assert_eq!(out, data);
-        // SAFETY: as above.
-        unsafe { fill_bytes(base.add(3), 20, 0xa5) };
-        let w = w.0;
-        assert_eq!((w[0], w[1], w[2], w[3], w[22], w[23]), (0, 1, 2, 0xa5, 0xa5, 23));
+        assert_eq!((w.0[0], w.0[1], w.0[29], w.0[30]), (0, 1, 29, 0));
+        // A second buffer for the fill: its split differs from the copies' above, and Miri's
+        // weak-memory emulation cannot mix access sizes on one byte even when they are ordered.
+        let mut f = Words([0; 32]);
+        // SAFETY: as above, for `f`.
+        unsafe { fill_bytes(f.0.as_mut_ptr().add(3), 20, 0xa5) };
+        let f = f.0;
+        assert_eq!((f[2], f[3], f[22], f[23]), (0, 0xa5, 0xa5, 0));
     }
 }

@@ -162,7 +162,10 @@ impl<'r> LocalBuf<'r> {
     /// # Safety
     /// `ptr` must point to `len` bytes that stay allocated for `'r` and that the device reaches
     /// as `addr` under `lkey` for as long as `region` is registered; `region` must be the
-    /// [`RegionUse`] of the region `lkey` names.
+    /// [`RegionUse`] of the region `lkey` names. The bytes are read through `ptr` only by
+    /// atomic accesses (an inline copy), never by a reference, so `ptr` must carry a
+    /// provenance that permits them: memory the backend mapped or allocated, or cells, not a
+    /// pointer taken from a plain `&[u8]`.
     #[allow(unsafe_code)]
     #[inline]
     pub const unsafe fn from_raw_parts(

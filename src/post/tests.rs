@@ -8,6 +8,7 @@ use crate::addr::{Lkey, Rkey};
 use crate::completion::{WcOpcode, WcStatus};
 use crate::dest::{DestBuf, DestKind, QueueId, Retired, Side};
 use crate::region::{self, RegionUse};
+use core::cell::Cell;
 use core::ptr::NonNull;
 
 /// A queue of 8 slots that accepts requests of at most 4 SGEs / 32 inline bytes.
@@ -125,8 +126,9 @@ impl<'r> SendQueue<'r> for Fake<'r> {
     }
 }
 
-fn buf<'r>(r: &'r RegionUse, mem: &'r [u8]) -> LocalBuf<'r> {
-    // SAFETY: `mem` outlives 'r and the fake device never dereferences it.
+fn buf<'r>(r: &'r RegionUse, mem: &'r [Cell<u8>]) -> LocalBuf<'r> {
+    // SAFETY: `mem` outlives 'r, and its cells allow the atomic reads an inline copy makes
+    // through the buffer's pointer (a plain `&[u8]` would not: it is read-only).
     #[allow(unsafe_code)]
     unsafe {
         LocalBuf::from_raw_parts(r, NonNull::from(mem).cast(), 0x5000, mem.len() as u32, Lkey(1))
@@ -138,7 +140,7 @@ const REMOTE: RemoteBuf = RemoteBuf::new(0x9000, Rkey(0xabc));
 #[test]
 fn single_post_rings_once_and_returns_context() {
     let r = RegionUse::new();
-    let m = [0u8; 64];
+    let m = cells::<64>(0);
     let mut q = Fake::new();
     q.post_writev(42, &[buf(&r, &m)], SendFlags::SIGNALED, REMOTE).unwrap();
     assert_eq!(q.doorbells, 1);
@@ -150,7 +152,7 @@ fn single_post_rings_once_and_returns_context() {
 #[test]
 fn limits_give_typed_errors_and_change_nothing() {
     let r = RegionUse::new();
-    let m = [0u8; 64];
+    let m = cells::<64>(0);
     let b = buf(&r, &m);
     let mut q = Fake::new();
     let e = q.post_writev(1, &[b; 5], SendFlags::empty(), REMOTE).unwrap_err();
@@ -177,7 +179,7 @@ fn zero_sges_and_empty_inline_are_valid() {
 #[test]
 fn batch_commits_with_one_doorbell() {
     let r = RegionUse::new();
-    let m = [0u8; 16];
+    let m = cells::<16>(0);
     let mut q = Fake::new();
     let mut b = q.batch();
     for i in 0..5 {
@@ -190,7 +192,7 @@ fn batch_commits_with_one_doorbell() {
 #[test]
 fn dropped_batch_rolls_back() {
     let r = RegionUse::new();
-    let m = [0u8; 16];
+    let m = cells::<16>(0);
     let mut q = Fake::new();
     {
         let mut b = q.batch();
@@ -241,8 +243,7 @@ fn messages_past_2_gib_or_wrapping_the_remote_range_are_refused() {
 #[test]
 fn inline_chunks_carry_every_byte_in_order() {
     let r = RegionUse::new();
-    let mut mem = [0u8; 200];
-    mem.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+    let mem: [Cell<u8>; 200] = core::array::from_fn(|i| Cell::new(i as u8));
     let b = buf(&r, &mem);
     let pieces = [b.slice(0, 10).unwrap(), b.slice(10, 190).unwrap()];
     let (mut got, mut n) = ([0u8; 200], 0);
@@ -251,13 +252,18 @@ fn inline_chunks_carry_every_byte_in_order() {
         got[n..n + c.len()].copy_from_slice(c);
         n += c.len();
     });
-    assert_eq!((n, got), (200, mem));
+    assert_eq!((n, got), (200, mem.map(Cell::into_inner)));
     let (mut got, mut n) = ([0u8; 5], 0);
     Source::inline(&[b"ab", b"", b"cde"]).for_each_inline_chunk(|c| {
         got[n..n + c.len()].copy_from_slice(c);
         n += c.len();
     });
     assert_eq!(&got, b"abcde");
+}
+
+/// `N` bytes of `v` that a [`LocalBuf`] may read through its pointer.
+fn cells<const N: usize>(v: u8) -> [Cell<u8>; N] {
+    core::array::from_fn(|_| Cell::new(v))
 }
 
 /// A destination buffer over `mem` (the fake device never touches it).
@@ -327,7 +333,7 @@ fn refused_requests_give_their_buffers_back() {
 fn a_batch_mixes_reads_writes_and_atomics_under_one_doorbell() {
     let r = RegionUse::new();
     let (mut m1, mut m2) = ([0u8; 64], [0u8; 8]);
-    let src = [7u8; 16];
+    let src = cells::<16>(7);
     let mut q = Fake::new();
     let mut b = q.batch();
     b.post_writev(1, &[buf(&r, &src)], SendFlags::empty(), REMOTE).unwrap();

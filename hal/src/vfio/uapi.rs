@@ -109,6 +109,9 @@ pub struct VfioDeviceInfo {
     pub num_regions: u32,
     pub num_irqs: u32,
     pub cap_offset: u32,
+    /// Explicit tail padding, named by the uapi since Linux 6.8; older kernels check `argsz`
+    /// against the size without it, which this one exceeds, so both accept it.
+    pub pad: u32,
 }
 
 /// `struct vfio_region_info`.
@@ -191,7 +194,7 @@ pub const fn argsz<T>() -> u32 {
 // Layouts, as `include/uapi/linux/vfio.h` declares them (x86_64 and arm64 agree).
 const _: () = {
     assert!(size_of::<VfioGroupStatus>() == 8);
-    assert!(size_of::<VfioDeviceInfo>() == 20);
+    assert!(size_of::<VfioDeviceInfo>() == 24);
     assert!(offset_of!(VfioDeviceInfo, num_regions) == 8);
     assert!(offset_of!(VfioDeviceInfo, cap_offset) == 16);
     assert!(size_of::<VfioRegionInfo>() == 32);
