@@ -30,6 +30,10 @@ use crate::cqe::CqeRepr;
 use crate::model::Shared;
 use crate::objects::{Device, QpState, Route};
 
+/// The path MTU of a datagram QP, in bytes: a UD QP has no path of its own, and the model
+/// takes the IB MTU of a RoCE port on a 1500-byte Ethernet link (what rxe and mlx5 report).
+pub const UD_MTU: u32 = 1024;
+
 /// One RDMA WRITE message on the wire.
 #[derive(Clone, Debug)]
 pub(crate) struct Packet {
@@ -135,25 +139,14 @@ fn respond_locked(sh: &Shared, p: &Packet) -> Resp {
     }
     let mut recv = None;
     if p.with_imm {
-        let posted = match qp.spec.log_rq_size {
-            None => 0,
-            Some(_) => match sh.read_be32(qp.spec.dbrec) {
-                Some(rec) => u32::from((rec as u16).wrapping_sub(qp.rq_ci)),
-                None => 0,
-            },
-        };
-        if posted == 0 || posted > qp.rq_cnt() {
+        if qp.rq_posted(sh) == 0 {
             bump(&sh.stats.rnr_naks);
             return Resp::Rnr;
         }
-        let slot = u64::from(u32::from(qp.rq_ci) & (qp.rq_cnt() - 1)) << qp.spec.log_rq_stride;
+        let at = qp.rq_slot();
         let mut wqe = vec![0u8; 1 << qp.spec.log_rq_stride];
-        if !sh.dma.read(BusAddr(qp.spec.buf + slot), &mut wqe) {
-            sh.note(
-                qpn,
-                Some(qp.rq_ci),
-                Reason::DmaFault { bus: qp.spec.buf + slot, len: wqe.len() as u64 },
-            );
+        if !sh.dma.read(BusAddr(at), &mut wqe) {
+            sh.note(qpn, Some(qp.rq_ci), Reason::DmaFault { bus: at, len: wqe.len() as u64 });
             qp.state = QpState::Error;
             return Resp::Fail(Reason::RecvWqeFault { qpn });
         }

@@ -270,7 +270,7 @@ fn object_checks() {
     assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::EMPTY_RANGE));
     assert_eq!(d.model.shared().dev().mkeys.len(), 0, "nothing half-created");
 
-    // QPs: UD is not modelled, unknown CQ, oversized SQ.
+    // QPs: XRC is not modelled, unknown CQ, oversized SQ.
     let mut q = d.qp_input(pd, cq, uar, 6);
     set_in(&mut q, ifc::create_qp_in::QPC, ifc::qpc::ST, 3);
     assert_eq!(d.status(&q, 16), (CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
