@@ -78,6 +78,7 @@ pub mod cqe;
 pub mod direct;
 pub mod engine;
 pub mod fw;
+pub mod grh;
 mod model;
 mod objects;
 pub mod responder;
