@@ -4,8 +4,10 @@
 mod harness;
 
 mod control;
+mod datagram;
 mod errors;
 mod imm;
 mod vectors;
+mod verbs;
 mod wire;
 mod write;
