@@ -1,9 +1,9 @@
 //! The 40 bytes a UD or GSI receiver finds at the start of its scatter list: the network
 //! header of the datagram as it arrived.
 //!
-//! On a RoCE v2 port a datagram has no IB GRH on the wire, yet the verbs contract (IBTA
-//! 11.4.1.1: a UD receive buffer starts with 40 bytes for the GRH) is kept by placing the IP
-//! header there instead:
+//! On a RoCE v2 port a datagram has no IB GRH on the wire, yet the verbs contract (a UD
+//! receive buffer starts with 40 bytes for the GRH, `ibv_post_recv(3)`) is kept by placing
+//! the IP header there instead:
 //!
 //! * IPv4 (both GIDs IPv4-mapped, `::ffff:a.b.c.d`): 20 bytes of zeros, then the 20-byte
 //!   IPv4 header, so the IP header ends where a GRH would. This is the layout of the kernel's

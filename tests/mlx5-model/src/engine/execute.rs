@@ -7,7 +7,7 @@
 //! A datagram (UD, GSI) goes to the port owning the address vector's destination GID, if the
 //! vector's MAC is that port's; a datagram that reaches no port is dropped and counted here,
 //! and the sender still completes (UD is unreliable). Its Q_Key is the vector's, or the
-//! sending QP's own when the vector's has the high bit set (IBTA 10.2.5); its source QP is 1
+//! sending QP's own when the vector's has the high bit set (the IBTA's controlled Q_Keys, `ibv_post_send(3)`); its source QP is 1
 //! for a GSI QP; its network header is built here ([`crate::grh`]) because the receiver sees
 //! what the sender put on the wire.
 //!

@@ -1,14 +1,14 @@
 //! The responder: what a message does when it reaches a QP of this model.
 //!
-//! A [`Packet`] carries one whole message (the model delivers messages, not the packets they
-//! would be cut into; `npkts` says how many PSNs they take). RC messages go to [`rc`], which
-//! applies the IB responder checks (IBTA chapter 9.7) in order; datagrams go to [`ud`];
-//! both place what arrives for a receive WQE through [`recv`].
+//! A `Packet` carries one whole message (the model delivers messages, not the packets they
+//! would be cut into; `npkts` says how many PSNs they take). RC messages go to `rc`, which
+//! applies the IB responder checks (the IB spec's RC responder rules) in order; datagrams go to `ud`;
+//! both place what arrives for a receive WQE through `recv`.
 //!
-//! The answer ([`Resp`]) is what the requester learns: an ACK, an ACK with data (an RDMA READ
+//! The answer (`Resp`) is what the requester learns: an ACK, an ACK with data (an RDMA READ
 //! response or an atomic's original value), an RNR NAK, or a failure that names its
-//! [`Reason`] (a NAK, or a request that was never acknowledged). A datagram is always
-//! answered with [`Resp::Ack`]: UD is unreliable, and the sender completes whether or not
+//! `Reason` (a NAK, or a request that was never acknowledged). A datagram is always
+//! answered with `Resp::Ack`: UD is unreliable, and the sender completes whether or not
 //! the datagram was accepted; a drop is counted and logged at the receiving model.
 
 pub(crate) mod rc;

@@ -2,13 +2,13 @@
 //!
 //! The destination QPN picks the QP: 1 is the port's GSI QP (QP1), any other number a UD QP
 //! of that number. The datagram is dropped — counted in `datagrams_dropped` and logged with
-//! its reason, the sender still completing successfully (UD is unreliable, IBTA 9.8) — when:
+//! its reason, the sender still completing successfully (UD is unreliable) — when:
 //!
 //! * there is no such QP, it is not a datagram QP of the right kind, or it is not in RTR or
 //!   RTS ([`Reason::DatagramNoQp`]);
 //! * the DETH Q_Key is not the QP's ([`Reason::QkeyMismatch`]; rxe `check_keys`). The sender
 //!   resolved the Q_Key already: the address vector's, or its own QP's when the address
-//!   vector's has the high bit set (IBTA 10.2.5, "controlled" Q_Keys; `ibv_post_send(3)`);
+//!   vector's has the high bit set (the IBTA's "controlled" Q_Keys; `ibv_post_send(3)`, `wr.ud.remote_qkey`);
 //! * no receive WQE is posted ([`Reason::DatagramNoReceive`]: UD has no RNR NAK).
 //!
 //! An accepted datagram consumes the next receive WQE: its first 40 bytes receive the network
