@@ -330,7 +330,7 @@ pub fn inline_wqe(pi: u16, qpn: u32, fm_ce_se: u8, raddr: u64, rkey: u32, data: 
 
 /// The control segment alone: `opmod_idx_opcode`, `qpn_ds` (DS filled by [`finish`]),
 /// `fm_ce_se`, `imm`.
-fn ctrl(pi: u16, qpn: u32, opcode: u8, fm_ce_se: u8, imm: u32) -> Vec<u8> {
+pub fn ctrl(pi: u16, qpn: u32, opcode: u8, fm_ce_se: u8, imm: u32) -> Vec<u8> {
     let mut w = vec![0u8; 16];
     w[0..4].copy_from_slice(&((u32::from(pi) << 8) | u32::from(opcode)).to_be_bytes());
     w[4..8].copy_from_slice(&(qpn << 8).to_be_bytes());
@@ -356,7 +356,7 @@ fn inline_seg(w: &mut Vec<u8>, data: &[u8]) {
 }
 
 /// Set DS from the length and pad the WQE to whole WQEBBs.
-fn finish(mut w: Vec<u8>) -> Vec<u8> {
+pub fn finish(mut w: Vec<u8>) -> Vec<u8> {
     let ds = w.len() / 16;
     w[7] = ds as u8;
     w.resize(w.len().next_multiple_of(64), 0);

@@ -2,6 +2,7 @@
 //! `mlx5dv.h` and `qp.c`, built here without the driver's code).
 
 mod harness;
+mod hostile;
 
 mod control;
 mod datagram;
