@@ -6,7 +6,9 @@
 use rdma_pmd::code_enum;
 code_enum! {
     /// Send WQE opcode: bits 7:0 of the control segment's `opmod_idx_opcode`
-    /// (`MLX5_OPCODE_*`, mlx5dv.h). The model executes only the RDMA WRITE family.
+    /// (`MLX5_OPCODE_*`, mlx5dv.h). The model executes the RC verbs (WRITE, WRITE WITH
+    /// IMMEDIATE, SEND, SEND WITH IMMEDIATE, READ, compare-and-swap, fetch-and-add) and UD
+    /// SEND (WITH IMMEDIATE).
     SendOpcode: u8 {
         /// `MLX5_OPCODE_NOP`.
         Nop = 0x00,
@@ -20,6 +22,10 @@ code_enum! {
         SendImm = 0x0b,
         /// `MLX5_OPCODE_RDMA_READ`.
         RdmaRead = 0x10,
+        /// `MLX5_OPCODE_ATOMIC_CS`: 8-byte compare and swap.
+        AtomicCs = 0x11,
+        /// `MLX5_OPCODE_ATOMIC_FA`: 8-byte fetch and add.
+        AtomicFa = 0x12,
     }
 }
 
@@ -30,8 +36,10 @@ code_enum! {
         Req = 0,
         /// `MLX5_CQE_RESP_WR_IMM`: an RDMA WRITE WITH IMMEDIATE consumed a receive WQE.
         RespWrImm = 1,
-        /// `MLX5_CQE_RESP_SEND`.
+        /// `MLX5_CQE_RESP_SEND`: a SEND consumed a receive WQE.
         RespSend = 2,
+        /// `MLX5_CQE_RESP_SEND_IMM`: a SEND WITH IMMEDIATE consumed a receive WQE.
+        RespSendImm = 3,
         /// `MLX5_CQE_REQ_ERR`: a send WQE completed in error (or was flushed).
         ReqErr = 13,
         /// `MLX5_CQE_RESP_ERR`: a receive WQE completed in error (or was flushed).

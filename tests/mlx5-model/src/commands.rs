@@ -12,9 +12,10 @@
 //! | `CREATE_CQ` | `log_size <= log_max_cq_sz`; buffer 4 KiB aligned; doorbell record 8-byte aligned; UAR allocated |
 //! | `DESTROY_CQ` | exists; no QP uses it |
 //! | `CREATE_QP` | PD, CQs, UAR exist; `log_sq_size <= log_max_qp_sz`, `log_rq_size <= log_max_qp_sz`, `4 <= log_rq_stride <= 11`; buffer 4 KiB aligned; doorbell record 8-byte aligned |
-//! | `RST2INIT` | state RST; port 1 |
-//! | `INIT2RTR` | state INIT; MTU 1..=5; remote QPN and PSN within 24 bits; RoCE source GID index exists |
-//! | `RTR2RTS` | state RTR; PSN within 24 bits; timeout ≤ 31; retry and RNR retry ≤ 7 |
+//! | `CREATE_QP` (GSI) | no other GSI QP on the port (QP 1 is one QP per port) |
+//! | `RST2INIT` | state RST; port 1; the transition's kind (RC, or UD/GSI with its Q_Key) matches the QP's service |
+//! | `INIT2RTR` | state INIT; RC: MTU 1..=5; remote QPN and PSN within 24 bits; RoCE source GID index exists |
+//! | `RTR2RTS` | state RTR; PSN within 24 bits; RC: timeout ≤ 31; retry and RNR retry ≤ 7 |
 //! | `2ERR` | any state; flushes |
 //! | `2RST` | any state; the QP's counters restart at 0 |
 //! | `DESTROY_*` | the object exists |
@@ -23,7 +24,7 @@ use rdma_pmd::{Errno, Error};
 
 use crate::engine::flush_on_error;
 use crate::model::Shared;
-use crate::objects::{Cq, Mkey, Qp, QpSpec, QpState, Rights, Route, UarState, Xlate};
+use crate::objects::{Cq, Mkey, Qp, QpSpec, QpState, Rights, Route, Service, UarState, Xlate};
 
 fn inval(what: &'static str) -> Error {
     Error::InvalidArgument(what)
@@ -32,9 +33,33 @@ fn inval(what: &'static str) -> Error {
 /// A QP state transition.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum QpCmd {
-    RstToInit { port: u8, rights: Rights },
-    InitToRtr { remote_qpn: u32, route: Route, mtu: u8, rq_psn: u32 },
-    RtrToRts { sq_psn: u32, timeout: u8, retry_cnt: u8, rnr_retry: u8 },
+    RstToInit {
+        port: u8,
+        rights: Rights,
+    },
+    InitToRtr {
+        remote_qpn: u32,
+        route: Route,
+        mtu: u8,
+        rq_psn: u32,
+    },
+    RtrToRts {
+        sq_psn: u32,
+        timeout: u8,
+        retry_cnt: u8,
+        rnr_retry: u8,
+    },
+    /// RST2INIT of a UD or GSI QP: the port and the QP's Q_Key.
+    RstToInitUd {
+        port: u8,
+        qkey: u32,
+    },
+    /// INIT2RTR of a UD or GSI QP: a datagram QP has no peer.
+    InitToRtrUd,
+    /// RTR2RTS of a UD or GSI QP.
+    RtrToRtsUd {
+        sq_psn: u32,
+    },
     ToErr,
     ToRst,
 }
@@ -186,6 +211,9 @@ impl Shared {
         if s.dbrec & 7 != 0 {
             return Err(inval("QP doorbell record not 8-byte aligned"));
         }
+        if s.service == Service::Gsi && dev.qps.values().any(|q| q.spec.service == Service::Gsi) {
+            return Err(inval("the port already has its GSI QP"));
+        }
         let qpn = dev.next_qpn;
         if qpn > 0x00ff_ffff {
             return Err(Error::Device(Errno::ENOMEM));
@@ -201,6 +229,7 @@ impl Shared {
                 rights: Rights::default(),
                 remote_qpn: 0,
                 route: Route::Loopback,
+                qkey: 0,
                 mtu: 256,
                 epsn: 0,
                 npsn: 0,
@@ -222,7 +251,45 @@ impl Shared {
         let next_gen = dev.next_gen;
         let Some(qp) = dev.qps.get_mut(&qpn) else { return Err(inval("unknown QP")) };
         let bad = || Err(inval("QP state transition not allowed from the current state"));
+        let datagram_cmd = matches!(
+            cmd,
+            QpCmd::RstToInitUd { .. } | QpCmd::InitToRtrUd | QpCmd::RtrToRtsUd { .. }
+        );
+        let rc_cmd = matches!(
+            cmd,
+            QpCmd::RstToInit { .. } | QpCmd::InitToRtr { .. } | QpCmd::RtrToRts { .. }
+        );
+        if (datagram_cmd && !qp.spec.service.datagram()) || (rc_cmd && qp.spec.service.datagram()) {
+            return Err(inval("transition fields of another QP service type"));
+        }
         match cmd {
+            QpCmd::RstToInitUd { port, qkey } => {
+                if qp.state != QpState::Reset {
+                    return bad();
+                }
+                if port != 1 {
+                    return Err(inval("no such port"));
+                }
+                qp.qkey = qkey;
+                qp.state = QpState::Init;
+            }
+            QpCmd::InitToRtrUd => {
+                if qp.state != QpState::Init {
+                    return bad();
+                }
+                qp.mtu = crate::responder::UD_MTU;
+                qp.state = QpState::Rtr;
+            }
+            QpCmd::RtrToRtsUd { sq_psn } => {
+                if qp.state != QpState::Rtr {
+                    return bad();
+                }
+                if sq_psn > 0x00ff_ffff {
+                    return Err(inval("PSN wider than 24 bits"));
+                }
+                qp.npsn = sq_psn;
+                qp.state = QpState::Rts;
+            }
             QpCmd::RstToInit { port, rights } => {
                 if qp.state != QpState::Reset {
                     return bad();
@@ -281,6 +348,7 @@ impl Shared {
                 qp.rq_ci = 0;
                 qp.rnr = None;
                 qp.rights = Rights::default();
+                qp.qkey = 0;
                 qp.gen = next_gen;
                 dev.next_gen += 1;
                 dev.ready.remove(&qpn);

@@ -15,7 +15,9 @@ use crate::codes::Syndrome;
 /// does too, but a correct driver never triggers them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
-    /// Fatal: opcode other than RDMA WRITE (0x08) / RDMA WRITE WITH IMM (0x09).
+    /// Fatal: an opcode the QP's service does not execute (RC: WRITE 0x08, WRITE WITH IMM
+    /// 0x09, SEND 0x0a, SEND WITH IMM 0x0b, READ 0x10, CAS 0x11, FAA 0x12; UD and GSI: SEND and
+    /// SEND WITH IMM).
     UnsupportedOpcode {
         /// The opcode byte.
         opcode: u8,
@@ -136,6 +138,126 @@ pub enum Reason {
         /// Length.
         len: u64,
     },
+    /// Fatal (0x04): a READ or atomic result lands in a region registered without local
+    /// write (`mkc.lw`).
+    LkeyNoLocalWrite {
+        /// The lkey.
+        lkey: u32,
+    },
+    /// Fatal (0x02): an inline segment where the opcode scatters (READ, atomics).
+    InlineNotAllowed {
+        /// The opcode.
+        opcode: u8,
+    },
+    /// Fatal (0x02): an atomic WQE without exactly one pointer segment for its result.
+    AtomicSegments {
+        /// Data segments found.
+        count: u32,
+    },
+    /// Fatal (0x01): an atomic's result segment is not 8 bytes (`ibv_poll_cq(3)`: "an Atomic
+    /// operation which its size is different than 8 bytes").
+    AtomicLength {
+        /// The segment's length.
+        len: u64,
+    },
+    /// Fatal (0x01): a datagram longer than the path MTU of a UD QP.
+    DatagramTooLong {
+        /// Payload bytes.
+        len: u64,
+        /// The MTU.
+        mtu: u32,
+    },
+    /// Fatal (0x02): the address vector names a source GID index outside the GID table.
+    BadSgidIndex {
+        /// The index (`grh_gid_fl` bits 27:20).
+        index: u8,
+    },
+    /// Fatal (0x13): the rkey was not registered with REMOTE_READ.
+    RkeyNoRemoteRead {
+        /// The rkey.
+        rkey: u32,
+    },
+    /// Fatal (0x13): the target QP was not given REMOTE_READ (`rre`) in RST2INIT.
+    QpNoRemoteRead {
+        /// The target QP.
+        qpn: u32,
+    },
+    /// Fatal (0x13): the rkey was not registered with REMOTE_ATOMIC (`mkc.a`).
+    RkeyNoRemoteAtomic {
+        /// The rkey.
+        rkey: u32,
+    },
+    /// Fatal (0x13): the target QP was not given remote atomics (`rae`) in RST2INIT.
+    QpNoRemoteAtomic {
+        /// The target QP.
+        qpn: u32,
+    },
+    /// Fatal (0x12): an atomic's remote address is not 8-byte aligned; the responder NAKs
+    /// "invalid request" and moves to ERR (rxe `check_rkey` → `RESPST_ERR_MISALIGNED_ATOMIC`,
+    /// a class C error).
+    AtomicMisaligned {
+        /// The remote address.
+        addr: u64,
+    },
+    /// Fatal (0x12 at the sender): the message is longer than the receive WQE's scatter list;
+    /// the receive completes with `LOCAL_LENGTH_ERR` (rxe `RESPST_ERR_LENGTH`, class C).
+    RecvTooShort {
+        /// The receiving QP.
+        qpn: u32,
+        /// Bytes to place.
+        len: u64,
+        /// Bytes the scatter list holds.
+        room: u64,
+    },
+    /// Fatal (0x14 at the sender): a receive scatter entry's lkey lacks local write; the
+    /// receive completes with `LOCAL_PROT_ERR`.
+    RecvNoLocalWrite {
+        /// The receiving QP.
+        qpn: u32,
+        /// The lkey.
+        lkey: u32,
+    },
+    /// Fatal (0x14 at the sender): a receive scatter entry's lkey is unknown, in another PD,
+    /// exceeded, or does not translate; the receive completes with `LOCAL_PROT_ERR`.
+    RecvBadLkey {
+        /// The receiving QP.
+        qpn: u32,
+        /// The lkey.
+        lkey: u32,
+    },
+    /// Fatal (0x14 at the sender): a receive scatter entry has bit 31 of its byte count set
+    /// (receive WQEs have no inline data); the receive completes with `LOCAL_QP_OP_ERR`.
+    RecvMalformed {
+        /// The receiving QP.
+        qpn: u32,
+    },
+    /// Fatal (0x15): the packet's transport (RC or UD) is not the target QP's: it is dropped
+    /// silently, as rxe's `check_type_state` does.
+    ServiceMismatch {
+        /// The target QP.
+        qpn: u32,
+    },
+    /// Note, datagram dropped: its Q_Key is not the receiving QP's.
+    QkeyMismatch {
+        /// The receiving QP.
+        qpn: u32,
+        /// The Q_Key the datagram carried.
+        qkey: u32,
+        /// The QP's Q_Key.
+        expected: u32,
+    },
+    /// Note, datagram dropped: no receive WQE posted at the receiving QP (UD has no RNR).
+    DatagramNoReceive {
+        /// The receiving QP.
+        qpn: u32,
+    },
+    /// Note, datagram dropped: no UD/GSI QP of that number in RTR or RTS on the port.
+    DatagramNoQp {
+        /// The destination QPN.
+        qpn: u32,
+    },
+    /// Note, datagram dropped: the destination GID and MAC lead to no port.
+    DatagramNoRoute,
     /// Fatal (0x15): the request's PSN is not the one the responder expects.
     PsnMismatch {
         /// PSN sent.
@@ -268,25 +390,52 @@ impl Reason {
             | DsTooSmall { .. }
             | WqeTooLarge { .. }
             | InlineOverrun { .. }
-            | WqePastDoorbellRecord { .. } => Syndrome::LocalQpOp,
-            MessageTooLong { .. } => Syndrome::LocalLength,
-            UnknownLkey { .. } | LkeyPdMismatch { .. } | LkeyOutOfBounds { .. } => {
-                Syndrome::LocalProt
+            | WqePastDoorbellRecord { .. }
+            | InlineNotAllowed { .. }
+            | AtomicSegments { .. }
+            | BadSgidIndex { .. } => Syndrome::LocalQpOp,
+            MessageTooLong { .. } | AtomicLength { .. } | DatagramTooLong { .. } => {
+                Syndrome::LocalLength
             }
+            UnknownLkey { .. }
+            | LkeyPdMismatch { .. }
+            | LkeyOutOfBounds { .. }
+            | LkeyNoLocalWrite { .. } => Syndrome::LocalProt,
             DmaFault { .. } => Syndrome::LocalProt,
             UnknownRkey { .. }
             | RkeyPdMismatch { .. }
             | RkeyNoRemoteWrite { .. }
             | QpNoRemoteWrite { .. }
             | RkeyOutOfBounds { .. }
-            | RemoteDmaFault { .. } => Syndrome::RemoteAccess,
-            RecvWqeFault { .. } => Syndrome::RemoteOp,
-            PsnMismatch { .. }
+            | RemoteDmaFault { .. }
+            | RkeyNoRemoteRead { .. }
+            | QpNoRemoteRead { .. }
+            | RkeyNoRemoteAtomic { .. }
+            | QpNoRemoteAtomic { .. } => Syndrome::RemoteAccess,
+            AtomicMisaligned { .. } | RecvTooShort { .. } => Syndrome::RemoteInvalReq,
+            RecvWqeFault { .. }
+            | RecvNoLocalWrite { .. }
+            | RecvBadLkey { .. }
+            | RecvMalformed { .. } => Syndrome::RemoteOp,
+            ServiceMismatch { .. }
+            | PsnMismatch { .. }
             | MtuExceeded { .. }
             | NoRoute
             | TargetNotReady { .. }
             | AckLost { .. } => Syndrome::TransportRetryExc,
             RnrRetryExceeded { .. } => Syndrome::RnrRetryExc,
+            _ => return None,
+        })
+    }
+
+    /// The syndrome of the receiver's `RESP_ERR` CQE when the reason is a fault of the
+    /// receive WQE (the receive completes in error and the receiving QP moves to ERR).
+    pub fn receiver_syndrome(&self) -> Option<Syndrome> {
+        use Reason::*;
+        Some(match self {
+            RecvTooShort { .. } => Syndrome::LocalLength,
+            RecvNoLocalWrite { .. } | RecvBadLkey { .. } => Syndrome::LocalProt,
+            RecvMalformed { .. } => Syndrome::LocalQpOp,
             _ => return None,
         })
     }
@@ -309,16 +458,31 @@ impl Reason {
             WqeTooLarge { .. } => 0x06,
             InlineOverrun { .. } => 0x07,
             WqePastDoorbellRecord { .. } => 0x08,
+            InlineNotAllowed { .. } => 0x09,
+            AtomicSegments { .. } => 0x0a,
+            BadSgidIndex { .. } => 0x0b,
             MessageTooLong { .. } => 0x10,
+            AtomicLength { .. } => 0x11,
+            DatagramTooLong { .. } => 0x12,
             UnknownLkey { .. } => 0x20,
             LkeyPdMismatch { .. } => 0x21,
             LkeyOutOfBounds { .. } => 0x22,
+            LkeyNoLocalWrite { .. } => 0x23,
             DmaFault { .. } => 0x2f,
             UnknownRkey { .. } => 0x30,
             RkeyPdMismatch { .. } => 0x31,
             RkeyNoRemoteWrite { .. } => 0x32,
             QpNoRemoteWrite { .. } => 0x33,
             RkeyOutOfBounds { .. } => 0x34,
+            RkeyNoRemoteRead { .. } => 0x35,
+            QpNoRemoteRead { .. } => 0x36,
+            RkeyNoRemoteAtomic { .. } => 0x37,
+            QpNoRemoteAtomic { .. } => 0x39,
+            AtomicMisaligned { .. } => 0x3a,
+            RecvTooShort { .. } => 0x3b,
+            RecvNoLocalWrite { .. } => 0x3c,
+            RecvBadLkey { .. } => 0x3d,
+            RecvMalformed { .. } => 0x3e,
             RemoteDmaFault { .. } => 0x3f,
             RecvWqeFault { .. } => 0x38,
             PsnMismatch { .. } => 0x40,
@@ -326,6 +490,7 @@ impl Reason {
             NoRoute => 0x42,
             TargetNotReady { .. } => 0x43,
             AckLost { .. } => 0x44,
+            ServiceMismatch { .. } => 0x45,
             RnrRetryExceeded { .. } => 0x50,
             _ => 0,
         }
@@ -377,6 +542,12 @@ pub enum Event {
         /// The CQ.
         cqn: u32,
     },
+    /// A responder QP received an invalid request (a misaligned atomic) and moved to ERR
+    /// (`MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR`, `IBV_EVENT_QP_REQ_ERR`).
+    QpRequestError {
+        /// The QP.
+        qpn: u32,
+    },
     /// A responder QP saw a remote access violation and moved to ERR
     /// (`MLX5_EVENT_TYPE_WQ_ACCESS_ERROR`, `IBV_EVENT_QP_ACCESS_ERR`).
     QpAccessError {
@@ -414,8 +585,17 @@ pub struct Counters {
     pub bytes_written: u64,
     /// Receive WQEs consumed.
     pub recv_consumed: u64,
-    /// RNR NAKs this model sent as responder (no receive WQE for a WRITE WITH IMM).
+    /// RNR NAKs this model sent as responder (no receive WQE for a SEND or WRITE WITH IMM).
     pub rnr_naks: u64,
+    /// Bytes this model read from its memory for RDMA READ responses.
+    pub bytes_read: u64,
+    /// Atomic operations this model executed as responder.
+    pub atomics: u64,
+    /// Datagrams (UD, GSI) placed into a receive WQE.
+    pub datagrams_delivered: u64,
+    /// Datagrams dropped at this model (Q_Key mismatch, no receive WQE, no such QP, no port);
+    /// the log says why.
+    pub datagrams_dropped: u64,
     /// DMA (IOMMU) faults.
     pub dma_faults: u64,
     /// CQEs dropped because the CQ was full or in error.
@@ -452,6 +632,10 @@ pub(crate) struct Stats {
     pub bytes_written: AtomicU64,
     pub recv_consumed: AtomicU64,
     pub rnr_naks: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub atomics: AtomicU64,
+    pub datagrams_delivered: AtomicU64,
+    pub datagrams_dropped: AtomicU64,
     pub dma_faults: AtomicU64,
     pub cq_overflows: AtomicU64,
     pub validation_failures: AtomicU64,
@@ -507,6 +691,10 @@ impl Stats {
             bytes_written: g(&self.bytes_written),
             recv_consumed: g(&self.recv_consumed),
             rnr_naks: g(&self.rnr_naks),
+            bytes_read: g(&self.bytes_read),
+            atomics: g(&self.atomics),
+            datagrams_delivered: g(&self.datagrams_delivered),
+            datagrams_dropped: g(&self.datagrams_dropped),
             dma_faults: g(&self.dma_faults),
             cq_overflows: g(&self.cq_overflows),
             validation_failures: g(&self.validation_failures),

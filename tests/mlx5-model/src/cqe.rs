@@ -3,9 +3,9 @@
 //!
 //! | off | size | field |
 //! |---|---|---|
-//! | 24 | 4 | `flags_rqpn`: responder CQEs carry the source QPN in bits 23:0 |
+//! | 24 | 4 | `flags_rqpn`: responder CQEs carry the source QPN in bits 23:0, "GRH present" in 29:28 and the RoCE L3 header type in 25:24 (rdma-core `cq.c` `handle_responder`, kernel `hw/mlx5/cq.c` `handle_responder`) |
 //! | 32 | 4 | `srqn_uidx` (user index with CQE version 1; the model writes 0) |
-//! | 36 | 4 | `imm_inval_pkey`: the immediate, bytes as they were in the send WQE |
+//! | 36 | 4 | `imm_inval_pkey`: the immediate, bytes as they were in the send WQE; for a GSI receive without immediate, the P_Key in bits 15:0 (the kernel's `handle_responder` looks it up for QP1) |
 //! | 44 | 4 | `byte_cnt` |
 //! | 48 | 8 | `timestamp` (model: nanoseconds since the model started) |
 //! | 54 | 1 | `vendor_err_synd` (error CQEs; see [`crate::counters::Reason::vendor_code`]) |
@@ -49,6 +49,9 @@ pub struct CqeRepr {
     pub imm: [u8; 4],
     /// Responder CQEs: the source QPN (`flags_rqpn` bits 23:0).
     pub rqpn: u32,
+    /// Responder CQEs: `flags_rqpn` bits 31:24 (GRH present in bits 5:4 of this byte, the
+    /// RoCE L3 header type in bits 1:0).
+    pub flags: u8,
     /// Error CQEs: syndrome.
     pub syndrome: Option<Syndrome>,
     /// Error CQEs: vendor syndrome.
@@ -69,6 +72,7 @@ impl CqeRepr {
             srqn_uidx: 0,
             imm: [0; 4],
             rqpn: 0,
+            flags: 0,
             syndrome: None,
             vendor_err: 0,
         }
@@ -77,7 +81,7 @@ impl CqeRepr {
     /// Write the CQE into `out` (every byte is written; reserved ones are zero).
     pub fn emit(&self, out: &mut [u8; CQE_LEN]) {
         out.fill(0);
-        put32(out, 24, self.rqpn & 0x00ff_ffff);
+        put32(out, 24, u32::from(self.flags) << 24 | (self.rqpn & 0x00ff_ffff));
         put32(out, 32, self.srqn_uidx);
         out[36..40].copy_from_slice(&self.imm);
         match self.syndrome {

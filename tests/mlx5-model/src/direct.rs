@@ -20,7 +20,7 @@ use rdma_pmd_mlx5::control::{
 
 use crate::commands::QpCmd;
 use crate::model::{Model, Shared, UAR_PAGE};
-use crate::objects::{self, QpSpec, Rights, Route, Xlate};
+use crate::objects::{self, QpSpec, Rights, Route, Service, Xlate};
 
 /// A [`Control`] that hands the command fields to a model. Cheap to clone; every clone talks
 /// to the same device.
@@ -47,6 +47,7 @@ fn rights(a: Access) -> Rights {
         local_write: a.contains(Access::LOCAL_WRITE),
         remote_write: a.contains(Access::REMOTE_WRITE),
         remote_read: a.contains(Access::REMOTE_READ),
+        remote_atomic: a.contains(Access::REMOTE_ATOMIC),
     }
 }
 
@@ -118,6 +119,11 @@ impl Control for ModelControl {
         }
         self.shared
             .create_qp(QpSpec {
+                service: match p.service {
+                    rdma_pmd_mlx5::control::Service::Rc => Service::Rc,
+                    rdma_pmd_mlx5::control::Service::Ud => Service::Ud,
+                    rdma_pmd_mlx5::control::Service::Gsi => Service::Gsi,
+                },
                 pd: p.pd.0,
                 send_cq: p.send_cq.0,
                 recv_cq: p.recv_cq.0,
@@ -152,11 +158,9 @@ impl Control for ModelControl {
             }
             Transition::ToErr => QpCmd::ToErr,
             Transition::ToRst => QpCmd::ToRst,
-            Transition::RstToInitUd { .. }
-            | Transition::InitToRtrUd
-            | Transition::RtrToRtsUd { .. } => {
-                return Err(Error::Unsupported("datagram QPs on the model"))
-            }
+            Transition::RstToInitUd { port, qkey } => QpCmd::RstToInitUd { port, qkey },
+            Transition::InitToRtrUd => QpCmd::InitToRtrUd,
+            Transition::RtrToRtsUd { sq_psn } => QpCmd::RtrToRtsUd { sq_psn },
         };
         self.shared.modify_qp(qp.0, cmd)
     }

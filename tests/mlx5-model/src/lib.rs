@@ -2,10 +2,16 @@
 //!
 //! The model reads what the driver writes — doorbells and BlueFlame copies in the BAR, WQEs
 //! and doorbell records in DMA memory — parses every byte itself (big-endian, from the
-//! documented layouts, not from the driver's code), executes RDMA WRITE and RDMA WRITE WITH
-//! IMMEDIATE between RC QPs, and writes CQEs back the way the hardware does. Everything it
-//! refuses or finds odd is counted and logged with a reason, so tests can assert that the
-//! driver did exactly what it claims.
+//! documented layouts, not from the driver's code), executes the verbs a ConnectX executes —
+//! RC RDMA WRITE (WITH IMMEDIATE), SEND (WITH IMMEDIATE) into posted receive WQEs, RDMA READ,
+//! 8-byte compare-and-swap and fetch-and-add, and UD and GSI (QP1) datagrams — and writes
+//! CQEs back the way the hardware does. Everything it refuses or finds odd is counted and
+//! logged with a reason, so tests can assert that the driver did exactly what it claims.
+//!
+//! The model exists to examine the driver, so it is written from the documented hardware
+//! behaviour (rdma-core's provider and headers, the kernel's mlx5 headers, the IB spec as
+//! rxe implements it), never from the driver's data path: a misreading shared by both would
+//! otherwise pass unnoticed.
 //!
 //! ```
 //! use rdma_pmd_mlx5::control::Control;
@@ -34,10 +40,15 @@
 //!   alternate, the 8 bytes equal the first 8 bytes of the last WQE posted, the doorbell record
 //!   moved forward by at most the ring size; BlueFlame copies have `1 < ds <= 16` and arrive in
 //!   order ([`bar`], [`engine`]);
-//! * each send WQE's control, remote-address, data and inline segments ([`engine`]'s
-//!   `validate` stage), each lkey (exists, PD, bounds, translation) and, at the responder,
-//!   the rkey (exists, PD of the target QP, REMOTE_WRITE on key and QP, bounds, translation),
-//!   PSN, MTU and the return path ([`responder`]);
+//! * each send WQE's segments as the opcode and the QP's service lay them out: control,
+//!   remote-address, atomic, datagram (address vector), data and inline ([`engine`]'s
+//!   `validate` stage); each lkey (exists, PD, bounds, translation, and local write where the
+//!   HCA writes: READ destinations, atomic results); at the RC responder the QP's and the
+//!   rkey's right for the operation (`rwe`/`rw`, `rre`/`rr`, `rae`/`a`), PD, bounds,
+//!   translation, atomic alignment, PSN, MTU and the return path ([`responder`]);
+//! * receive WQEs: their scatter lists, each entry's lkey (with local write) as data reaches
+//!   it, room for the whole message ([`responder`]'s `recv`); a datagram's Q_Key and its
+//!   destination QP (1 = the port's GSI QP);
 //! * CQ consumer index (overflow) ([`cq`]); command fields ([`commands`]).
 //!
 //! Fatal findings complete the WQE with the error CQE the HCA would write (syndromes in
@@ -50,18 +61,40 @@
 //! * rdma-core `providers/mlx5/mlx5dv.h` (`struct mlx5_wqe_ctrl_seg`, `mlx5_wqe_raddr_seg`,
 //!   `mlx5_wqe_data_seg`, `struct mlx5_cqe64`, `mlx5_err_cqe`, `MLX5_OPCODE_*`, `MLX5_CQE_*`,
 //!   `MLX5_CQE_SYNDROME_*`, `MLX5_SND_DBR`/`MLX5_RCV_DBR`, `MLX5_CQ_DOORBELL`,
-//!   `MLX5_INLINE_SEG`, `MLX5_INVALID_LKEY`), `wqe.h` (`mlx5_wqe_inline_seg`), `qp.c`
-//!   (`_mlx5_post_send`, `post_send_db`, `mlx5_bf_copy`), `cq.c` (`get_sw_cqe`, `mlx5_arm_cq`);
+//!   `MLX5_INLINE_SEG`, `MLX5_INVALID_LKEY`, `mlx5_wqe_atomic_seg`,
+//!   `mlx5_wqe_datagram_seg`/`mlx5_wqe_av`), `wqe.h` (`mlx5_wqe_inline_seg`), `qp.c`
+//!   (`_mlx5_post_send`, `post_send_db`, `mlx5_bf_copy`, `_set_atomic_seg`,
+//!   `set_datagram_seg`, `set_data_ptr_seg_atomic`, `mlx5_post_recv`), `verbs.c`
+//!   (`mlx5_create_ah`: what a RoCE address vector holds), `cq.c` (`get_sw_cqe`,
+//!   `mlx5_arm_cq`, `handle_responder`: what a responder CQE reports);
 //! * the kernel's `include/linux/mlx5/qp.h` (`MLX5_WQE_CTRL_DS_MASK`, fence modes),
 //!   `cq.h`, `device.h` (event types), `mlx5_ifc.h` (command fields);
-//! * the InfiniBand specification, chapter 9.7 (RC responder checks, R_Key not checked for a
-//!   zero-length RDMA WRITE, RNR NAK, access errors moving the responder QP to ERR).
+//! * the kernel's `hw/mlx5/cq.c` `handle_responder` (`flags_rqpn` GRH and L3 type bits, the
+//!   QP1 P_Key), `mlx5/core/main.c` (`MLX5_ATOMIC_REQ_MODE_BE`/`_HOST_ENDIANNESS`);
+//! * the InfiniBand specification's transport chapter (RC responder checks, R_Key not
+//!   checked for a zero-length request, RNR NAK, class C errors moving the responder QP to
+//!   ERR; UD: unreliable, no RNR, Q_Keys with the high bit set replaced by the QP's), as the
+//!   kernel's rxe implements them (`rxe_resp.c`, `rxe_recv.c`).
 //!
 //! ## Modelling choices (not hardware facts)
 //!
 //! * Delivery is synchronous and lossless; "retry exceeded" (0x15) is reported at once for a
-//!   request that could never be acknowledged (no route, target QP not ready, PSN or MTU
-//!   mismatch, ACK path broken).
+//!   request that could never be acknowledged (no route, target QP not ready or of another
+//!   transport, PSN or MTU mismatch, ACK path broken).
+//! * Messages, not packets: a READ response or a SEND arrives whole; a receive too short for
+//!   a message is refused before any of it is written, and a READ or atomic whose local
+//!   buffer lacks local write fails before the request is sent (real hardware may have
+//!   written part of the message, or sent the request, first; the CQEs are the same).
+//! * Atomics are big-endian: the responder's 8 bytes are read and written as a big-endian
+//!   integer and the original value lands big-endian in the requester's buffer (the reset
+//!   `atomic_req_8B_endianness_mode`; the model's firmware offers no atomic capability page
+//!   to change it).
+//! * A UD QP's path MTU is 1024 bytes ([`responder::UD_MTU`]). A UD receive's first 40 bytes
+//!   hold the datagram's IP header as [`grh`] describes (RoCE v2 over IPv4: 20 zero bytes,
+//!   then the IPv4 header, IP identification 0).
+//! * A receive that fails (too short, a bad or read-only lkey) completes with `RESP_ERR` and
+//!   moves the receiving QP to ERR, for UD as for RC; the RC sender gets 0x12 for length,
+//!   0x14 (remote operational) for the others.
 //! * RNR retries are spaced by [`engine::RNR_DELAY`].
 //! * A DMA (IOMMU) fault while gathering completes with 0x04 and vendor code 0x2f; at the
 //!   responder with 0x13 and vendor code 0x3f.
@@ -78,6 +111,7 @@ pub mod cqe;
 pub mod direct;
 pub mod engine;
 pub mod fw;
+pub mod grh;
 mod model;
 mod objects;
 pub mod responder;

@@ -34,6 +34,8 @@ pub struct Rights {
     pub remote_write: bool,
     /// Remote read.
     pub remote_read: bool,
+    /// Remote atomic (`mkc.a`; on a QP `qpc.rae`).
+    pub remote_atomic: bool,
 }
 
 /// How a memory key turns its virtual addresses into bus addresses.
@@ -147,9 +149,29 @@ pub(crate) struct RnrWait {
     pub left: Option<u8>,
 }
 
+/// The transport service of a QP (`qpc.st`, `MLX5_QPC_ST_*` of `mlx5_ifc.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// Reliable connected (`MLX5_QPC_ST_RC`, 0x0).
+    Rc,
+    /// Unreliable datagram (`MLX5_QPC_ST_UD`, 0x2).
+    Ud,
+    /// The port's general services QP (`MLX5_QPC_ST_QP1`, 0x8): a UD QP that datagrams
+    /// addressed to destination QP 1 reach, and whose own datagrams carry source QP 1.
+    Gsi,
+}
+
+impl Service {
+    /// Whether the QP sends and receives datagrams (UD or GSI).
+    pub fn datagram(self) -> bool {
+        self != Service::Rc
+    }
+}
+
 /// What a QP is created with (`CREATE_QP`'s fields, as the model keeps them).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct QpSpec {
+    pub service: Service,
     pub pd: u32,
     pub send_cq: u32,
     pub recv_cq: u32,
@@ -174,6 +196,8 @@ pub(crate) struct Qp {
     pub rights: Rights,
     pub remote_qpn: u32,
     pub route: Route,
+    /// The Q_Key datagrams must carry to be accepted (UD and GSI; RST2INIT `q_key`).
+    pub qkey: u32,
     /// Path MTU in bytes.
     pub mtu: u32,
     /// Next PSN expected as responder.
@@ -199,6 +223,28 @@ impl Qp {
 
     pub fn rq_cnt(&self) -> u32 {
         self.spec.log_rq_size.map_or(0, |l| 1 << l)
+    }
+
+    /// Receive WQEs software has posted and the HCA has not consumed (`dbrec[0]` counter
+    /// minus the HCA's). 0 with no receive queue, or when the record is unreadable or claims
+    /// more than the ring holds (nothing then is safe to consume).
+    pub fn rq_posted(&self, sh: &crate::model::Shared) -> u32 {
+        if self.spec.log_rq_size.is_none() {
+            return 0;
+        }
+        let Some(rec) = sh.read_be32(self.spec.dbrec) else { return 0 };
+        let posted = u32::from((rec as u16).wrapping_sub(self.rq_ci));
+        if posted > self.rq_cnt() {
+            0
+        } else {
+            posted
+        }
+    }
+
+    /// Bus address of the receive WQE the HCA consumes next.
+    pub fn rq_slot(&self) -> u64 {
+        let slot = u64::from(u32::from(self.rq_ci) & (self.rq_cnt().max(1) - 1));
+        self.spec.buf + (slot << self.spec.log_rq_stride)
     }
 
     /// Bus address of the send queue: after the receive queue (PRM order).

@@ -2,7 +2,8 @@
 //!
 //! Each model attached to a [`Wire`] registers its GID table (GID → MAC). A requester whose
 //! path is `RoceV2 { dgid, dmac, .. }` reaches the model owning `dgid`, provided `dmac` is that
-//! GID's MAC (a wrong MAC means the frame is not for that port: dropped). Delivery is
+//! GID's MAC (a wrong MAC means the frame is not for that port: dropped); a datagram goes the
+//! same way to its address vector's GID and MAC. Delivery is
 //! synchronous: the requester's engine runs the responder's checks and writes into the
 //! responder's memory, then completes the WQE; there is no loss and no reordering.
 

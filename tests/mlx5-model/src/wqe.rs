@@ -19,6 +19,27 @@
 //! | data | 4 | 4 | lkey |
 //! | data | 8 | 8 | local virtual address |
 //! | inline | 0 | 4 | `0x8000_0000 \| len`, then `len` bytes, padded to 16 |
+//! | atomic | 0 | 8 | `swap_add`: the swap value (CAS) or the addend (FAA) |
+//! | atomic | 8 | 8 | `compare` (CAS; 0 for FAA) |
+//! | datagram | 0 | 4 | `qkey` |
+//! | datagram | 4 | 4 | reserved (the low half of a DC key) |
+//! | datagram | 8 | 4 | `dqp_dct`: extended-AV flag 31 (`MLX5_EXTENDED_UD_AV`), destination QPN 23:0 |
+//! | datagram | 12 | 1 | `stat_rate_sl` |
+//! | datagram | 13 | 1 | `fl_mlid` |
+//! | datagram | 14 | 2 | `rlid`: on RoCE v2 the UDP source port (`mlx5_ah_set_udp_sport`) |
+//! | datagram | 16 | 4 | reserved |
+//! | datagram | 20 | 6 | `rmac`: destination MAC |
+//! | datagram | 26 | 1 | `tclass` |
+//! | datagram | 27 | 1 | `hop_limit` |
+//! | datagram | 28 | 4 | `grh_gid_fl`: GRH 30 (0 on RoCE), source GID index 27:20, flow label 19:0 |
+//! | datagram | 32 | 16 | `rgid`: destination GID |
+//!
+//! Which segments a WQE carries depends on the opcode and the QP's service, as
+//! `_mlx5_post_send` builds them: RC READ and WRITE: ctrl, raddr, data; RC atomics: ctrl,
+//! raddr, atomic, one 8-byte data segment for the result (`set_data_ptr_seg_atomic`); RC
+//! SEND: ctrl, data or inline; UD and GSI SEND: ctrl, datagram (the 48-byte
+//! `struct mlx5_wqe_av` the provider copies from the address handle, `set_datagram_seg`),
+//! data or inline.
 
 use crate::be::{get16, get32, get64};
 use crate::codes::SendOpcode;
@@ -35,6 +56,11 @@ pub const INLINE_FLAG: u32 = 0x8000_0000;
 pub const ZERO_BYTE_COUNT_MEANS: u64 = 1 << 31;
 /// The largest message an RC QP carries (`log_max_msg` = 31 on ConnectX).
 pub const MAX_MSG: u64 = 1 << 31;
+/// The one data segment of an atomic WQE gathers exactly this many bytes
+/// (`MLX5_ATOMIC_SIZE`, provider `set_data_ptr_seg_atomic`).
+pub const ATOMIC_SIZE: u64 = 8;
+/// `MLX5_EXTENDED_UD_AV`: bit 31 of `dqp_dct`, set by the provider on every UD WQE.
+pub const EXTENDED_UD_AV: u32 = 0x8000_0000;
 /// `MLX5_WQE_CTRL_CQ_UPDATE`: CE = 2, "always generate a CQE".
 pub const CE_ALWAYS: u8 = 0x08;
 
@@ -203,6 +229,116 @@ impl<T: AsRef<[u8]>> DataSeg<T> {
     /// Local virtual address (bytes 8..16, BE).
     pub fn addr(&self) -> u64 {
         get64(self.buf.as_ref(), 8)
+    }
+}
+
+/// The atomic segment (16 bytes, after the remote address segment of a CAS or FAA).
+#[derive(Clone, Copy, Debug)]
+pub struct AtomicSeg<T: AsRef<[u8]>> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> AtomicSeg<T> {
+    /// Bytes of the segment.
+    pub const LEN: usize = 16;
+
+    /// A view, if `buf` holds at least [`Self::LEN`] bytes.
+    pub fn new_checked(buf: T) -> Option<Self> {
+        (buf.as_ref().len() >= Self::LEN).then_some(AtomicSeg { buf })
+    }
+
+    /// `swap_add` (bytes 0..8, BE): the swap value of a CAS, the addend of an FAA.
+    pub fn swap_add(&self) -> u64 {
+        get64(self.buf.as_ref(), 0)
+    }
+
+    /// `compare` (bytes 8..16, BE).
+    pub fn compare(&self) -> u64 {
+        get64(self.buf.as_ref(), 8)
+    }
+}
+
+/// The datagram segment of a UD or GSI send (`struct mlx5_wqe_datagram_seg`, 48 bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct DatagramSeg<T: AsRef<[u8]>> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> DatagramSeg<T> {
+    /// Bytes of the segment.
+    pub const LEN: usize = 48;
+
+    /// A view, if `buf` holds at least [`Self::LEN`] bytes.
+    pub fn new_checked(buf: T) -> Option<Self> {
+        (buf.as_ref().len() >= Self::LEN).then_some(DatagramSeg { buf })
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buf.as_ref()
+    }
+
+    /// `qkey` (bytes 0..4, BE).
+    pub fn qkey(&self) -> u32 {
+        get32(self.b(), 0)
+    }
+
+    /// The reserved word after the Q_Key (bytes 4..8, BE).
+    pub fn key_reserved(&self) -> u32 {
+        get32(self.b(), 4)
+    }
+
+    /// `dqp_dct` (bytes 8..12, BE) whole.
+    pub fn dqp_dct(&self) -> u32 {
+        get32(self.b(), 8)
+    }
+
+    /// The destination QPN: bits 23:0 of `dqp_dct`.
+    pub fn dqpn(&self) -> u32 {
+        self.dqp_dct() & 0x00ff_ffff
+    }
+
+    /// `rlid` (bytes 14..16, BE): the UDP source port on RoCE v2.
+    pub fn udp_sport(&self) -> u16 {
+        get16(self.b(), 14)
+    }
+
+    /// `rmac` (bytes 20..26), in wire order.
+    pub fn rmac(&self) -> [u8; 6] {
+        let mut m = [0u8; 6];
+        m.copy_from_slice(&self.b()[20..26]);
+        m
+    }
+
+    /// `tclass` (byte 26).
+    pub fn tclass(&self) -> u8 {
+        self.b()[26]
+    }
+
+    /// `hop_limit` (byte 27).
+    pub fn hop_limit(&self) -> u8 {
+        self.b()[27]
+    }
+
+    /// `grh_gid_fl` (bytes 28..32, BE) whole.
+    pub fn grh_gid_fl(&self) -> u32 {
+        get32(self.b(), 28)
+    }
+
+    /// The source GID index: bits 27:20 of `grh_gid_fl`.
+    pub fn sgid_index(&self) -> u8 {
+        (self.grh_gid_fl() >> 20) as u8
+    }
+
+    /// The flow label: bits 19:0 of `grh_gid_fl`.
+    pub fn flow_label(&self) -> u32 {
+        self.grh_gid_fl() & 0x000f_ffff
+    }
+
+    /// `rgid` (bytes 32..48): the destination GID.
+    pub fn rgid(&self) -> [u8; 16] {
+        let mut g = [0u8; 16];
+        g.copy_from_slice(&self.b()[32..48]);
+        g
     }
 }
 

@@ -17,7 +17,7 @@ pub(super) fn req_cqe(sh: &Shared, dev: &mut Device, qpn: u32, req: &Request) {
     let mut c = CqeRepr::new(CqeOpcode::Req, qpn);
     c.wqe_counter = req.idx;
     c.s_wqe_opcode = req.opcode;
-    c.byte_cnt = req.packet.payload.len() as u32;
+    c.byte_cnt = req.byte_cnt;
     let cqn = dev.qps[&qpn].spec.send_cq;
     if let Some(cq) = dev.cqs.get_mut(&cqn) {
         if crate::cq::push(sh, cqn, cq, c) {

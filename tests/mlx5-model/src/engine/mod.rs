@@ -123,6 +123,10 @@ struct Request {
     signaled: bool,
     gen: u64,
     route: Route,
+    /// The requester CQE's `byte_cnt`: bytes sent, read, or 8 for an atomic.
+    byte_cnt: u32,
+    /// Where a READ's data or an atomic's original value goes: (bus address, length).
+    scatter: Vec<(u64, u64)>,
     packet: Packet,
 }
 

@@ -258,6 +258,14 @@ pub const REG_HOST_ENDIANNESS: u16 = 0x7004;
 pub const PORT_TYPE_ETH: u8 = 1;
 /// `qpc.st` RC (`MLX5_QPC_ST_RC`, mlx5_ifc.h).
 pub const QPC_ST_RC: u8 = 0;
+/// `qpc.st` UD (`MLX5_QPC_ST_UD`, mlx5_ifc.h).
+pub const QPC_ST_UD: u8 = 0x2;
+/// `qpc.st` QP1, the GSI QP (`MLX5_QPC_ST_QP1`, mlx5_ifc.h).
+pub const QPC_ST_QP1: u8 = 0x8;
+/// `qpc.atomic_mode` for the 8-byte atomics of the IB spec (`MLX5_ATOMIC_MODE_IB_COMP`,
+/// kernel `include/linux/mlx5/driver.h`); 2 (`_CX`) and 3 (`_8B`) are 8-byte modes too,
+/// larger values name the 16..256-byte extended atomics the model does not offer.
+pub const ATOMIC_MODE_MAX_8B: u8 = 3;
 /// `mkc.access_mode` physical addresses (`MLX5_MKC_ACCESS_MODE_PA`, mlx5_ifc.h).
 pub const MKC_ACCESS_MODE_PA: u8 = 0;
 /// `mkc.access_mode` MTT (`MLX5_MKC_ACCESS_MODE_MTT`, mlx5_ifc.h).

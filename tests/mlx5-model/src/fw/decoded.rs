@@ -238,6 +238,7 @@ decoded! {
         rnr_retry: u8 = RNR_RETRY,
         next_send_psn: u32 = NEXT_SEND_PSN,
         cqn_snd: u32 = CQN_SND,
+        atomic_mode: u8 = ATOMIC_MODE,
         rre: bool = RRE,
         rwe: bool = RWE,
         rae: bool = RAE,
@@ -246,6 +247,7 @@ decoded! {
         next_rcv_psn: u32 = NEXT_RCV_PSN,
         cqn_rcv: u32 = CQN_RCV,
         dbr_addr: u64 = DBR_ADDR,
+        q_key: u32 = Q_KEY,
         rq_type: u8 = RQ_TYPE,
     }
     /// Address path of a QP.

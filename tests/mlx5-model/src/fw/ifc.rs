@@ -479,6 +479,7 @@ ifc! {
         RNR_RETRY = "rnr_retry" @ 0x390 : 3;
         NEXT_SEND_PSN = "next_send_psn" @ 0x3c8 : 24;
         CQN_SND = "cqn_snd" @ 0x3e8 : 24;
+        ATOMIC_MODE = "atomic_mode" @ 0x48c : 4;
         RRE = "rre" @ 0x490 : 1;
         RWE = "rwe" @ 0x491 : 1;
         RAE = "rae" @ 0x492 : 1;
@@ -487,6 +488,7 @@ ifc! {
         NEXT_RCV_PSN = "next_rcv_psn" @ 0x4a8 : 24;
         CQN_RCV = "cqn_rcv" @ 0x4e8 : 24;
         DBR_ADDR = "dbr_addr" @ 0x500 : 64;
+        Q_KEY = "q_key" @ 0x540 : 32;
         RQ_TYPE = "rq_type" @ 0x565 : 3;
     }
     /// Address path (inside `qpc`).

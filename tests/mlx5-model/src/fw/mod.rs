@@ -46,7 +46,7 @@
 //! `SET_HCA_CAP` (general and RoCE capabilities), `ACCESS_REG` (host endianness), `INIT_HCA`,
 //! `TEARDOWN_HCA`, `ALLOC_UAR`, `DEALLOC_UAR`, `ALLOC_PD`, `DEALLOC_PD`, `CREATE_EQ`,
 //! `DESTROY_EQ`, `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`, `CREATE_CQ`,
-//! `DESTROY_CQ`, `CREATE_QP` (RC), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,
+//! `DESTROY_CQ`, `CREATE_QP` (RC, UD, QP1), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,
 //! `2ERR_QP`, `2RST_QP`, `QUERY_QP`, `QUERY_NIC_VPORT_CONTEXT`, `MODIFY_NIC_VPORT_CONTEXT`
 //! (`roce_en`, `mtu`), `QUERY_VPORT_STATE`, `QUERY_ROCE_ADDRESS` and `SET_ROCE_ADDRESS` (the
 //! model's GID table, fixed by its configuration), `NOP`. Anything else: `BAD_OP`. The

@@ -143,7 +143,7 @@ fn malformed_wqes_are_local_qp_operation_errors() {
         let mut w = wqe(0, s.a.qpn, 0x08, 0x08, 0, dst, rk, &[(src, 8, lk)]);
         let head: [u8; 8] = w[..8].try_into().unwrap();
         match case {
-            0 => w[3] = 0x0a, // SEND: not supported by the model
+            0 => w[3] = 0x0e, // TSO: raw Ethernet QPs only, not RC
             1 => w[0] = 0x01, // opmod
             2 => w[1..3].copy_from_slice(&5u16.to_be_bytes()), // WQE index != counter
             3 => w[4..7].copy_from_slice(&[0x12, 0x34, 0x56]), // another QPN

@@ -88,6 +88,14 @@ impl Cqe {
     pub fn rqpn(&self) -> u32 {
         u32::from_be_bytes(self.raw[24..28].try_into().unwrap()) & 0xff_ffff
     }
+    /// `flags_rqpn` bits 29:28 ("GRH present", cq.c `handle_responder`).
+    pub fn grh(&self) -> u8 {
+        (self.raw[24] >> 4) & 3
+    }
+    /// `flags_rqpn` bits 25:24 (RoCE L3 header type, kernel `handle_responder`).
+    pub fn l3_type(&self) -> u8 {
+        self.raw[24] & 3
+    }
 }
 
 impl Env {
@@ -122,7 +130,19 @@ impl Env {
     }
 
     pub fn qp(&mut self, scq: &TCq, rcq: &TCq, log_sq: u8, log_rq: Option<u8>) -> TQp {
-        let stride = 4u8;
+        self.qp_with(Service::Rc, scq, rcq, log_sq, log_rq, 4)
+    }
+
+    /// A QP of `service` whose receive WQEs are `1 << stride` bytes.
+    pub fn qp_with(
+        &mut self,
+        service: Service,
+        scq: &TCq,
+        rcq: &TCq,
+        log_sq: u8,
+        log_rq: Option<u8>,
+        stride: u8,
+    ) -> TQp {
         let rq_bytes = log_rq.map_or(0, |l| (1usize << l) << stride);
         let len = rq_bytes + (64usize << log_sq);
         let buf = self.dma.alloc(len, 4096).unwrap();
@@ -130,7 +150,7 @@ impl Env {
         let qpn = self
             .ctl
             .create_qp(&QpParams {
-                service: Service::Rc,
+                service,
                 pd: self.pd,
                 send_cq: scq.cqn,
                 recv_cq: rcq.cqn,
@@ -222,11 +242,20 @@ pub fn rts(
     rq_psn: u32,
     rnr: u8,
 ) {
-    ctl.modify_qp(
-        QpNum(qpn),
-        &Transition::RstToInit { port: 1, access: Access::REMOTE_WRITE | Access::LOCAL_WRITE },
-    )
-    .unwrap();
+    rts_with(ctl, qpn, remote, path, (sq_psn, rq_psn), rnr, RW);
+}
+
+/// [`rts`] with the QP's responder rights `access`; `psn` is (send, receive).
+pub fn rts_with(
+    ctl: &mut ModelControl,
+    qpn: u32,
+    remote: u32,
+    path: Path,
+    (sq_psn, rq_psn): (u32, u32),
+    rnr: u8,
+    access: Access,
+) {
+    ctl.modify_qp(QpNum(qpn), &Transition::RstToInit { port: 1, access }).unwrap();
     ctl.modify_qp(
         QpNum(qpn),
         &Transition::InitToRtr { remote_qpn: QpNum(remote), path, mtu: 3, rq_psn },
@@ -237,6 +266,13 @@ pub fn rts(
         &Transition::RtrToRts { sq_psn, timeout: 14, retry_cnt: 7, rnr_retry: rnr },
     )
     .unwrap();
+}
+
+/// Bring a UD or GSI QP to RTS with Q_Key `qkey`.
+pub fn ud_rts(ctl: &mut ModelControl, qpn: u32, qkey: u32) {
+    ctl.modify_qp(QpNum(qpn), &Transition::RstToInitUd { port: 1, qkey }).unwrap();
+    ctl.modify_qp(QpNum(qpn), &Transition::InitToRtrUd).unwrap();
+    ctl.modify_qp(QpNum(qpn), &Transition::RtrToRtsUd { sq_psn: 0 }).unwrap();
 }
 
 /// How to ring.
@@ -292,6 +328,130 @@ pub fn inline_wqe(pi: u16, qpn: u32, fm_ce_se: u8, raddr: u64, rkey: u32, data: 
     w
 }
 
+/// The control segment alone: `opmod_idx_opcode`, `qpn_ds` (DS filled by [`finish`]),
+/// `fm_ce_se`, `imm`.
+pub fn ctrl(pi: u16, qpn: u32, opcode: u8, fm_ce_se: u8, imm: u32) -> Vec<u8> {
+    let mut w = vec![0u8; 16];
+    w[0..4].copy_from_slice(&((u32::from(pi) << 8) | u32::from(opcode)).to_be_bytes());
+    w[4..8].copy_from_slice(&(qpn << 8).to_be_bytes());
+    w[11] = fm_ce_se;
+    w[12..16].copy_from_slice(&imm.to_be_bytes());
+    w
+}
+
+/// Append one `struct mlx5_wqe_data_seg` per SGE (`set_data_ptr_seg`).
+fn data_segs(w: &mut Vec<u8>, sges: &[(u64, u32, u32)]) {
+    for &(addr, len, lkey) in sges {
+        w.extend_from_slice(&len.to_be_bytes());
+        w.extend_from_slice(&lkey.to_be_bytes());
+        w.extend_from_slice(&addr.to_be_bytes());
+    }
+}
+
+/// Append an inline segment (`htobe32(len | MLX5_INLINE_SEG)`, bytes, padding to 16).
+fn inline_seg(w: &mut Vec<u8>, data: &[u8]) {
+    w.extend_from_slice(&(data.len() as u32 | 0x8000_0000).to_be_bytes());
+    w.extend_from_slice(data);
+    w.resize(w.len().next_multiple_of(16), 0);
+}
+
+/// Set DS from the length and pad the WQE to whole WQEBBs.
+pub fn finish(mut w: Vec<u8>) -> Vec<u8> {
+    let ds = w.len() / 16;
+    w[7] = ds as u8;
+    w.resize(w.len().next_multiple_of(64), 0);
+    w
+}
+
+/// RC SEND (0x0a) or SEND WITH IMM (0x0b): ctrl then data segments.
+pub fn send_wqe(pi: u16, qpn: u32, opcode: u8, imm: u32, sges: &[(u64, u32, u32)]) -> Vec<u8> {
+    let mut w = ctrl(pi, qpn, opcode, 0x08, imm);
+    data_segs(&mut w, sges);
+    finish(w)
+}
+
+/// RC SEND with its payload inline.
+pub fn send_inline_wqe(pi: u16, qpn: u32, data: &[u8]) -> Vec<u8> {
+    let mut w = ctrl(pi, qpn, 0x0a, 0x08, 0);
+    inline_seg(&mut w, data);
+    finish(w)
+}
+
+/// RC RDMA READ (0x10): ctrl, raddr, one data segment per destination SGE.
+pub fn read_wqe(pi: u16, qpn: u32, raddr: u64, rkey: u32, sges: &[(u64, u32, u32)]) -> Vec<u8> {
+    wqe(pi, qpn, 0x10, 0x08, 0, raddr, rkey, sges)
+}
+
+/// RC CAS (0x11) or FAA (0x12): ctrl, raddr, atomic segment (`_set_atomic_seg`: CAS swap then
+/// compare, FAA the addend), one 8-byte data segment for the result.
+pub fn atomic_wqe(
+    pi: u16,
+    qpn: u32,
+    opcode: u8,
+    (raddr, rkey): (u64, u32),
+    (swap_add, compare): (u64, u64),
+    result: (u64, u32),
+) -> Vec<u8> {
+    let mut w = ctrl(pi, qpn, opcode, 0x08, 0);
+    w.extend_from_slice(&raddr.to_be_bytes());
+    w.extend_from_slice(&rkey.to_be_bytes());
+    w.extend_from_slice(&[0; 4]);
+    w.extend_from_slice(&swap_add.to_be_bytes());
+    w.extend_from_slice(&compare.to_be_bytes());
+    data_segs(&mut w, &[(result.0, 8, result.1)]);
+    finish(w)
+}
+
+/// An address handle as `mlx5_create_ah` fills `struct mlx5_wqe_av` on RoCE v2.
+#[derive(Clone, Copy)]
+pub struct Av {
+    pub qkey: u32,
+    pub dqpn: u32,
+    pub dgid: [u8; 16],
+    pub dmac: [u8; 6],
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub tclass: u8,
+    pub udp_sport: u16,
+}
+
+impl Av {
+    /// The 48 bytes (`set_datagram_seg`: the AH's AV, then `dqp_dct` = QPN |
+    /// `MLX5_EXTENDED_UD_AV` and the Q_Key).
+    fn bytes(&self) -> [u8; 48] {
+        let mut a = [0u8; 48];
+        a[0..4].copy_from_slice(&self.qkey.to_be_bytes());
+        a[8..12].copy_from_slice(&(self.dqpn | 0x8000_0000).to_be_bytes());
+        a[14..16].copy_from_slice(&self.udp_sport.to_be_bytes());
+        a[20..26].copy_from_slice(&self.dmac);
+        a[26] = self.tclass;
+        a[27] = self.hop_limit;
+        // grh bit 30 stays 0 on RoCE; sgid_index in 27:20; flow label 0.
+        a[28..32].copy_from_slice(&(u32::from(self.sgid_index) << 20).to_be_bytes());
+        a[32..48].copy_from_slice(&self.dgid);
+        a
+    }
+}
+
+/// UD SEND (WITH IMM): ctrl, datagram segment, data segments (or an inline payload).
+pub fn ud_wqe(
+    pi: u16,
+    qpn: u32,
+    imm: Option<u32>,
+    av: &Av,
+    sges: &[(u64, u32, u32)],
+    inline: Option<&[u8]>,
+) -> Vec<u8> {
+    let opcode = if imm.is_some() { 0x0b } else { 0x0a };
+    let mut w = ctrl(pi, qpn, opcode, 0x08, imm.unwrap_or(0));
+    w.extend_from_slice(&av.bytes());
+    data_segs(&mut w, sges);
+    if let Some(d) = inline {
+        inline_seg(&mut w, d);
+    }
+    finish(w)
+}
+
 /// Write `wqe` into the send ring at the QP's counter, advance it, update `dbrec[1]`, ring.
 pub fn post(bar: &MemBar, qp: &mut TQp, wqe: &[u8], how: Ring) {
     let n = wqe.len() / 64;
@@ -332,6 +492,24 @@ pub fn post_recv(qp: &mut TQp, addr: u64, len: u32, lkey: u32) {
     w[0..4].copy_from_slice(&len.to_be_bytes());
     w[4..8].copy_from_slice(&lkey.to_be_bytes());
     w[8..16].copy_from_slice(&addr.to_be_bytes());
+    qp.buf.write_bytes(slot << qp.stride, &w);
+    qp.rq_pi = qp.rq_pi.wrapping_add(1);
+    barrier::to_device();
+    qp.dbrec.write_u32(0, u32::from(qp.rq_pi).to_be());
+}
+
+/// Post a receive WQE with scatter entries, ended by an `MLX5_INVALID_LKEY` entry when the
+/// WQE has room (rdma-core `mlx5_post_recv`); update `dbrec[0]`.
+pub fn post_recv_sges(qp: &mut TQp, sges: &[(u64, u32, u32)]) {
+    let cnt = 1usize << qp.log_rq.unwrap();
+    let size = 1usize << qp.stride;
+    let slot = usize::from(qp.rq_pi) & (cnt - 1);
+    let mut w = Vec::new();
+    data_segs(&mut w, sges);
+    if w.len() < size {
+        data_segs(&mut w, &[(0, 0, 0x100)]);
+    }
+    w.resize(size, 0);
     qp.buf.write_bytes(slot << qp.stride, &w);
     qp.rq_pi = qp.rq_pi.wrapping_add(1);
     barrier::to_device();

@@ -2,10 +2,13 @@
 //! `mlx5dv.h` and `qp.c`, built here without the driver's code).
 
 mod harness;
+mod hostile;
 
 mod control;
+mod datagram;
 mod errors;
 mod imm;
 mod vectors;
+mod verbs;
 mod wire;
 mod write;

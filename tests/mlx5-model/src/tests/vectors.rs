@@ -245,7 +245,12 @@ fn replay(
             pd: env.pd.0,
             start: lo,
             len: hi - lo,
-            rights: Rights { local_write: true, remote_write: true, remote_read: false },
+            rights: Rights {
+                local_write: true,
+                remote_write: true,
+                remote_read: false,
+                remote_atomic: false,
+            },
             xlate: Xlate::Mtt { base: buf.bus().0, page_shift: 12 },
         };
         sh.test_mkey_with_key(key, mk);

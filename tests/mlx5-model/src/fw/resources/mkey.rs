@@ -25,7 +25,8 @@ impl Hca {
         if len == 0 {
             return Err(fail(CmdStatus::BadParam, syn::EMPTY_RANGE));
         }
-        let rights = Rights { local_write: m.lw, remote_write: m.rw, remote_read: m.rr };
+        let rights =
+            Rights { local_write: m.lw, remote_write: m.rw, remote_read: m.rr, remote_atomic: m.a };
         let xlate = match m.access_mode() {
             MKC_ACCESS_MODE_PA => Xlate::Physical,
             MKC_ACCESS_MODE_MTT => {

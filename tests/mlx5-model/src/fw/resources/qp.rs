@@ -3,19 +3,28 @@
 
 use super::{contiguous_queue, limit, model_err, no_such, reachable, unsupported};
 use crate::commands::QpCmd;
-use crate::fw::codes::{self, syndrome as syn, CmdStatus, QPC_ST_RC, ZERO_LEN_RQ};
+use crate::fw::codes::{
+    self, syndrome as syn, CmdStatus, ATOMIC_MODE_MAX_8B, QPC_ST_QP1, QPC_ST_RC, QPC_ST_UD,
+    ZERO_LEN_RQ,
+};
 use crate::fw::decoded::{
     CreateQp, DestroyQp, Init2RtrQp, Qp2Err, Qp2Rst, QueryQp, Rst2InitQp, Rtr2RtsQp,
 };
 use crate::fw::hca::{fail, Hca, QpObj, Res};
 use crate::fw::ifc::{self, cmd_hca_cap as gen, qpc, Field};
-use crate::objects::{QpSpec, QpState, Rights, Route};
+use crate::objects::{QpSpec, QpState, Rights, Route, Service};
 
 impl Hca {
     pub(super) fn create_qp(&mut self, d: &CreateQp, out: &mut [u8]) -> Res {
         limit(self.qps.len(), self.cap(gen::LOG_MAX_QP))?;
         let q = &d.qpc;
-        if q.st != QPC_ST_RC || q.no_sq {
+        let service = match q.st {
+            QPC_ST_RC => Service::Rc,
+            QPC_ST_UD => Service::Ud,
+            QPC_ST_QP1 => Service::Gsi,
+            _ => return Err(unsupported()),
+        };
+        if q.no_sq {
             return Err(unsupported());
         }
         if q.page_offset != 0 || d.wq_umem_valid {
@@ -47,6 +56,7 @@ impl Hca {
         let dbrec = q.dbr_addr;
         reachable(self, dbrec, 8)?;
         let spec = QpSpec {
+            service,
             pd,
             send_cq: scq,
             recv_cq: rcq,
@@ -92,12 +102,36 @@ impl Hca {
         if port != 1 {
             return Err(fail(CmdStatus::BadParam, syn::BAD_PORT));
         }
-        let rights = Rights { local_write: false, remote_write: d.qpc.rwe, remote_read: d.qpc.rre };
+        if self.service(d.qpn).datagram() {
+            // UD/GSI: the Q_Key is the one field of the context that matters (the kernel's
+            // `__mlx5_ib_modify_qp` sets it, with the P_Key index, for these types).
+            let cmd = QpCmd::RstToInitUd { port, qkey: d.qpc.q_key };
+            return self.shared.modify_qp(d.qpn, cmd).map_err(model_err);
+        }
+        // `rae` grants remote atomics in the mode `atomic_mode` names; the model executes the
+        // 8-byte ones (IB-compatible, CX, 8B) and refuses the extended sizes.
+        if d.qpc.rae && d.qpc.atomic_mode > ATOMIC_MODE_MAX_8B {
+            return Err(fail(CmdStatus::BadParam, syn::MODEL_REFUSED));
+        }
+        let rights = Rights {
+            local_write: false,
+            remote_write: d.qpc.rwe,
+            remote_read: d.qpc.rre,
+            remote_atomic: d.qpc.rae,
+        };
         self.shared.modify_qp(d.qpn, QpCmd::RstToInit { port, rights }).map_err(model_err)
+    }
+
+    /// The service type QP `qpn` was created with (the caller checked it exists).
+    fn service(&self, qpn: u32) -> Service {
+        self.shared.dev().qps.get(&qpn).map_or(Service::Rc, |q| q.spec.service)
     }
 
     pub(super) fn init2rtr_qp(&mut self, d: &Init2RtrQp) -> Res {
         self.transition_from(d.qpn, Some(QpState::Init))?;
+        if self.service(d.qpn).datagram() {
+            return self.shared.modify_qp(d.qpn, QpCmd::InitToRtrUd).map_err(model_err);
+        }
         let q = &d.qpc;
         let path = &q.primary_address_path;
         if !(1..=5).contains(&q.mtu) {
@@ -127,6 +161,10 @@ impl Hca {
     pub(super) fn rtr2rts_qp(&mut self, d: &Rtr2RtsQp) -> Res {
         self.transition_from(d.qpn, Some(QpState::Rtr))?;
         let q = &d.qpc;
+        if self.service(d.qpn).datagram() {
+            let cmd = QpCmd::RtrToRtsUd { sq_psn: q.next_send_psn };
+            return self.shared.modify_qp(d.qpn, cmd).map_err(model_err);
+        }
         let cmd = QpCmd::RtrToRts {
             sq_psn: q.next_send_psn,
             timeout: q.primary_address_path.ack_timeout,
@@ -163,7 +201,15 @@ impl Hca {
         };
         let mut set = |f: Field, v: u64| f.at(ctx).set(out, v);
         set(qpc::STATE, u64::from(u8::from(state)));
-        set(qpc::ST, u64::from(QPC_ST_RC));
+        let st = match q.spec.service {
+            Service::Rc => QPC_ST_RC,
+            Service::Ud => QPC_ST_UD,
+            Service::Gsi => QPC_ST_QP1,
+        };
+        set(qpc::ST, u64::from(st));
+        if q.spec.service.datagram() {
+            set(qpc::Q_KEY, u64::from(q.qkey));
+        }
         set(qpc::PD, u64::from(q.spec.pd));
         set(qpc::UAR_PAGE, u64::from(q.spec.uar));
         set(qpc::LOG_SQ_SIZE, u64::from(q.spec.log_sq_size));

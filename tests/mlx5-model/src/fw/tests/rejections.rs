@@ -270,7 +270,7 @@ fn object_checks() {
     assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::EMPTY_RANGE));
     assert_eq!(d.model.shared().dev().mkeys.len(), 0, "nothing half-created");
 
-    // QPs: UD is not modelled, unknown CQ, oversized SQ.
+    // QPs: XRC is not modelled, unknown CQ, oversized SQ.
     let mut q = d.qp_input(pd, cq, uar, 6);
     set_in(&mut q, ifc::create_qp_in::QPC, ifc::qpc::ST, 3);
     assert_eq!(d.status(&q, 16), (CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
@@ -409,4 +409,68 @@ fn delivery_errors() {
     assert_eq!(st[0], 0, "untouched");
     assert_eq!(d.fw.spurious_doorbells(), 1);
     assert!(d.model.shared().dev().pds.is_empty());
+}
+
+/// UD and GSI QPs through the commands: `st` UD (0x2) and QP1 (0x8) are accepted, RST2INIT
+/// carries the Q_Key, the RC fields of INIT2RTR do not matter, QUERY_QP reports both; a
+/// second QP1 is refused; RC `rae` with an extended atomic mode is refused, with
+/// IB-compatible mode it grants remote atomics; `mkc.a` grants them on a key.
+#[test]
+fn datagram_qps_and_atomic_rights() {
+    use crate::objects::{QpState, Service};
+    let mut d = up();
+    let uar = d.alloc_uar();
+    let (eqn, _) = d.create_eq(uar, 4, &[EventType::Cmd]);
+    let pd = d.alloc_pd();
+    let cq = d.create_cq(uar, eqn, 5);
+    let ctx = ifc::rst2init_qp_in::QPC;
+    let path = ifc::qpc::PRIMARY_ADDRESS_PATH.at(ctx);
+    let mut qpns = Vec::new();
+    for (st, qkey) in [(QPC_ST_UD, 0x1234_5678u64), (QPC_ST_QP1, 0x8001_0000)] {
+        let mut q = d.qp_input(pd, cq, uar, 6);
+        set_in(&mut q, ifc::create_qp_in::QPC, ifc::qpc::ST, u64::from(st));
+        let qpn = ifc::create_qp_out::QPN.get(&d.ok(&q, 16)) as u32;
+        let mut r2i = d.transition(Opcode::Rst2InitQp, qpn);
+        ifc::ads::VHCA_PORT_NUM.at(path).set(&mut r2i, 1);
+        set_in(&mut r2i, ctx, ifc::qpc::Q_KEY, qkey);
+        d.ok(&r2i, 16);
+        d.ok(&d.transition(Opcode::Init2RtrQp, qpn), 16);
+        let mut r2s = d.transition(Opcode::Rtr2RtsQp, qpn);
+        set_in(&mut r2s, ctx, ifc::qpc::NEXT_SEND_PSN, 5);
+        d.ok(&r2s, 16);
+        assert_eq!(d.model.qp_state(qpn), Some(QpState::Rts));
+        let mut query = input(Opcode::QueryQp, 0, 16);
+        ifc::query_qp_in::QPN.set(&mut query, u64::from(qpn));
+        let out = d.ok(&query, ifc::query_qp_out::SIZE);
+        let qctx = ifc::query_qp_out::QPC;
+        assert_eq!(ifc::qpc::ST.at(qctx).get(&out), u64::from(st));
+        assert_eq!(ifc::qpc::Q_KEY.at(qctx).get(&out), qkey);
+        qpns.push(qpn);
+    }
+    let dev = d.model.shared().dev();
+    assert_eq!(dev.qps[&qpns[0]].spec.service, Service::Ud);
+    assert_eq!(dev.qps[&qpns[1]].spec.service, Service::Gsi);
+    assert_eq!(dev.qps[&qpns[1]].qkey, 0x8001_0000);
+    drop(dev);
+    let mut q = d.qp_input(pd, cq, uar, 6);
+    set_in(&mut q, ifc::create_qp_in::QPC, ifc::qpc::ST, u64::from(QPC_ST_QP1));
+    assert_eq!(d.status(&q, 16).0, CmdStatus::BadParam, "one QP1 per port");
+
+    let rc = d.create_qp(pd, cq, uar);
+    let mut r2i = d.transition(Opcode::Rst2InitQp, rc);
+    ifc::ads::VHCA_PORT_NUM.at(path).set(&mut r2i, 1);
+    set_in(&mut r2i, ctx, ifc::qpc::RAE, 1);
+    set_in(&mut r2i, ctx, ifc::qpc::ATOMIC_MODE, 4); // MLX5_ATOMIC_MODE_16B
+    assert_eq!(d.status(&r2i, 16), (CmdStatus::BadParam, syn::MODEL_REFUSED));
+    set_in(&mut r2i, ctx, ifc::qpc::ATOMIC_MODE, 1); // MLX5_ATOMIC_MODE_IB_COMP
+    d.ok(&r2i, 16);
+    assert!(d.model.shared().dev().qps[&rc].rights.remote_atomic);
+
+    let (mut m, _) = d.mkey_input(pd, 8192, 1);
+    set_in(&mut m, ifc::create_mkey_in::MKEY_CONTEXT, ifc::mkc::A, 1);
+    let out = d.ok(&m, 16);
+    let index = ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32;
+    let dev = d.model.shared().dev();
+    let key = dev.mkeys.iter().find(|(k, _)| *k >> 8 == index).map(|(_, m)| *m).unwrap();
+    assert!(key.rights.remote_atomic);
 }
