@@ -180,7 +180,7 @@ pub struct Qp<
     pub(crate) sq_off: usize,
     pub(crate) sq: SendRing<'r, SQ>,
     rq: RecvRing<'r, RQ, RS>,
-    service: Service,
+    pub(crate) service: Service,
     id: QueueId,
     /// A receive fault found after completions were written, for the next `poll_recv`.
     recv_fault: Option<Error>,

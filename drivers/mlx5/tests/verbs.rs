@@ -17,7 +17,7 @@ use rdma_pmd::{
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_mlx5::control::{Access, Control, Path, Service};
 use rdma_pmd_mlx5::{ConnectOpts, Mlx5, Qp, QpConfig, SharedDma};
-use rdma_pmd_mlx5_model::Model;
+use rdma_pmd_mlx5_model::{Model, ModelConfig, Wire};
 
 const SIG: SendFlags = SendFlags::SIGNALED;
 const NONE: SendFlags = SendFlags::empty();
@@ -301,8 +301,29 @@ fn to_port(model: &Model, qpn: QpNum, qkey: u32) -> UdDest {
     }
 }
 
+/// Check one UD receive: a GRH of 20 zero bytes and an IPv4 header (RoCE v2 over IPv4), then
+/// `want`; the source QP and immediate as sent.
+fn check_datagram<'r, R: RecvQueue<'r>>(
+    q: &mut R,
+    p: rdma_pmd::Pending<DestBuf<'r>>,
+    want: &[u8],
+    src_qp: QpNum,
+    imm: Option<u32>,
+) {
+    let r = wait_recv(q, 1);
+    assert_eq!((r[0].status, r[0].opcode), (WcStatus::Success, WcOpcode::Recv));
+    assert_eq!(r[0].byte_len as usize, 40 + want.len(), "byte_len counts the GRH");
+    assert!(r[0].grh);
+    assert_eq!(r[0].src_qp, src_qp);
+    assert_eq!(r[0].imm, imm);
+    let got = contents(&p.reclaim(q).unwrap());
+    assert_eq!(&got[40..40 + want.len()], want);
+    assert!(got[..20].iter().all(|&b| b == 0), "20 zero bytes first: {:02x?}", &got[..40]);
+    assert_eq!(got[20] >> 4, 4, "then an IPv4 header: {:02x?}", &got[..40]);
+}
+
 #[test]
-fn ud_datagrams_arrive_behind_a_grh_with_their_source_qp_and_qp1_takes_the_gsi_qkey() {
+fn ud_datagrams_arrive_behind_a_grh_with_their_source_qp() {
     let model = Model::new();
     let dev = open(&model);
     let src = dev.reg(4096, Access::LOCAL_WRITE).unwrap();
@@ -311,38 +332,59 @@ fn ud_datagrams_arrive_behind_a_grh_with_their_source_qp_and_qp1_takes_the_gsi_q
     let mut rx = dev.reg(8192, Access::LOCAL_WRITE).unwrap();
     let mut a = ud_qp(&dev, Service::Ud, 0x1111_2222);
     let mut b = ud_qp(&dev, Service::Ud, 0x1111_2222);
-    let mut gsi = ud_qp(&dev, Service::Gsi, GSI_QKEY);
     let (bufs, _) = carve(rx.dest().unwrap(), &[40 + 512, 40 + 256]);
     let mut bufs = bufs.into_iter();
-    let pb = b.post_recv(7, bufs.next().unwrap()).unwrap();
-    let pg = gsi.post_recv(8, bufs.next().unwrap()).unwrap();
+    let p1 = b.post_recv(7, bufs.next().unwrap()).unwrap();
+    let p2 = b.post_recv(8, bufs.next().unwrap()).unwrap();
     let to_b = to_port(&model, b.qp_num(), 0x1111_2222);
     a.post_send_ud(1, Source::sgl(&[src.slice(0, 512).unwrap()]), SIG, &to_b, Some(9)).unwrap();
-    let to_gsi = to_port(&model, QpNum(1), GSI_QKEY);
-    a.post_send_ud(2, Source::inline(&[&data[1000..1256]]), SIG | SendFlags::INLINE, &to_gsi, None)
+    a.post_send_ud(2, Source::inline(&[&data[1000..1256]]), SIG | SendFlags::INLINE, &to_b, None)
         .unwrap();
     let c = wait(&mut a, 2);
     assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
-    for (q, p, len, imm) in [(&mut b, pb, 512usize, Some(9)), (&mut gsi, pg, 256, None)] {
-        let r = wait_recv(q, 1);
-        assert_eq!((r[0].status, r[0].opcode), (WcStatus::Success, WcOpcode::Recv));
-        assert_eq!(r[0].byte_len as usize, 40 + len, "byte_len counts the GRH");
-        assert!(r[0].grh);
-        assert_eq!(r[0].src_qp, a.qp_num());
-        assert_eq!(r[0].imm, imm);
-        let got = contents(&p.reclaim(q).unwrap());
-        let want = if len == 512 { &data[..512] } else { &data[1000..1256] };
-        assert_eq!(&got[40..40 + len], want);
-        // RoCE v2 over IPv4: the IPv4 header in the GRH's last 20 bytes (version 4, IHL 5).
+    let r = wait_recv(&mut b, 2);
+    assert_eq!((r[0].wr_id, r[1].wr_id), (7, 8), "receives are consumed in order");
+    for (c, p, want, imm) in
+        [(r[0], p1, &data[..512], Some(9)), (r[1], p2, &data[1000..1256], None)]
+    {
         assert_eq!(
-            got[20] >> 4,
-            4,
-            "an IPv4 header follows 20 bytes of zeros: {:02x?}",
-            &got[..40]
+            (c.status, c.opcode, c.byte_len as usize),
+            (WcStatus::Success, WcOpcode::Recv, 40 + want.len())
         );
+        assert!(c.grh);
+        assert_eq!((c.src_qp, c.imm), (a.qp_num(), imm));
+        let got = contents(&p.reclaim(&b).unwrap());
+        assert_eq!(&got[40..40 + want.len()], want);
+        assert!(got[..20].iter().all(|&b| b == 0) && got[20] >> 4 == 4, "{:02x?}", &got[..40]);
     }
     quiet(&mut a);
     clean(&model);
+}
+
+/// QP1 to QP1 across a wire, as connection management sends its MADs: the GSI Q_Key, source
+/// QP 1 at the receiver.
+#[test]
+fn gsi_datagrams_go_from_qp1_to_qp1_with_the_gsi_qkey() {
+    let wire = Wire::new();
+    let cfg = || ModelConfig { wire: Some(wire.clone()), ..ModelConfig::default() };
+    let (m1, m2) = (Model::with_config(cfg()).unwrap(), Model::with_config(cfg()).unwrap());
+    let (d1, d2) = (open(&m1), open(&m2));
+    let src = d1.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let data = pattern(22, 256);
+    src.write(0, &data).unwrap();
+    let mut rx = d2.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let mut g1 = ud_qp(&d1, Service::Gsi, GSI_QKEY);
+    let mut g2 = ud_qp(&d2, Service::Gsi, GSI_QKEY);
+    assert_eq!((g1.qp_num(), g2.qp_num()), (QpNum(1), QpNum(1)), "the GSI QP is QP1");
+    let p = g2.post_recv(3, rx.dest().unwrap()).unwrap();
+    let to = to_port(&m2, QpNum(1), GSI_QKEY);
+    g1.post_send_ud(4, Source::sgl(&[src.slice(0, 256).unwrap()]), SIG, &to, None).unwrap();
+    let c = wait(&mut g1, 1);
+    assert_eq!((c[0].wr_id, c[0].status), (4, WcStatus::Success));
+    check_datagram(&mut g2, p, &data, QpNum(1), None);
+    quiet(&mut g1);
+    clean(&m1);
+    clean(&m2);
 }
 
 #[test]

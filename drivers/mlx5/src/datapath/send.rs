@@ -980,8 +980,14 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         self.caps
     }
 
+    /// The number peers address: 1 for the GSI QP, whose firmware number (the one its WQEs
+    /// carry) is the HCA's own, as `ibqp->qp_num` is 1 in mlx5_ib's GSI QP.
     fn qp_num(&self) -> QpNum {
-        self.qpn
+        if self.service == crate::control::Service::Gsi {
+            QpNum(1)
+        } else {
+            self.qpn
+        }
     }
 
     /// Refuses every push unless the QP is in RTS.
