@@ -101,7 +101,8 @@ pub struct Report {
     pub bytes: u64,
     /// Wall time of the posting/polling loop.
     pub elapsed: Duration,
-    /// Completion latencies of signalled writes, nanoseconds, sorted.
+    /// Latencies, nanoseconds, sorted: post to reap of each signalled write or READ; for
+    /// SENDs, post of a batch to the receive completion of its last SEND.
     pub latencies_ns: Vec<u64>,
     /// Writes whose destination was compared byte for byte.
     pub verified: u64,
@@ -442,6 +443,9 @@ pub fn run_sends<'r, A: SendQueue<'r>, B: RecvQueue<'r>>(
     let mut want = vec![0u8; slot];
     let mut got = vec![0u8; slot];
     let (mut sent, mut received) = (0u64, 0u64);
+    // The last SEND of each batch, with when its batch was posted: its receive's arrival
+    // gives the latency sample.
+    let mut timed: std::collections::VecDeque<(u64, Instant)> = Default::default();
     let start = Instant::now();
     while received < plan.writes {
         // Keep receives posted ahead of the sends.
@@ -456,6 +460,7 @@ pub fn run_sends<'r, A: SendQueue<'r>, B: RecvQueue<'r>>(
         let room = (received + posted_rx.len() as u64).min(plan.writes) - sent;
         let n = room.min(plan.batch.max(1) as u64);
         if n > 0 {
+            let t = Instant::now();
             let max_inline = a.caps().max_inline as usize;
             let mut bt = a.batch();
             for k in 0..n {
@@ -483,6 +488,7 @@ pub fn run_sends<'r, A: SendQueue<'r>, B: RecvQueue<'r>>(
             bt.commit();
             rep.doorbells += 1;
             sent += n;
+            timed.push_back((sent - 1, t));
         }
         // Reap both sides.
         let mut idle = 0u64;
@@ -521,6 +527,10 @@ pub fn run_sends<'r, A: SendQueue<'r>, B: RecvQueue<'r>>(
                     rep.verified += 1;
                 }
                 rep.bytes += len as u64;
+                if timed.front().is_some_and(|&(last, _)| last == i) {
+                    let (_, t) = timed.pop_front().expect("front");
+                    rep.latencies_ns.push(t.elapsed().as_nanos() as u64);
+                }
                 spare.push(back);
                 received += 1;
             }
@@ -545,5 +555,6 @@ pub fn run_sends<'r, A: SendQueue<'r>, B: RecvQueue<'r>>(
     }
     rep.elapsed = start.elapsed();
     rep.writes = received;
+    rep.latencies_ns.sort_unstable();
     Ok(rep)
 }
