@@ -191,6 +191,10 @@ pub struct RoceAddr {
     pub traffic_class: u8,
     /// IPv6 flow label (20 bits).
     pub flow_label: u32,
+    /// Service level (`ibv_ah_attr.sl`): on Ethernet, 3 bits of 802.1p priority reach the wire.
+    pub sl: u8,
+    /// Static rate limit, an `enum ibv_rate` value (`IBV_RATE_MAX` = 0: none).
+    pub static_rate: u8,
 }
 
 /// The destination of a UD send (`ibv_send_wr.wr.ud`): address, QP and Q_Key.

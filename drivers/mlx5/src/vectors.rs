@@ -264,9 +264,6 @@ impl CaseInput {
             return Ok(Err("an atomic's result is one buffer in this API".to_string()));
         }
         let ud = if ud_qp {
-            if r.num("sl")? != 0 || r.num("static_rate")? != 0 {
-                return Ok(Err("a service level or static rate (not in RoceAddr)".to_string()));
-            }
             let mut dgid = [0u8; 16];
             dgid.copy_from_slice(&hex(r.get("dgid")?)?);
             let mut dmac = [0u8; 6];
@@ -280,6 +277,8 @@ impl CaseInput {
                     hop_limit: r.num("hop_limit")? as u8,
                     traffic_class: r.num("tclass")? as u8,
                     flow_label: r.num("flow_label")? as u32,
+                    sl: r.num("sl")? as u8,
+                    static_rate: r.num("static_rate")? as u8,
                 },
                 qpn: QpNum(r.num("dqpn")? as u32),
                 qkey: r.num("qkey")? as u32,

@@ -295,6 +295,8 @@ fn to_port(model: &Model, qpn: QpNum, qkey: u32) -> UdDest {
             hop_limit: 64,
             traffic_class: 0,
             flow_label: 0,
+            sl: 0,
+            static_rate: 0,
         },
         qpn,
         qkey,

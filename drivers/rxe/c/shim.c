@@ -101,7 +101,7 @@ int rxe_shim_ud_ready(struct ibv_qp *qp, uint8_t port, uint32_t qkey)
  * the kernel resolves the destination MAC from the GID. NULL with errno set on failure. */
 struct ibv_ah *rxe_shim_create_ah(struct ibv_pd *pd, uint8_t port, const uint8_t *dgid,
 				  uint8_t sgid_index, uint8_t hop_limit, uint8_t traffic_class,
-				  uint32_t flow_label)
+				  uint32_t flow_label, uint8_t sl, uint8_t static_rate)
 {
 	struct ibv_ah_attr attr;
 
@@ -113,6 +113,8 @@ struct ibv_ah *rxe_shim_create_ah(struct ibv_pd *pd, uint8_t port, const uint8_t
 	attr.grh.hop_limit = hop_limit;
 	attr.grh.traffic_class = traffic_class;
 	attr.grh.flow_label = flow_label;
+	attr.sl = sl;
+	attr.static_rate = static_rate;
 	return ibv_create_ah(pd, &attr);
 }
 

@@ -347,6 +347,8 @@ extern "C" {
         hop_limit: u8,
         traffic_class: u8,
         flow_label: u32,
+        sl: u8,
+        static_rate: u8,
     ) -> *mut ibv_ah;
     pub fn rxe_shim_layout(name: *const c_char) -> u64;
 }

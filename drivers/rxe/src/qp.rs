@@ -568,6 +568,8 @@ impl<'r> RxeQp<'r> {
                 addr.hop_limit,
                 addr.traffic_class,
                 addr.flow_label,
+                addr.sl,
+                addr.static_rate,
             )
         };
         let ah = NonNull::new(ah).ok_or_else(last_errno)?;

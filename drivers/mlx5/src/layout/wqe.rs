@@ -453,19 +453,34 @@ pub mod av {
     pub const RGID: usize = 32;
 }
 
+/// The HCA's rate code for an `enum ibv_rate` value: rdma-core's `ib_to_mlx5_rate_table`
+/// (IBTA 1.3 table 224, best effort: each rate to the nearest code at or above it, 0 =
+/// unlimited for rates the HCA has no code for, and for values past the table).
+pub const fn mlx5_rate(ibv_rate: u8) -> u8 {
+    const TABLE: [u8; 23] =
+        [0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 11, 13, 15, 0, 9, 15, 0, 0, 9, 13, 0, 0];
+    if (ibv_rate as usize) < TABLE.len() {
+        TABLE[ibv_rate as usize]
+    } else {
+        0
+    }
+}
+
 /// The datagram segment of a UD send.
 pub struct DatagramSeg;
 
 impl DatagramSeg {
     /// The address vector for `dest`, as `mlx5_create_ah` fills it for a RoCE v2 address
-    /// (GRH always, the UDP source port in `rlid`, SL 0, static rate 0) and
-    /// `set_datagram_seg` completes it with the destination QP and Q_Key.
+    /// (the UDP source port in `rlid`, three bits of SL, the static rate through the
+    /// provider's rate table) and `set_datagram_seg` completes it with the destination QP and
+    /// Q_Key.
     #[inline]
     pub fn encode(dest: &rdma_pmd::UdDest) -> [u8; DATAGRAM_LEN] {
         let a = &dest.addr;
         let mut b = [0u8; DATAGRAM_LEN];
         be::set32(&mut b, av::QKEY, dest.qkey);
         be::set32(&mut b, av::DQP_DCT, (dest.qpn.0 & QpNum::MAX) | EXTENDED_UD_AV);
+        b[av::STAT_RATE_SL] = mlx5_rate(a.static_rate) << 4 | (a.sl & 7) << 1;
         be::set16(&mut b, av::RLID, a.udp_sport);
         b[av::RMAC..av::RMAC + 6].copy_from_slice(&a.dmac.0);
         b[av::TCLASS] = a.traffic_class;
