@@ -18,6 +18,8 @@
 //!   and [`RoceRepr::emit`], the builder. Parsing never panics: a malformed frame is a
 //!   [`Malformed`] naming the check that failed, so the receiver can drop and count it
 //!   ([`DropCounters`]).
+//! * [`port`]: the [`Port`] trait (send a frame, receive one without blocking), an
+//!   in-process [`Hub`] and, on Linux, an `AF_PACKET` socket ([`port::PacketSocket`]).
 //!
 //! The model's transport does not use this layer yet: its engine delivers whole messages
 //! synchronously over [`crate::Wire`]. This is the foundation that delivery will move onto.
@@ -31,6 +33,7 @@ pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
 pub mod packet;
+pub mod port;
 #[cfg(test)]
 mod rng;
 pub mod udp;
@@ -40,6 +43,7 @@ mod tests;
 
 pub use error::{DropCounters, Layer, Malformed};
 pub use packet::{IpRepr, RocePacket, RoceRepr};
+pub use port::{Hub, HubPort, Port, PortError};
 
 /// The UDP destination port of RoCE v2 (IANA "roce", IBTA annex A17.2.2).
 pub const ROCE_V2_PORT: u16 = 4791;
