@@ -20,6 +20,8 @@
 //!   ([`DropCounters`]).
 //! * [`port`]: the [`Port`] trait (send a frame, receive one without blocking), an
 //!   in-process [`Hub`] and, on Linux, an `AF_PACKET` socket ([`port::PacketSocket`]).
+//! * [`fault`]: [`FaultPort`], a seeded schedule of drops, duplicates, reordering and
+//!   corruption on a port.
 //!
 //! The model's transport does not use this layer yet: its engine delivers whole messages
 //! synchronously over [`crate::Wire`]. This is the foundation that delivery will move onto.
@@ -29,12 +31,12 @@ pub mod bth;
 mod error;
 pub mod ethernet;
 pub mod ext;
+pub mod fault;
 pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
 pub mod packet;
 pub mod port;
-#[cfg(test)]
 mod rng;
 pub mod udp;
 
@@ -42,6 +44,7 @@ pub mod udp;
 mod tests;
 
 pub use error::{DropCounters, Layer, Malformed};
+pub use fault::{FaultCounts, FaultPlan, FaultPort};
 pub use packet::{IpRepr, RocePacket, RoceRepr};
 pub use port::{Hub, HubPort, Port, PortError};
 

@@ -23,4 +23,9 @@ impl SplitMix {
     pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
+
+    /// True with probability `per_million / 10^6`.
+    pub(crate) fn chance(&mut self, per_million: u32) -> bool {
+        self.below(1_000_000) < u64::from(per_million)
+    }
 }

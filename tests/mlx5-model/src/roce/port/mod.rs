@@ -7,6 +7,8 @@
 //!   the sender; frames for no port are dropped and counted ([`HubStats`]).
 //! * [`PacketSocket`] (Linux): an `AF_PACKET` raw socket bound to a named interface, to put
 //!   the model's frames on a real (or loopback, or veth) wire.
+//!
+//! Wrappers compose: [`crate::roce::FaultPort`] (seeded faults) takes any `Port`.
 
 use std::collections::VecDeque;
 use std::fmt;
