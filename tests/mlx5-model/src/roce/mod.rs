@@ -21,7 +21,8 @@
 //! * [`port`]: the [`Port`] trait (send a frame, receive one without blocking), an
 //!   in-process [`Hub`] and, on Linux, an `AF_PACKET` socket ([`port::PacketSocket`]).
 //! * [`fault`]: [`FaultPort`], a seeded schedule of drops, duplicates, reordering and
-//!   corruption on a port.
+//!   corruption on a port. [`pcap`]: a classic libpcap writer and [`PcapTap`], the port
+//!   wrapper that records every frame.
 //!
 //! The model's transport does not use this layer yet: its engine delivers whole messages
 //! synchronously over [`crate::Wire`]. This is the foundation that delivery will move onto.
@@ -36,6 +37,7 @@ pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
 pub mod packet;
+pub mod pcap;
 pub mod port;
 mod rng;
 pub mod udp;
@@ -46,6 +48,7 @@ mod tests;
 pub use error::{DropCounters, Layer, Malformed};
 pub use fault::{FaultCounts, FaultPlan, FaultPort};
 pub use packet::{IpRepr, RocePacket, RoceRepr};
+pub use pcap::{PcapTap, PcapWriter};
 pub use port::{Hub, HubPort, Port, PortError};
 
 /// The UDP destination port of RoCE v2 (IANA "roce", IBTA annex A17.2.2).

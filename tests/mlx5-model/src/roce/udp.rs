@@ -3,8 +3,10 @@
 //! Layout, 8 bytes, big-endian: source port 0..2, destination port 2..4, length 4..6
 //! (header included), checksum 6..8. RoCE v2 goes to port 4791; rxe sends checksum 0 ("no
 //! checksum") over IPv4 and IPv6 alike (`rxe_net.c` `prepare_udp_hdr`), since the ICRC
-//! covers the packet; the source port carries entropy (the kernel's convention: 0xC000 |
-//! 14 bits of a flow hash) and is not checked by the receiver.
+//! covers the packet, and its IPv6 receive socket accepts zero (`rxe_setup_udp_tunnel`
+//! leaves `use_udp6_rx_checksums` unset, as RFC 6935 allows for tunnels). The source port
+//! carries entropy (the kernel's convention: 0xC000 | 14 bits of a flow hash) and is not
+//! checked by the receiver.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 

@@ -8,7 +8,8 @@
 //! * [`PacketSocket`] (Linux): an `AF_PACKET` raw socket bound to a named interface, to put
 //!   the model's frames on a real (or loopback, or veth) wire.
 //!
-//! Wrappers compose: [`crate::roce::FaultPort`] (seeded faults) takes any `Port`.
+//! Wrappers compose: [`crate::roce::FaultPort`] (seeded faults) and
+//! [`crate::roce::PcapTap`] (capture) take any `Port`.
 
 use std::collections::VecDeque;
 use std::fmt;
