@@ -115,6 +115,7 @@ pub mod grh;
 mod model;
 mod objects;
 pub mod responder;
+pub mod roce;
 mod wire;
 pub mod wqe;
 
