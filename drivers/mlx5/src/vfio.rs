@@ -239,6 +239,11 @@ pub fn with_device<R>(
 ) -> Result<R, UpError> {
     use crate::control::bringup::{bitmap_words, Hca, PagePool};
     let dev = open(addr).map_err(UpError::Open)?;
+    let mut cfg = cfg;
+    if dev.model().vf {
+        // A VF does not own the host endianness register (kernel `set_hca_ctrl`).
+        cfg.function = crate::control::bringup::Function::Virtual;
+    }
     let clock = rdma_pmd_hal::StdClock::default();
     let mut bits = std::vec![0u64; bitmap_words(pool_pages)];
     let pool = PagePool::new(&mut bits, pool_pages);

@@ -68,6 +68,26 @@ pub struct HcaCaps {
     pub roce_sw_udp_sport: bool,
     /// `roce_cap.qp_ts_format`.
     pub qp_ts_format: u8,
+    /// `cmd_hca_cap.sq_ts_format` (the timestamp formats a QP may use when RoCE is off).
+    pub sq_ts_format: u8,
+    /// `cmd_hca_cap.cqe_version` in effect (1: CQEs carry the QP's `user_index`).
+    pub cqe_version: u8,
+    /// `cmd_hca_cap.num_vhca_ports`: non-zero when commands name a port (`vhca_port_num` of
+    /// `SET_ROCE_ADDRESS`).
+    pub num_vhca_ports: u8,
+    /// `cmd_hca_cap.release_all_pages` in effect: firmware may ask for every page back at
+    /// once (a page request with `RELEASE_ALL_PAGES_MASK`).
+    pub release_all_pages: bool,
+    /// Force loopback (`ads.fl`) is allowed on RC QPs while RoCE is enabled
+    /// (`roce_cap.fl_rc_qp_when_roce_enabled`).
+    pub fl_when_roce_enabled: bool,
+    /// Force loopback is allowed while RoCE is disabled (`cmd_hca_cap` or
+    /// `roce_cap.fl_rc_qp_when_roce_disabled`, either, as rdma-core's `dr_devx.c` reads it).
+    pub fl_when_roce_disabled: bool,
+    /// `roce_cap.roce_address_table_size`: entries of the GID table.
+    pub gid_table_size: u16,
+    /// `roce_cap.l3_type`: `MLX5_ROCE_L3_TYPE_IPV4_CAP` (bit 1) and `_IPV6_CAP` (bit 2).
+    pub roce_l3_types: u8,
 }
 
 impl HcaCaps {
@@ -98,6 +118,14 @@ impl HcaCaps {
             log_uar_page_sz: ifc::get(cap, cmd_hca_cap::LOG_UAR_PAGE_SZ) as u16,
             roce_sw_udp_sport: false,
             qp_ts_format: 0,
+            sq_ts_format: g(cmd_hca_cap::SQ_TS_FORMAT),
+            cqe_version: g(cmd_hca_cap::CQE_VERSION),
+            num_vhca_ports: g(cmd_hca_cap::NUM_VHCA_PORTS),
+            release_all_pages: g(cmd_hca_cap::RELEASE_ALL_PAGES) != 0,
+            fl_when_roce_enabled: false,
+            fl_when_roce_disabled: g(cmd_hca_cap::FL_RC_QP_WHEN_ROCE_DISABLED) != 0,
+            gid_table_size: 0,
+            roce_l3_types: 0,
         }
     }
 
@@ -137,6 +165,41 @@ impl HcaCaps {
     }
 }
 
+/// The kernel's default profile asks for at most 2^18 QPs (`main.c` `handle_hca_cap`:
+/// `LOG_MAX_SUPPORTED_QPS` becomes `min(18, max log_max_qp)`).
+pub const PROFILE_LOG_MAX_QP: u8 = 18;
+
+/// The driver's changes to the current general capabilities before `SET_HCA_CAP`, as the
+/// kernel's `handle_hca_cap` (`drivers/net/ethernet/mellanox/mlx5/core/main.c`) makes them
+/// where this driver has the same needs; `cap` holds the current values, `max` the maximum.
+///
+/// * `cmdif_checksum` 0 (the driver does not checksum commands);
+/// * `log_uar_page_sz`: the system page, `page_shift` over 4 KiB;
+/// * `log_max_qp`: `min(18, max)`, the default profile (`MLX5_PROF_MASK_QP_SIZE`);
+/// * `cache_line_128byte` where the device can change it: 1 when the host's cache line is
+///   128 bytes or more (`cache_line_size() >= 128`), so that the device pads CQEs and
+///   scatters to the host's line;
+/// * `release_all_pages` where offered: firmware may then ask for every page back with one
+///   page request, which [`Hca::poll_events`] answers.
+///
+/// Left as firmware had them, and why: `pkey_table_size` (the kernel limits it to 128
+/// entries; a RoCE port has one P_Key), `uar_4k` (the kernel sets it only on pages larger
+/// than 4 KiB; `log_uar_page_sz` covers this driver's pages), `dct`, `num_vhca_ports`,
+/// `mkey_by_name`, the PCIe reset and update events, `roce` and `abs_native_port_num`
+/// (features this driver does not use).
+pub fn general_cap_changes(cap: &mut [u8], max: &[u8], page_shift: u32, cache_line: u16) {
+    ifc::set(cap, cmd_hca_cap::CMDIF_CHECKSUM, 0);
+    ifc::set(cap, cmd_hca_cap::LOG_UAR_PAGE_SZ, page_shift as u64);
+    let log_max_qp = (ifc::get(max, cmd_hca_cap::LOG_MAX_QP) as u8).min(PROFILE_LOG_MAX_QP);
+    ifc::set(cap, cmd_hca_cap::LOG_MAX_QP, log_max_qp as u64);
+    if ifc::get(max, cmd_hca_cap::CACHE_LINE_128BYTE) != 0 {
+        ifc::set(cap, cmd_hca_cap::CACHE_LINE_128BYTE, (cache_line >= 128) as u64);
+    }
+    if ifc::get(max, cmd_hca_cap::RELEASE_ALL_PAGES) != 0 {
+        ifc::set(cap, cmd_hca_cap::RELEASE_ALL_PAGES, 1);
+    }
+}
+
 impl Hca<'_> {
     pub(super) fn query_cap(
         &mut self,
@@ -162,10 +225,8 @@ impl Hca<'_> {
             input(consts::CMD_OP_SET_HCA_CAP, consts::SET_HCA_CAP_OP_MOD_GENERAL_DEVICE << 1);
         let at = set_hca_cap_in::CAPABILITY.byte();
         set[at..at + cmd_hca_cap::SIZE].copy_from_slice(&cur[cap_at..cap_at + cmd_hca_cap::SIZE]);
-        let cap = &mut set[at..];
-        ifc::set(cap, cmd_hca_cap::CMDIF_CHECKSUM, 0);
         let page_shift = self.dma.page_size().trailing_zeros().saturating_sub(12);
-        ifc::set(cap, cmd_hca_cap::LOG_UAR_PAGE_SZ, page_shift as u64);
+        general_cap_changes(&mut set[at..], &max[cap_at..], page_shift, self.cfg.cache_line);
         self.exec("SET_HCA_CAP", &set, Pas::None, &mut [0u8; 16])?;
         self.report.set_general_caps = true;
 
@@ -192,7 +253,12 @@ impl Hca<'_> {
             } else {
                 caps.roce_sw_udp_sport = have;
             }
-            caps.qp_ts_format = ifc::get(&rcur[cap_at..], roce_cap::QP_TS_FORMAT) as u8;
+            let r = &rcur[cap_at..];
+            caps.qp_ts_format = ifc::get(r, roce_cap::QP_TS_FORMAT) as u8;
+            caps.fl_when_roce_enabled = ifc::get(r, roce_cap::FL_RC_QP_WHEN_ROCE_ENABLED) != 0;
+            caps.fl_when_roce_disabled |= ifc::get(r, roce_cap::FL_RC_QP_WHEN_ROCE_DISABLED) != 0;
+            caps.gid_table_size = ifc::get(r, roce_cap::ROCE_ADDRESS_TABLE_SIZE) as u16;
+            caps.roce_l3_types = ifc::get(r, roce_cap::L3_TYPE) as u8;
         }
         self.report.caps = caps;
         Ok(())

@@ -22,30 +22,65 @@ pub const EQ_DOORBELL_UPDATE: usize = 0x48;
 /// Initial owner value of every entry (`MLX5_EQE_OWNER_INIT_VAL`).
 const OWNER_INIT: u8 = 1;
 
-/// Event types this driver handles (`enum mlx5_event`, device.h).
+/// Event types this driver handles (`enum mlx5_event`, kernel `include/linux/mlx5/device.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
     /// 0x00: a CQ completion event.
     Completion,
+    /// 0x01: the QP migrated to its alternate path.
+    PathMig,
+    /// 0x02: communication established (a packet arrived on a QP in RTR).
+    CommEst,
+    /// 0x03: the send queue drained (SQD).
+    SqDrained,
+    /// 0x04: a CQ overran or saw an access violation.
+    CqError,
+    /// 0x05: a work queue hit a catastrophic error (the QP is in error).
+    WqCatasError,
+    /// 0x07: path migration failed.
+    PathMigFailed,
     /// 0x09: port state changed.
     PortChange,
     /// 0x0a: command completion.
     Command,
     /// 0x0b: firmware asks for (or returns) pages.
     PageRequest,
+    /// 0x10: a work queue saw an invalid request (the QP is in error).
+    WqInvalReqError,
+    /// 0x11: a work queue saw a local access error (the QP is in error).
+    WqAccessError,
+    /// 0x12: a shared receive queue hit a catastrophic error.
+    SrqCatasError,
+    /// 0x13: the last WQE of an SRQ-attached QP in error was reached.
+    SrqLastWqe,
+    /// 0x14: an SRQ fell below its limit.
+    SrqRqLimit,
     /// Anything else.
     Unknown(u8),
 }
 
+/// Every named type with its number, the one table both directions read.
+const EVENT_TYPES: [(EventType, u8); 15] = [
+    (EventType::Completion, 0x00),
+    (EventType::PathMig, 0x01),
+    (EventType::CommEst, 0x02),
+    (EventType::SqDrained, 0x03),
+    (EventType::CqError, 0x04),
+    (EventType::WqCatasError, 0x05),
+    (EventType::PathMigFailed, 0x07),
+    (EventType::PortChange, 0x09),
+    (EventType::Command, 0x0a),
+    (EventType::PageRequest, 0x0b),
+    (EventType::WqInvalReqError, 0x10),
+    (EventType::WqAccessError, 0x11),
+    (EventType::SrqCatasError, 0x12),
+    (EventType::SrqLastWqe, 0x13),
+    (EventType::SrqRqLimit, 0x14),
+];
+
 impl From<u8> for EventType {
     fn from(v: u8) -> Self {
-        match v {
-            0x00 => EventType::Completion,
-            0x09 => EventType::PortChange,
-            0x0a => EventType::Command,
-            0x0b => EventType::PageRequest,
-            other => EventType::Unknown(other),
-        }
+        EVENT_TYPES.iter().find(|(_, n)| *n == v).map_or(EventType::Unknown(v), |(t, _)| *t)
     }
 }
 
@@ -53,11 +88,74 @@ impl EventType {
     /// The raw type number (its bit in `create_eq_in.event_bitmask`).
     pub fn raw(self) -> u8 {
         match self {
-            EventType::Completion => 0x00,
-            EventType::PortChange => 0x09,
-            EventType::Command => 0x0a,
-            EventType::PageRequest => 0x0b,
             EventType::Unknown(v) => v,
+            t => EVENT_TYPES.iter().find(|(e, _)| *e == t).map_or(0xff, |(_, n)| *n),
+        }
+    }
+
+    /// Its bit in the first word of `create_eq_in.event_bitmask`.
+    pub fn bit(self) -> u64 {
+        1u64.checked_shl(self.raw().into()).unwrap_or(0)
+    }
+}
+
+/// The asynchronous EQ's subscription: page requests and command completions (the kernel has
+/// an EQ of its own for each) and `MLX5_ASYNC_EVENT_MASK` of the kernel's `eq.c`: path
+/// migration, communication established, SQ drained, CQ error, work queue catastrophic,
+/// invalid request and access errors, port change, SRQ catastrophic, last WQE and limit. The
+/// capability-dependent extras of `gather_async_events_mask` (vport change, module, PPS,
+/// temperature, tracer, ...) are left out: this driver has nothing to do with them.
+pub const ASYNC_EVENTS: [EventType; 14] = [
+    EventType::PageRequest,
+    EventType::Command,
+    EventType::PathMig,
+    EventType::CommEst,
+    EventType::SqDrained,
+    EventType::CqError,
+    EventType::WqCatasError,
+    EventType::PathMigFailed,
+    EventType::WqInvalReqError,
+    EventType::WqAccessError,
+    EventType::PortChange,
+    EventType::SrqCatasError,
+    EventType::SrqLastWqe,
+    EventType::SrqRqLimit,
+];
+
+/// [`ASYNC_EVENTS`] as the first word of `create_eq_in.event_bitmask`.
+pub fn async_event_mask() -> u64 {
+    ASYNC_EVENTS.iter().fold(0, |m, t| m | t.bit())
+}
+
+/// `mlx5_eqe_page_req.ec_function`: the request asks for every page of the function back
+/// (`RELEASE_ALL_PAGES_MASK`, kernel `pagealloc.c`; only with `cmd_hca_cap.release_all_pages`).
+pub const RELEASE_ALL_PAGES: u16 = 0x4000;
+/// `mlx5_eqe_page_req.ec_function`: the pages are for the embedded CPU function.
+pub const EC_FUNCTION: u16 = 0x8000;
+
+/// Which kind of queue a work queue event names (`MLX5_EVENT_QUEUE_TYPE_*`, device.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueKind {
+    /// 0: a QP (its number is the QPN).
+    Qp,
+    /// 1: an RQ object.
+    Rq,
+    /// 2: an SQ object.
+    Sq,
+    /// 6: a DCT.
+    Dct,
+    /// Another value.
+    Unknown(u8),
+}
+
+impl From<u8> for QueueKind {
+    fn from(v: u8) -> Self {
+        match v {
+            0 => QueueKind::Qp,
+            1 => QueueKind::Rq,
+            2 => QueueKind::Sq,
+            6 => QueueKind::Dct,
+            v => QueueKind::Unknown(v),
         }
     }
 }
@@ -72,6 +170,8 @@ pub enum Event {
         func_id: u16,
         /// Pages wanted (positive) or offered back (negative).
         num_pages: i32,
+        /// `ec_function` bits: [`RELEASE_ALL_PAGES`], [`EC_FUNCTION`].
+        ec_function: u16,
     },
     /// `struct mlx5_eqe_cmd`: the commands whose slots are set in `vector` completed.
     Command {
@@ -90,6 +190,22 @@ pub enum Event {
         /// Port number (`port` in `mlx5_eqe_port_state`, bits 7:4 of data byte 8).
         port: u8,
     },
+    /// `struct mlx5_eqe_cq_err`: CQ `cqn` overran (syndrome 1) or saw an access violation (2).
+    CqError {
+        /// The CQ (24 bits of data bytes 0..4).
+        cqn: u32,
+        /// `syndrome` (data byte 11).
+        syndrome: u8,
+    },
+    /// `struct mlx5_eqe_qp_srq`: an event of a work queue (QP or SRQ) by type.
+    Queue {
+        /// Which event ([`EventType::WqCatasError`], [`EventType::CommEst`], ...).
+        ty: EventType,
+        /// What `num` names (data byte 20).
+        kind: QueueKind,
+        /// The QP or SRQ number (24 bits of data bytes 24..28).
+        num: u32,
+    },
     /// Anything else, by type.
     Other {
         /// The type.
@@ -101,13 +217,29 @@ pub enum Event {
 pub fn decode(eqe: &[u8; EQE_SIZE]) -> Event {
     let data = &eqe[32..60];
     let be32 = |o: usize| be::get32(data, o);
-    match EventType::from(eqe[1]) {
-        EventType::PageRequest => {
-            Event::PageRequest { func_id: be::get16(data, 2), num_pages: be32(4) as i32 }
-        }
+    let ty = EventType::from(eqe[1]);
+    match ty {
+        EventType::PageRequest => Event::PageRequest {
+            func_id: be::get16(data, 2),
+            num_pages: be32(4) as i32,
+            ec_function: be::get16(data, 0),
+        },
         EventType::Command => Event::Command { vector: be32(0) },
         EventType::Completion => Event::Completion { cqn: be32(24) & 0xff_ffff },
         EventType::PortChange => Event::PortChange { sub_type: eqe[3], port: data[8] >> 4 },
+        EventType::CqError => Event::CqError { cqn: be32(0) & 0xff_ffff, syndrome: data[11] },
+        EventType::PathMig
+        | EventType::CommEst
+        | EventType::SqDrained
+        | EventType::WqCatasError
+        | EventType::PathMigFailed
+        | EventType::WqInvalReqError
+        | EventType::WqAccessError
+        | EventType::SrqCatasError
+        | EventType::SrqLastWqe
+        | EventType::SrqRqLimit => {
+            Event::Queue { ty, kind: QueueKind::from(data[20]), num: be32(24) & 0xff_ffff }
+        }
         EventType::Unknown(ty) => Event::Other { ty },
     }
 }
@@ -218,13 +350,53 @@ mod tests {
     fn decodes_device_h_event_layouts() {
         // mlx5_eqe_page_req: ec_function, func_id = 0, num_pages = -3.
         let e = eqe(0x0b, &[0, 0, 0, 0, 0xff, 0xff, 0xff, 0xfd], 0);
-        assert_eq!(decode(&e), Event::PageRequest { func_id: 0, num_pages: -3 });
+        assert_eq!(decode(&e), Event::PageRequest { func_id: 0, num_pages: -3, ec_function: 0 });
         let e = eqe(0x0a, &[0, 0, 0, 0b11], 0);
         assert_eq!(decode(&e), Event::Command { vector: 3 });
         let mut d = [0u8; 28];
         d[24..28].copy_from_slice(&[0, 0, 0x12, 0x34]);
         assert_eq!(decode(&eqe(0x00, &d, 0)), Event::Completion { cqn: 0x1234 });
         assert_eq!(decode(&eqe(0x3f, &[], 0)), Event::Other { ty: 0x3f });
+    }
+
+    #[test]
+    fn decodes_the_error_events_of_device_h() {
+        // mlx5_eqe_cq_err: cqn (24 bits) in data bytes 0..4, syndrome at byte 11.
+        let mut d = [0u8; 28];
+        d[0..4].copy_from_slice(&[0xaa, 0x00, 0x01, 0x07]);
+        d[11] = 1;
+        assert_eq!(decode(&eqe(0x04, &d, 0)), Event::CqError { cqn: 0x107, syndrome: 1 });
+        // mlx5_eqe_qp_srq: type at data byte 20, qp_srq_n (24 bits) at 24..28.
+        let mut d = [0u8; 28];
+        d[20] = 0;
+        d[24..28].copy_from_slice(&[0xff, 0x00, 0x00, 0x99]);
+        let q = |ty| Event::Queue { ty, kind: QueueKind::Qp, num: 0x99 };
+        assert_eq!(decode(&eqe(0x05, &d, 0)), q(EventType::WqCatasError));
+        assert_eq!(decode(&eqe(0x10, &d, 0)), q(EventType::WqInvalReqError));
+        assert_eq!(decode(&eqe(0x11, &d, 0)), q(EventType::WqAccessError));
+        assert_eq!(decode(&eqe(0x02, &d, 0)), q(EventType::CommEst));
+        d[20] = 2;
+        let sq = Event::Queue { ty: EventType::WqCatasError, kind: QueueKind::Sq, num: 0x99 };
+        assert_eq!(decode(&eqe(0x05, &d, 0)), sq);
+        // mlx5_eqe_page_req.ec_function carries RELEASE_ALL_PAGES_MASK.
+        let e = eqe(0x0b, &[0x40, 0, 0, 0, 0, 0, 0, 0], 0);
+        let all = Event::PageRequest { func_id: 0, num_pages: 0, ec_function: RELEASE_ALL_PAGES };
+        assert_eq!(decode(&e), all);
+    }
+
+    #[test]
+    fn the_async_mask_is_the_kernels_plus_pages_and_commands() {
+        // MLX5_ASYNC_EVENT_MASK (eq.c): types 0x01 0x02 0x03 0x04 0x05 0x07 0x09 0x10 0x11
+        // 0x12 0x13 0x14; plus MLX5_EVENT_TYPE_CMD (0x0a) and _PAGE_REQUEST (0x0b).
+        let kernel: u64 =
+            [0x01u32, 0x02, 0x03, 0x04, 0x05, 0x07, 0x09, 0x10, 0x11, 0x12, 0x13, 0x14]
+                .iter()
+                .fold(0, |m, t| m | 1 << t);
+        assert_eq!(async_event_mask(), kernel | 1 << 0x0a | 1 << 0x0b);
+        assert_eq!(async_event_mask() & 0xe00, 0xe00, "the old three are still there");
+        for (t, n) in EVENT_TYPES {
+            assert_eq!((EventType::from(n), t.raw()), (t, n));
+        }
     }
 
     #[test]
@@ -239,7 +411,7 @@ mod tests {
         dma.write(eq.buf().bus().add(64), &eqe(0x0a, &[0, 0, 0, 1], 0));
         assert_eq!(
             decode(&eq.next_eqe().unwrap()),
-            Event::PageRequest { func_id: 1, num_pages: 2 }
+            Event::PageRequest { func_id: 1, num_pages: 2, ec_function: 0 }
         );
         assert_eq!(decode(&eq.next_eqe().unwrap()), Event::Command { vector: 1 });
         assert!(eq.next_eqe().is_none(), "entry 0 still carries pass-0 owner");

@@ -1,13 +1,14 @@
 //! The event queues bring-up creates (`CREATE_EQ` / `DESTROY_EQ`) and the servicing of the
-//! asynchronous one: page requests, command completions, port changes.
+//! asynchronous one: page requests, command completions, port changes, and the asynchronous
+//! error events (delivered typed in [`EventSummary::errors`]).
 
 use crate::control::cmd::{Pas, SLOT_PAGES};
 use crate::layout::ifc::{self, consts, generated::*};
 
 use crate::control::Uar;
 
-use super::eq::{decode, Event, EventQueue, EventType};
-use super::{input, EventSummary, Hca, HcaError, FW_PAGE};
+use super::eq::{async_event_mask, decode, Event, EventQueue, EventType, RELEASE_ALL_PAGES};
+use super::{input, AsyncError, EventSummary, Hca, HcaError, FW_PAGE};
 
 /// EQEs consumed before the consumer index must be reported (`MLX5_NUM_SPARE_EQE`).
 const EQ_SPARE: u32 = 0x80;
@@ -23,10 +24,7 @@ impl Hca<'_> {
         self.report.eq_uar = index;
         let uar = self.uar(index)?;
 
-        let mask = (1u64 << EventType::PageRequest.raw())
-            | (1u64 << EventType::Command.raw())
-            | (1u64 << EventType::PortChange.raw());
-        let eq = self.create_eq(self.cfg.async_eq_log_size, uar, mask)?;
+        let eq = self.create_eq(self.cfg.async_eq_log_size, uar, async_event_mask())?;
         self.report.async_eqn = eq.eqn();
         self.async_eq = Some(eq);
         let eq = self.create_eq(self.cfg.comp_eq_log_size, uar, 0)?;
@@ -124,8 +122,15 @@ impl Hca<'_> {
             let Some(raw) = self.async_eq.as_mut().and_then(|eq| eq.next_eqe()) else { break };
             consumed += 1;
             match decode(&raw) {
-                Event::PageRequest { func_id, num_pages } => {
+                Event::PageRequest { func_id, num_pages, ec_function } => {
                     s.page_requests += 1;
+                    // With `release_all_pages` set at bring-up, firmware may ask for every page
+                    // of the function back at once (kernel `pagealloc.c` `release_all_pages`).
+                    let num_pages = if ec_function & RELEASE_ALL_PAGES != 0 {
+                        -(self.pages.in_use().min(i32::MAX as usize) as i32)
+                    } else {
+                        num_pages
+                    };
                     let r = if func_id != self.report.func_id {
                         // Pages are lent to, and reclaimed from, this function only.
                         let value = func_id.into();
@@ -169,6 +174,15 @@ impl Hca<'_> {
                 Event::Command { .. } => s.command_events += 1,
                 Event::PortChange { .. } => s.port_changes += 1,
                 Event::Completion { .. } => s.cq_events += 1,
+                Event::CqError { cqn, syndrome } => s.push_error(AsyncError::Cq { cqn, syndrome }),
+                Event::Queue { ty, kind, num } => match ty {
+                    EventType::WqCatasError
+                    | EventType::WqInvalReqError
+                    | EventType::WqAccessError
+                    | EventType::PathMigFailed
+                    | EventType::SrqCatasError => s.push_error(AsyncError::Queue { ty, kind, num }),
+                    _ => s.queue_events += 1,
+                },
                 Event::Other { .. } => s.other += 1,
             }
             if consumed.is_multiple_of(EQ_SPARE) {

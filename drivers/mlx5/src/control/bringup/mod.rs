@@ -11,14 +11,17 @@
 //! 3. `ENABLE_HCA`;
 //! 4. `QUERY_ISSI` / `SET_ISSI` (1, or 0 on firmware that knows nothing else);
 //! 5. `QUERY_PAGES` (boot) and `MANAGE_PAGES` to give them;
-//! 6. `ACCESS_REG` host endianness;
-//! 7. `QUERY_HCA_CAP` / `SET_HCA_CAP`, general (command checksums off, 4 KiB UAR pages) and
-//!    RoCE (software-chosen UDP source port) capabilities;
+//! 6. `ACCESS_REG` host endianness, on a physical function only (the kernel's `set_hca_ctrl`
+//!    skips it on a VF, which does not own the register: [`HcaConfig::function`]);
+//! 7. `QUERY_HCA_CAP` / `SET_HCA_CAP`, general (command checksums off, the system page as UAR
+//!    page, the kernel's QP count, cache line, page release: [`caps::general_cap_changes`])
+//!    and RoCE (software-chosen UDP source port) capabilities;
 //! 8. `QUERY_PAGES` (init) and `MANAGE_PAGES`;
 //! 9. `INIT_HCA`;
 //! 10. `ALLOC_UAR` and two `CREATE_EQ`: an asynchronous EQ for page requests, command
-//!     completions and port changes, serviced by [`Hca::poll_events`], and a completion EQ that
-//!     CQs name;
+//!     completions, port changes and the kernel's asynchronous error events (CQ errors, work
+//!     queue catastrophes and access errors, path migration), serviced by
+//!     [`Hca::poll_events`], and a completion EQ that CQs name;
 //! 11. on an Ethernet port, `MODIFY_NIC_VPORT_CONTEXT` with `roce_en`.
 //!
 //! [`Hca::teardown`] undoes it in reverse: RoCE off, EQs and UAR, `TEARDOWN_HCA`, every page
@@ -46,7 +49,7 @@
 //! let mut ctl = FwControl::new(&mut hca);
 //! ```
 
-mod caps;
+pub mod caps;
 pub mod eq;
 mod error;
 mod events;
@@ -69,10 +72,14 @@ pub use caps::{HcaCaps, PortType};
 use eq::EventQueue;
 pub use error::HcaError;
 pub use pages::{bitmap_words, PagePool, FW_PAGE};
-pub use report::{BringupReport, EventSummary, TeardownReport};
+pub use report::{AsyncError, BringupReport, EventSummary, TeardownReport};
 
 /// `MLX5_REG_HOST_ENDIANNESS` (kernel `driver.h`).
 const REG_HOST_ENDIANNESS: u64 = 0x7004;
+
+/// The cache line [`HcaConfig::default`] assumes: 64 bytes on x86_64 and on most aarch64
+/// cores (the kernel reads the real one; a 128-byte host should say so).
+pub const DEFAULT_CACHE_LINE: u16 = 64;
 
 /// How bring-up is bounded and what it sets up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +96,22 @@ pub struct HcaConfig {
     pub comp_eq_log_size: u8,
     /// Enable RoCE on the vport when the port is Ethernet.
     pub enable_roce: bool,
+    /// Which kind of PCI function the HCA is: a virtual function skips the host endianness
+    /// register, as the kernel's `set_hca_ctrl` does (`mlx5_core_is_pf`).
+    pub function: Function,
+    /// The host's cache line in bytes (the kernel's `cache_line_size()`), for
+    /// `cmd_hca_cap.cache_line_128byte`.
+    pub cache_line: u16,
+}
+
+/// The kind of PCI function (the kernel's `MLX5_PCI_DEV_IS_VF` flag of its device table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Function {
+    /// A physical function.
+    #[default]
+    Physical,
+    /// An SR-IOV virtual function (for instance one passed through to a guest with VFIO).
+    Virtual,
 }
 
 impl Default for HcaConfig {
@@ -100,6 +123,8 @@ impl Default for HcaConfig {
             async_eq_log_size: 7,
             comp_eq_log_size: 6,
             enable_roce: true,
+            function: Function::Physical,
+            cache_line: DEFAULT_CACHE_LINE,
         }
     }
 }
@@ -194,6 +219,7 @@ impl<'a> Hca<'a> {
                 init_pages: 0,
                 pages_lent: 0,
                 pool_pages,
+                set_host_endianness: false,
                 set_general_caps: false,
                 set_roce_caps: false,
                 caps: HcaCaps::from_general(&[0u8; cmd_hca_cap::SIZE]),
@@ -233,7 +259,10 @@ impl<'a> Hca<'a> {
         self.report.boot_pages = boot;
         self.give_pages(SLOT_CMD, func_id, boot)?;
 
-        self.set_host_endianness()?;
+        if self.cfg.function == Function::Physical {
+            self.set_host_endianness()?;
+            self.report.set_host_endianness = true;
+        }
         self.handle_caps()?;
 
         let (func_id, init) = self.query_pages(consts::QUERY_PAGES_IN_OP_MOD_INIT_PAGES)?;

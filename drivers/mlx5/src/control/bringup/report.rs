@@ -4,6 +4,7 @@ use core::fmt;
 
 use crate::control::init_seg::FwVersion;
 
+use super::eq::{EventType, QueueKind};
 use super::HcaCaps;
 
 /// What bring-up learned and did.
@@ -25,6 +26,8 @@ pub struct BringupReport {
     pub pages_lent: usize,
     /// Pages in the pool.
     pub pool_pages: usize,
+    /// Whether the host endianness register was written (physical functions only).
+    pub set_host_endianness: bool,
     /// Whether `SET_HCA_CAP` was sent for the general capabilities.
     pub set_general_caps: bool,
     /// Whether `SET_HCA_CAP` was sent for the RoCE capabilities.
@@ -76,6 +79,44 @@ impl fmt::Display for BringupReport {
     }
 }
 
+/// An asynchronous error event firmware reported: before the async EQ subscribed to them these
+/// failures were silent (a QP went to error, a CQ overran, and nothing said so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncError {
+    /// `MLX5_EVENT_TYPE_CQ_ERROR`: CQ `cqn` overran (syndrome 1) or saw an access violation
+    /// (2); its QPs are in error.
+    Cq {
+        /// The CQ.
+        cqn: u32,
+        /// `mlx5_eqe_cq_err.syndrome`.
+        syndrome: u8,
+    },
+    /// A work-queue error event: `WQ_CATAS_ERROR`, `WQ_INVAL_REQ_ERROR`, `WQ_ACCESS_ERROR`,
+    /// `PATH_MIG_FAILED`, `SRQ_CATAS_ERROR`. The queue is in error.
+    Queue {
+        /// Which event.
+        ty: EventType,
+        /// What `num` names.
+        kind: QueueKind,
+        /// The QP (or SRQ, RQ, SQ) number.
+        num: u32,
+    },
+}
+
+impl fmt::Display for AsyncError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AsyncError::Cq { cqn, syndrome } => {
+                write!(f, "CQ {cqn:#x} error, syndrome {syndrome:#x}")
+            }
+            AsyncError::Queue { ty, kind, num } => write!(f, "{ty:?} on {kind:?} {num:#x}"),
+        }
+    }
+}
+
+/// How many [`AsyncError`]s one [`EventSummary`] keeps (the rest are counted).
+pub const ASYNC_ERRORS_KEPT: usize = 4;
+
 /// Events serviced by one [`Hca::poll_events`](super::Hca::poll_events) call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventSummary {
@@ -91,8 +132,30 @@ pub struct EventSummary {
     pub cq_events: u32,
     /// Port change events.
     pub port_changes: u32,
+    /// Informational work-queue events (communication established, path migrated, SQ
+    /// drained, SRQ last WQE and limit).
+    pub queue_events: u32,
+    /// The first [`ASYNC_ERRORS_KEPT`] error events, in order.
+    pub errors: [Option<AsyncError>; ASYNC_ERRORS_KEPT],
+    /// Error events seen, kept or not.
+    pub error_count: u32,
     /// Other events.
     pub other: u32,
+}
+
+impl EventSummary {
+    /// Record an error event (kept while there is room, always counted).
+    pub fn push_error(&mut self, e: AsyncError) {
+        if let Some(slot) = self.errors.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(e);
+        }
+        self.error_count = self.error_count.saturating_add(1);
+    }
+
+    /// The error events kept.
+    pub fn errors(&self) -> impl Iterator<Item = AsyncError> + '_ {
+        self.errors.iter().flatten().copied()
+    }
 }
 
 /// What [`Hca::teardown`](super::Hca::teardown) did.

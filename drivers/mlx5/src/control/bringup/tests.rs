@@ -117,6 +117,7 @@ fn bring_up_follows_the_kernel_sequence_and_reports_what_it_learned() {
     assert_eq!(ifc::get(cap, cmd_hca_cap::CMDIF_CHECKSUM), 0, "checksums off");
     assert_eq!(ifc::get(cap, cmd_hca_cap::LOG_UAR_PAGE_SZ), 0);
     assert_eq!(ifc::get(cap, cmd_hca_cap::LOG_MAX_QP_SZ), 15, "current values carried over");
+    assert_eq!(ifc::get(cap, cmd_hca_cap::LOG_MAX_QP), 18, "min(18, max): the default profile");
     assert_eq!((log[10].op_mod, log[11].op_mod, log[12].op_mod), (8, 9, 8));
     let rcap = &log[12].input[set_hca_cap_in::CAPABILITY.byte()..];
     assert_eq!(ifc::get(rcap, roce_cap::SW_R_ROCE_SRC_UDP_PORT), 1);
@@ -125,7 +126,11 @@ fn bring_up_follows_the_kernel_sequence_and_reports_what_it_learned() {
     assert_eq!(ifc::get(&give.input, manage_pages_in::INPUT_NUM_ENTRIES), 128);
     assert_eq!(give.input.len(), manage_pages_in::SIZE + 128 * 8);
     let eqs = r.st.lock().unwrap().eqs.clone();
-    assert_eq!(eqs[0].2, (1 << 0xb) | (1 << 0xa) | (1 << 0x9), "page request, command, port");
+    // MLX5_ASYNC_EVENT_MASK of the kernel's eq.c (path migration 0x01, communication
+    // established 0x02, SQ drained 0x03, CQ error 0x04, WQ catastrophic 0x05, path migration
+    // failed 0x07, port change 0x09, WQ invalid request 0x10, WQ access 0x11, SRQ catastrophic
+    // 0x12, SRQ last WQE 0x13, SRQ limit 0x14), with command 0x0a and page request 0x0b.
+    assert_eq!(eqs[0].2, 0x1f_0ebe, "the kernel's async set, commands and pages");
     assert_eq!(eqs[1].2, 0);
     let eq0 = &log[19].input;
     let ctx = create_eq_in::EQ_CONTEXT_ENTRY;
@@ -155,6 +160,107 @@ fn bring_up_follows_the_kernel_sequence_and_reports_what_it_learned() {
     assert_eq!(t, TeardownReport { pages_reclaimed: 340, pages_outstanding: 0 });
     assert!(r.st.lock().unwrap().held.is_empty());
     assert_eq!(r.dma.live_blocks(), 0, "queue, EQs and page pool given back");
+}
+
+#[test]
+fn a_virtual_function_skips_the_host_endianness_register() {
+    // The kernel's set_hca_ctrl: `if (!mlx5_core_is_pf(dev)) return 0;`.
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let vf = HcaConfig { function: Function::Virtual, ..cfg() };
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, vf).unwrap();
+    assert!(!hca.report().set_host_endianness);
+    let ops = r.fw.opcodes();
+    assert!(!ops.contains(&consts::CMD_OP_ACCESS_REG), "{ops:x?}");
+    assert_eq!(&ops[..5], &BRING_UP[..5]);
+    assert_eq!(&ops[5..], &BRING_UP[6..ops.len() + 1]);
+    hca.teardown().unwrap();
+    // A physical function writes it.
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    assert!(hca.report().set_host_endianness);
+    hca.teardown().unwrap();
+}
+
+#[test]
+fn set_hca_cap_sets_cache_line_qp_count_and_page_release_where_offered() {
+    for (line, want) in [(64u16, 0u64), (128, 1)] {
+        let st = default_state();
+        st.lock().unwrap().caps = vec![
+            (cmd_hca_cap::CACHE_LINE_128BYTE, 1),
+            (cmd_hca_cap::RELEASE_ALL_PAGES, 1),
+            (cmd_hca_cap::LOG_MAX_QP, 20),
+        ];
+        let mut r = rig(st);
+        let pool = PagePool::new(&mut r.bitmap, 1024);
+        let c = HcaConfig { cache_line: line, ..cfg() };
+        let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, c).unwrap();
+        let log = r.fw.log.lock().unwrap().clone();
+        let set = log.iter().find(|c| c.opcode == consts::CMD_OP_SET_HCA_CAP).unwrap();
+        let cap = &set.input[set_hca_cap_in::CAPABILITY.byte()..];
+        // Read back through the generated accessors, independently of the builder.
+        assert_eq!(ifc::get(cap, cmd_hca_cap::CACHE_LINE_128BYTE), want, "line {line}");
+        assert_eq!(ifc::get(cap, cmd_hca_cap::RELEASE_ALL_PAGES), 1);
+        assert_eq!(ifc::get(cap, cmd_hca_cap::LOG_MAX_QP), 18, "min(18, 20)");
+        hca.teardown().unwrap();
+    }
+    // Not offered (maximum 0): left as firmware had them.
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    let log = r.fw.log.lock().unwrap().clone();
+    let set = log.iter().find(|c| c.opcode == consts::CMD_OP_SET_HCA_CAP).unwrap();
+    let cap = &set.input[set_hca_cap_in::CAPABILITY.byte()..];
+    assert_eq!(ifc::get(cap, cmd_hca_cap::CACHE_LINE_128BYTE), 0);
+    assert_eq!(ifc::get(cap, cmd_hca_cap::RELEASE_ALL_PAGES), 0);
+    hca.teardown().unwrap();
+}
+
+#[test]
+fn error_events_are_delivered_typed_and_release_all_takes_every_page() {
+    use super::eq::{EventType, QueueKind};
+    let mut r = rig(default_state());
+    let pool = PagePool::new(&mut r.bitmap, 1024);
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, pool, cfg()).unwrap();
+    let dma = r.dma.clone();
+    {
+        let mut st = r.st.lock().unwrap();
+        let ring = &mut st.rings[0];
+        // mlx5_eqe_cq_err: CQ 7 overran.
+        let mut d = [0u8; 28];
+        d[3] = 7;
+        d[11] = 1;
+        ring.post(&dma, 0x04, 0, &d);
+        // mlx5_eqe_qp_srq: QP 0x99 catastrophic, then one informational event.
+        let mut d = [0u8; 28];
+        d[27] = 0x99;
+        ring.post(&dma, 0x05, 0, &d);
+        ring.post(&dma, 0x02, 0, &d);
+    }
+    let s = hca.poll_events().unwrap();
+    let errs: Vec<_> = s.errors().collect();
+    assert_eq!(
+        errs,
+        [
+            AsyncError::Cq { cqn: 7, syndrome: 1 },
+            AsyncError::Queue { ty: EventType::WqCatasError, kind: QueueKind::Qp, num: 0x99 },
+        ]
+    );
+    assert_eq!((s.error_count, s.queue_events, s.other), (2, 1, 0));
+    // A page request with RELEASE_ALL_PAGES_MASK takes back every page lent.
+    let lent = hca.pages_lent();
+    assert!(lent > 0);
+    {
+        let mut st = r.st.lock().unwrap();
+        let mut d = crate::testing::fw::page_request(0, 0);
+        d[0] = 0x40;
+        st.rings[0].post(&dma, 0x0b, 0, &d);
+    }
+    let s = hca.poll_events().unwrap();
+    assert_eq!((s.page_requests, s.pages_reclaimed), (1, lent as u32));
+    assert_eq!(hca.pages_lent(), 0);
+    let _ = hca.teardown();
 }
 
 #[test]

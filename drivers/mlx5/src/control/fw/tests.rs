@@ -39,6 +39,14 @@ fn caps() -> HcaCaps {
         log_uar_page_sz: 0,
         roce_sw_udp_sport: true,
         qp_ts_format: 0,
+        sq_ts_format: 0,
+        cqe_version: 1,
+        num_vhca_ports: 0,
+        release_all_pages: false,
+        fl_when_roce_enabled: true,
+        fl_when_roce_disabled: true,
+        gid_table_size: 16,
+        roce_l3_types: 0b110,
     }
 }
 

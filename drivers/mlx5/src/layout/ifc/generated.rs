@@ -200,6 +200,12 @@ pub mod cmd_hca_cap {
     pub const SIZE: usize = 256;
     pub const LOG_MAX_QP_SZ: Field = Field::new(0x88, 0x8);
     pub const LOG_MAX_QP: Field = Field::new(0x9b, 0x5);
+    pub const RELEASE_ALL_PAGES: Field = Field::new(0x145, 0x1);
+    pub const CACHE_LINE_128BYTE: Field = Field::new(0x164, 0x1);
+    pub const CQE_VERSION: Field = Field::new(0x1fc, 0x4);
+    pub const NUM_VHCA_PORTS: Field = Field::new(0x610, 0x8);
+    pub const SQ_TS_FORMAT: Field = Field::new(0x440, 0x2);
+    pub const FL_RC_QP_WHEN_ROCE_DISABLED: Field = Field::new(0x248, 0x1);
     pub const LOG_MAX_CQ_SZ: Field = Field::new(0xc8, 0x8);
     pub const LOG_MAX_CQ: Field = Field::new(0xdb, 0x5);
     pub const LOG_MAX_EQ_SZ: Field = Field::new(0xe0, 0x8);
@@ -230,6 +236,10 @@ pub mod roce_cap {
     /// Size in bytes.
     pub const SIZE: usize = 256;
     pub const SW_R_ROCE_SRC_UDP_PORT: Field = Field::new(0x4, 0x1);
+    pub const FL_RC_QP_WHEN_ROCE_ENABLED: Field = Field::new(0x6, 0x1);
+    pub const FL_RC_QP_WHEN_ROCE_DISABLED: Field = Field::new(0x5, 0x1);
+    pub const L3_TYPE: Field = Field::new(0x8c, 0x4);
+    pub const ROCE_ADDRESS_TABLE_SIZE: Field = Field::new(0xf0, 0x10);
     pub const QP_TS_FORMAT: Field = Field::new(0x1e, 0x2);
     pub const ROCE_VERSION: Field = Field::new(0x98, 0x8);
     pub const R_ROCE_MIN_SRC_UDP_PORT: Field = Field::new(0xd0, 0x10);
@@ -547,6 +557,8 @@ pub mod ads {
     pub const RGID_RIP_COUNT: usize = 16;
     pub const DSCP: Field = Field::new(0x10a, 0x6);
     pub const UDP_SPORT: Field = Field::new(0x110, 0x10);
+    pub const DEI_CFI: Field = Field::new(0x120, 0x1);
+    pub const SL: Field = Field::new(0x124, 0x4);
     pub const ETH_PRIO: Field = Field::new(0x121, 0x3);
     pub const VHCA_PORT_NUM: Field = Field::new(0x128, 0x8);
     pub const RMAC_47_32: Field = Field::new(0x130, 0x10);
@@ -561,6 +573,16 @@ pub mod qpc {
     /// Size in bytes.
     pub const SIZE: usize = 232;
     pub const STATE: Field = Field::new(0x0, 0x4);
+    pub const LAG_TX_PORT_AFFINITY: Field = Field::new(0x4, 0x4);
+    pub const RLKY: Field = Field::new(0x5b, 0x1);
+    pub const COUNTER_SET_ID: Field = Field::new(0x60, 0x8);
+    pub const USER_INDEX: Field = Field::new(0x88, 0x18);
+    pub const FRE: Field = Field::new(0x394, 0x1);
+    pub const XRCD: Field = Field::new(0x4c8, 0x18);
+    pub const SRQN_RMPN_XRQN: Field = Field::new(0x568, 0x18);
+    pub const DETH_SQPN: Field = Field::new(0x408, 0x18);
+    pub const CS_REQ: Field = Field::new(0x630, 0x8);
+    pub const WQ_SIGNATURE: Field = Field::new(0x20, 0x1);
     pub const ST: Field = Field::new(0x8, 0x8);
     pub const PM_STATE: Field = Field::new(0x13, 0x2);
     pub const PD: Field = Field::new(0x28, 0x18);
@@ -732,6 +754,19 @@ pub mod nic_vport_context {
     /// Size in bytes.
     pub const SIZE: usize = 256;
     pub const ROCE_EN: Field = Field::new(0x1f, 0x1);
+    pub const MTU: Field = Field::new(0x130, 0x10);
+    pub const PERMANENT_ADDRESS: Field = Field::new(0x7a0, 0x40);
+}
+
+/// `struct mlx5_ifc_mac_address_layout_bits`.
+pub mod mac_address_layout {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x40;
+    /// Size in bytes.
+    pub const SIZE: usize = 8;
+    pub const MAC_ADDR_47_32: Field = Field::new(0x10, 0x10);
+    pub const MAC_ADDR_31_0: Field = Field::new(0x20, 0x20);
 }
 
 /// `struct mlx5_ifc_modify_nic_vport_context_in_bits`.
@@ -747,6 +782,114 @@ pub mod modify_nic_vport_context_in {
     pub const VPORT_NUMBER: Field = Field::new(0x50, 0x10);
     pub const FIELD_SELECT: Field = Field::new(0x60, 0x20);
     pub const NIC_VPORT_CONTEXT: Field = Field::new(0x800, 0x800);
+}
+
+/// `struct mlx5_ifc_query_nic_vport_context_in_bits`.
+pub mod query_nic_vport_context_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const OTHER_VPORT: Field = Field::new(0x40, 0x1);
+    pub const VPORT_NUMBER: Field = Field::new(0x50, 0x10);
+    pub const ALLOWED_LIST_TYPE: Field = Field::new(0x65, 0x3);
+}
+
+/// `struct mlx5_ifc_query_nic_vport_context_out_bits`.
+pub mod query_nic_vport_context_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x880;
+    /// Size in bytes.
+    pub const SIZE: usize = 272;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const NIC_VPORT_CONTEXT: Field = Field::new(0x80, 0x800);
+}
+
+/// `struct mlx5_ifc_roce_addr_layout_bits`.
+pub mod roce_addr_layout {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x100;
+    /// Size in bytes.
+    pub const SIZE: usize = 32;
+    pub const SOURCE_L3_ADDRESS: Field = Field::new(0x0, 0x8);
+    pub const SOURCE_L3_ADDRESS_COUNT: usize = 16;
+    pub const VLAN_VALID: Field = Field::new(0x83, 0x1);
+    pub const VLAN_ID: Field = Field::new(0x84, 0xc);
+    pub const SOURCE_MAC_47_32: Field = Field::new(0x90, 0x10);
+    pub const SOURCE_MAC_31_0: Field = Field::new(0xa0, 0x20);
+    pub const ROCE_L3_TYPE: Field = Field::new(0xd4, 0x4);
+    pub const ROCE_VERSION: Field = Field::new(0xd8, 0x8);
+}
+
+/// `struct mlx5_ifc_set_roce_address_in_bits`.
+pub mod set_roce_address_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x180;
+    /// Size in bytes.
+    pub const SIZE: usize = 48;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const ROCE_ADDRESS_INDEX: Field = Field::new(0x40, 0x10);
+    pub const VHCA_PORT_NUM: Field = Field::new(0x5c, 0x4);
+    pub const ROCE_ADDRESS: Field = Field::new(0x80, 0x100);
+}
+
+/// `struct mlx5_ifc_query_roce_address_in_bits`.
+pub mod query_roce_address_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const ROCE_ADDRESS_INDEX: Field = Field::new(0x40, 0x10);
+    pub const VHCA_PORT_NUM: Field = Field::new(0x5c, 0x4);
+}
+
+/// `struct mlx5_ifc_query_roce_address_out_bits`.
+pub mod query_roce_address_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x180;
+    /// Size in bytes.
+    pub const SIZE: usize = 48;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const ROCE_ADDRESS: Field = Field::new(0x80, 0x100);
+}
+
+/// `struct mlx5_ifc_access_register_out_bits`.
+pub mod access_register_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const REGISTER_DATA: Field = Field::new(0x80, 0x20);
+    pub const REGISTER_DATA_COUNT: usize = 0;
+}
+
+/// `struct mlx5_ifc_pmtu_reg_bits`.
+pub mod pmtu_reg {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const LOCAL_PORT: Field = Field::new(0x8, 0x8);
+    pub const MAX_MTU: Field = Field::new(0x20, 0x10);
+    pub const ADMIN_MTU: Field = Field::new(0x40, 0x10);
+    pub const OPER_MTU: Field = Field::new(0x60, 0x10);
 }
 
 /// Enum constants of the header (`MLX5_` dropped).
@@ -775,6 +918,9 @@ pub mod consts {
     pub const CMD_OP_2ERR_QP: u16 = 0x507;
     pub const CMD_OP_2RST_QP: u16 = 0x50a;
     pub const CMD_OP_MODIFY_NIC_VPORT_CONTEXT: u16 = 0x755;
+    pub const CMD_OP_QUERY_NIC_VPORT_CONTEXT: u16 = 0x754;
+    pub const CMD_OP_SET_ROCE_ADDRESS: u16 = 0x761;
+    pub const CMD_OP_QUERY_ROCE_ADDRESS: u16 = 0x760;
     pub const CMD_OP_ALLOC_PD: u16 = 0x800;
     pub const CMD_OP_DEALLOC_PD: u16 = 0x801;
     pub const CMD_OP_ALLOC_UAR: u16 = 0x802;
@@ -860,6 +1006,12 @@ pub const FIELDS: &[(&str, &str, Field)] = &[
     ("set_hca_cap_in", "capability", set_hca_cap_in::CAPABILITY),
     ("cmd_hca_cap", "log_max_qp_sz", cmd_hca_cap::LOG_MAX_QP_SZ),
     ("cmd_hca_cap", "log_max_qp", cmd_hca_cap::LOG_MAX_QP),
+    ("cmd_hca_cap", "release_all_pages", cmd_hca_cap::RELEASE_ALL_PAGES),
+    ("cmd_hca_cap", "cache_line_128byte", cmd_hca_cap::CACHE_LINE_128BYTE),
+    ("cmd_hca_cap", "cqe_version", cmd_hca_cap::CQE_VERSION),
+    ("cmd_hca_cap", "num_vhca_ports", cmd_hca_cap::NUM_VHCA_PORTS),
+    ("cmd_hca_cap", "sq_ts_format", cmd_hca_cap::SQ_TS_FORMAT),
+    ("cmd_hca_cap", "fl_rc_qp_when_roce_disabled", cmd_hca_cap::FL_RC_QP_WHEN_ROCE_DISABLED),
     ("cmd_hca_cap", "log_max_cq_sz", cmd_hca_cap::LOG_MAX_CQ_SZ),
     ("cmd_hca_cap", "log_max_cq", cmd_hca_cap::LOG_MAX_CQ),
     ("cmd_hca_cap", "log_max_eq_sz", cmd_hca_cap::LOG_MAX_EQ_SZ),
@@ -881,6 +1033,10 @@ pub const FIELDS: &[(&str, &str, Field)] = &[
     ("cmd_hca_cap", "log_max_pd", cmd_hca_cap::LOG_MAX_PD),
     ("cmd_hca_cap", "log_uar_page_sz", cmd_hca_cap::LOG_UAR_PAGE_SZ),
     ("roce_cap", "sw_r_roce_src_udp_port", roce_cap::SW_R_ROCE_SRC_UDP_PORT),
+    ("roce_cap", "fl_rc_qp_when_roce_enabled", roce_cap::FL_RC_QP_WHEN_ROCE_ENABLED),
+    ("roce_cap", "fl_rc_qp_when_roce_disabled", roce_cap::FL_RC_QP_WHEN_ROCE_DISABLED),
+    ("roce_cap", "l3_type", roce_cap::L3_TYPE),
+    ("roce_cap", "roce_address_table_size", roce_cap::ROCE_ADDRESS_TABLE_SIZE),
     ("roce_cap", "qp_ts_format", roce_cap::QP_TS_FORMAT),
     ("roce_cap", "roce_version", roce_cap::ROCE_VERSION),
     ("roce_cap", "r_roce_min_src_udp_port", roce_cap::R_ROCE_MIN_SRC_UDP_PORT),
@@ -995,11 +1151,23 @@ pub const FIELDS: &[(&str, &str, Field)] = &[
     ("ads", "rgid_rip", ads::RGID_RIP),
     ("ads", "dscp", ads::DSCP),
     ("ads", "udp_sport", ads::UDP_SPORT),
+    ("ads", "dei_cfi", ads::DEI_CFI),
+    ("ads", "sl", ads::SL),
     ("ads", "eth_prio", ads::ETH_PRIO),
     ("ads", "vhca_port_num", ads::VHCA_PORT_NUM),
     ("ads", "rmac_47_32", ads::RMAC_47_32),
     ("ads", "rmac_31_0", ads::RMAC_31_0),
     ("qpc", "state", qpc::STATE),
+    ("qpc", "lag_tx_port_affinity", qpc::LAG_TX_PORT_AFFINITY),
+    ("qpc", "rlky", qpc::RLKY),
+    ("qpc", "counter_set_id", qpc::COUNTER_SET_ID),
+    ("qpc", "user_index", qpc::USER_INDEX),
+    ("qpc", "fre", qpc::FRE),
+    ("qpc", "xrcd", qpc::XRCD),
+    ("qpc", "srqn_rmpn_xrqn", qpc::SRQN_RMPN_XRQN),
+    ("qpc", "deth_sqpn", qpc::DETH_SQPN),
+    ("qpc", "cs_req", qpc::CS_REQ),
+    ("qpc", "wq_signature", qpc::WQ_SIGNATURE),
     ("qpc", "st", qpc::ST),
     ("qpc", "pm_state", qpc::PM_STATE),
     ("qpc", "pd", qpc::PD),
@@ -1080,12 +1248,50 @@ pub const FIELDS: &[(&str, &str, Field)] = &[
     ("qp_2rst_in", "qpn", qp_2rst_in::QPN),
     ("modify_nic_vport_field_select", "roce_en", modify_nic_vport_field_select::ROCE_EN),
     ("nic_vport_context", "roce_en", nic_vport_context::ROCE_EN),
+    ("nic_vport_context", "mtu", nic_vport_context::MTU),
+    ("nic_vport_context", "permanent_address", nic_vport_context::PERMANENT_ADDRESS),
+    ("mac_address_layout", "mac_addr_47_32", mac_address_layout::MAC_ADDR_47_32),
+    ("mac_address_layout", "mac_addr_31_0", mac_address_layout::MAC_ADDR_31_0),
     ("modify_nic_vport_context_in", "opcode", modify_nic_vport_context_in::OPCODE),
     ("modify_nic_vport_context_in", "op_mod", modify_nic_vport_context_in::OP_MOD),
     ("modify_nic_vport_context_in", "other_vport", modify_nic_vport_context_in::OTHER_VPORT),
     ("modify_nic_vport_context_in", "vport_number", modify_nic_vport_context_in::VPORT_NUMBER),
     ("modify_nic_vport_context_in", "field_select", modify_nic_vport_context_in::FIELD_SELECT),
     ("modify_nic_vport_context_in", "nic_vport_context", modify_nic_vport_context_in::NIC_VPORT_CONTEXT),
+    ("query_nic_vport_context_in", "opcode", query_nic_vport_context_in::OPCODE),
+    ("query_nic_vport_context_in", "op_mod", query_nic_vport_context_in::OP_MOD),
+    ("query_nic_vport_context_in", "other_vport", query_nic_vport_context_in::OTHER_VPORT),
+    ("query_nic_vport_context_in", "vport_number", query_nic_vport_context_in::VPORT_NUMBER),
+    ("query_nic_vport_context_in", "allowed_list_type", query_nic_vport_context_in::ALLOWED_LIST_TYPE),
+    ("query_nic_vport_context_out", "status", query_nic_vport_context_out::STATUS),
+    ("query_nic_vport_context_out", "syndrome", query_nic_vport_context_out::SYNDROME),
+    ("query_nic_vport_context_out", "nic_vport_context", query_nic_vport_context_out::NIC_VPORT_CONTEXT),
+    ("roce_addr_layout", "source_l3_address", roce_addr_layout::SOURCE_L3_ADDRESS),
+    ("roce_addr_layout", "vlan_valid", roce_addr_layout::VLAN_VALID),
+    ("roce_addr_layout", "vlan_id", roce_addr_layout::VLAN_ID),
+    ("roce_addr_layout", "source_mac_47_32", roce_addr_layout::SOURCE_MAC_47_32),
+    ("roce_addr_layout", "source_mac_31_0", roce_addr_layout::SOURCE_MAC_31_0),
+    ("roce_addr_layout", "roce_l3_type", roce_addr_layout::ROCE_L3_TYPE),
+    ("roce_addr_layout", "roce_version", roce_addr_layout::ROCE_VERSION),
+    ("set_roce_address_in", "opcode", set_roce_address_in::OPCODE),
+    ("set_roce_address_in", "op_mod", set_roce_address_in::OP_MOD),
+    ("set_roce_address_in", "roce_address_index", set_roce_address_in::ROCE_ADDRESS_INDEX),
+    ("set_roce_address_in", "vhca_port_num", set_roce_address_in::VHCA_PORT_NUM),
+    ("set_roce_address_in", "roce_address", set_roce_address_in::ROCE_ADDRESS),
+    ("query_roce_address_in", "opcode", query_roce_address_in::OPCODE),
+    ("query_roce_address_in", "op_mod", query_roce_address_in::OP_MOD),
+    ("query_roce_address_in", "roce_address_index", query_roce_address_in::ROCE_ADDRESS_INDEX),
+    ("query_roce_address_in", "vhca_port_num", query_roce_address_in::VHCA_PORT_NUM),
+    ("query_roce_address_out", "status", query_roce_address_out::STATUS),
+    ("query_roce_address_out", "syndrome", query_roce_address_out::SYNDROME),
+    ("query_roce_address_out", "roce_address", query_roce_address_out::ROCE_ADDRESS),
+    ("access_register_out", "status", access_register_out::STATUS),
+    ("access_register_out", "syndrome", access_register_out::SYNDROME),
+    ("access_register_out", "register_data", access_register_out::REGISTER_DATA),
+    ("pmtu_reg", "local_port", pmtu_reg::LOCAL_PORT),
+    ("pmtu_reg", "max_mtu", pmtu_reg::MAX_MTU),
+    ("pmtu_reg", "admin_mtu", pmtu_reg::ADMIN_MTU),
+    ("pmtu_reg", "oper_mtu", pmtu_reg::OPER_MTU),
 ];
 
 /// Every emitted layout size in bits, for the header check.
@@ -1139,7 +1345,16 @@ pub const SIZES: &[(&str, u32)] = &[
     ("qp_2rst_in", qp_2rst_in::SIZE_BITS),
     ("modify_nic_vport_field_select", modify_nic_vport_field_select::SIZE_BITS),
     ("nic_vport_context", nic_vport_context::SIZE_BITS),
+    ("mac_address_layout", mac_address_layout::SIZE_BITS),
     ("modify_nic_vport_context_in", modify_nic_vport_context_in::SIZE_BITS),
+    ("query_nic_vport_context_in", query_nic_vport_context_in::SIZE_BITS),
+    ("query_nic_vport_context_out", query_nic_vport_context_out::SIZE_BITS),
+    ("roce_addr_layout", roce_addr_layout::SIZE_BITS),
+    ("set_roce_address_in", set_roce_address_in::SIZE_BITS),
+    ("query_roce_address_in", query_roce_address_in::SIZE_BITS),
+    ("query_roce_address_out", query_roce_address_out::SIZE_BITS),
+    ("access_register_out", access_register_out::SIZE_BITS),
+    ("pmtu_reg", pmtu_reg::SIZE_BITS),
 ];
 
 /// Every emitted enum constant with its header name, for the header check.
@@ -1168,6 +1383,9 @@ pub const CONSTS: &[(&str, u16)] = &[
     ("MLX5_CMD_OP_2ERR_QP", consts::CMD_OP_2ERR_QP),
     ("MLX5_CMD_OP_2RST_QP", consts::CMD_OP_2RST_QP),
     ("MLX5_CMD_OP_MODIFY_NIC_VPORT_CONTEXT", consts::CMD_OP_MODIFY_NIC_VPORT_CONTEXT),
+    ("MLX5_CMD_OP_QUERY_NIC_VPORT_CONTEXT", consts::CMD_OP_QUERY_NIC_VPORT_CONTEXT),
+    ("MLX5_CMD_OP_SET_ROCE_ADDRESS", consts::CMD_OP_SET_ROCE_ADDRESS),
+    ("MLX5_CMD_OP_QUERY_ROCE_ADDRESS", consts::CMD_OP_QUERY_ROCE_ADDRESS),
     ("MLX5_CMD_OP_ALLOC_PD", consts::CMD_OP_ALLOC_PD),
     ("MLX5_CMD_OP_DEALLOC_PD", consts::CMD_OP_DEALLOC_PD),
     ("MLX5_CMD_OP_ALLOC_UAR", consts::CMD_OP_ALLOC_UAR),
