@@ -135,7 +135,7 @@ pub struct EventSummary {
     /// Informational work-queue events (communication established, path migrated, SQ
     /// drained, SRQ last WQE and limit).
     pub queue_events: u32,
-    /// The first [`ASYNC_ERRORS_KEPT`] error events, in order.
+    /// The first `ASYNC_ERRORS_KEPT` (4) error events, in order.
     pub errors: [Option<AsyncError>; ASYNC_ERRORS_KEPT],
     /// Error events seen, kept or not.
     pub error_count: u32,
