@@ -452,7 +452,11 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         udp_sport: u16,
         opts: &ConnectOpts,
     ) -> Result<()> {
-        self.connect(remote, Path::RoceV2 { dgid, dmac, sgid_index, udp_sport }, opts)
+        let mut path = Path::roce_v2(rdma_pmd::Gid(dgid), rdma_pmd::Mac(dmac), sgid_index);
+        if let Path::RoceV2 { udp_sport: p, .. } = &mut path {
+            *p = udp_sport;
+        }
+        self.connect(remote, path, opts)
     }
 
     /// Move the QP to ERR (`2ERR_QP`): the device flushes every request it has not executed,

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::{bytes, pair, pattern, wait, TARGET};
 use rdma_pmd::{
-    BusAddr, DeviceFault, Errno, Error, FirmwareFault, Post, SendFlags, WcOpcode, WcStatus,
+    BusAddr, DeviceFault, Errno, Error, FirmwareFault, Gid, Mac, Post, SendFlags, WcOpcode,
+    WcStatus,
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{Dma, StdClock};
@@ -150,12 +151,11 @@ fn every_resource_through_firmware_commands() {
             Transition::RstToInit { port: 1, access: Access::REMOTE_WRITE },
             Transition::InitToRtr {
                 remote_qpn: qp,
-                path: Path::RoceV2 {
-                    dgid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1],
-                    dmac: [0x02, 0, 0, 0, 0, 1],
-                    sgid_index: 0,
-                    udp_sport: 49152,
-                },
+                path: Path::roce_v2(
+                    Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1]),
+                    Mac([0x02, 0, 0, 0, 0, 1]),
+                    0,
+                ),
                 mtu: 5,
                 rq_psn: 1,
             },

@@ -146,7 +146,7 @@ impl Control for ModelControl {
                 remote_qpn: remote_qpn.0,
                 route: match path {
                     Path::Loopback => Route::Loopback,
-                    Path::RoceV2 { dgid, dmac, sgid_index, udp_sport: _ } => {
+                    Path::RoceV2 { dgid, dmac, sgid_index, udp_sport: _, .. } => {
                         Route::RoceV2 { dgid, dmac, sgid_index }
                     }
                 },

@@ -22,8 +22,8 @@ use rdma_pmd::{Error, QpNum};
 use crate::control::bringup::{Hca, HcaCaps, HcaError, FW_PAGE};
 use crate::control::cmd::Pas;
 use crate::control::{
-    Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path, Pdn, QpParams, Service,
-    Transition, Translation, Uar,
+    udp_sport_for, Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path, Pdn,
+    QpParams, Service, Transition, Translation, Uar, DEFAULT_HOP_LIMIT,
 };
 use crate::layout::ifc::{self, consts, generated::*};
 
@@ -34,8 +34,6 @@ pub const ZERO_LEN_RQ: u64 = 0x3;
 pub const ATOMIC_MODE_IB_COMP: u64 = 1;
 /// `qpc.qpn` of a memory key not bound to a QP.
 const MKEY_NO_QP: u64 = 0xff_ffff;
-/// Hop limit of RoCE v2 packets (the kernel's default for RC connections made by RDMA CM).
-pub const ROCE_HOP_LIMIT: u64 = 64;
 /// `min_rnr_nak` (RNR NAK timer 12: 0.64 ms), as RDMA CM uses by default.
 pub const MIN_RNR_NAK: u64 = 12;
 
@@ -65,7 +63,11 @@ pub fn create_mkey_cmd(
     set(&mut c, mkc::LEN, p.len);
     let pas = match p.translation {
         Translation::Physical => {
+            // The kernel's PA key (`mlx5_ib_get_dma_mr`): `length64` (the key covers every
+            // address from `start_addr` on; `len` is then ignored and left 0).
             set(&mut c, mkc::ACCESS_MODE_1_0, consts::MKC_ACCESS_MODE_PA.into());
+            set(&mut c, mkc::LENGTH64, 1);
+            set(&mut c, mkc::LEN, 0);
             Pas::None
         }
         Translation::Mtt { base, page_shift } => {
@@ -80,8 +82,13 @@ pub fn create_mkey_cmd(
             set(&mut c, mkc::LOG_PAGE_SIZE, page_shift as u64);
             set(&mut c, mkc::TRANSLATIONS_OCTWORD_SIZE, octs);
             ifc::set(&mut c, create_mkey_in::TRANSLATIONS_OCTWORD_ACTUAL_SIZE, octs);
-            // The list is padded to whole octwords with one more entry when odd.
-            Pas::Linear { base: base.0, step: ps, count: (octs * 2) as usize }
+            // The list is padded to whole octwords with one zero entry when odd.
+            Pas::LinearPadded {
+                base: base.0,
+                step: ps,
+                count: count as usize,
+                total: (octs * 2) as usize,
+            }
         }
     };
     Ok((c, pas))
@@ -129,6 +136,16 @@ pub fn create_qp_cmd(
     };
     set(&mut c, qpc::ST, st.into());
     set(&mut c, qpc::PM_STATE, consts::QPC_PM_STATE_MIGRATED.into());
+    // As `create_kernel_qp` sets them for every QP whose rings the kernel owns: fast
+    // registration enabled and the reserved lkey usable from this QP's WQEs.
+    set(&mut c, qpc::FRE, 1);
+    set(&mut c, qpc::RLKY, 1);
+    if caps.cqe_version == 1 {
+        set(&mut c, qpc::USER_INDEX, DEFAULT_USER_INDEX);
+    }
+    // `xrcd` and `srqn_rmpn_xrqn` stay 0: the kernel names its device-wide default XRCD and
+    // SRQ there because it allocated them anyway, but with `rq_type` regular or zero-length
+    // firmware reads neither; allocating both only to name them would add two objects.
     set(&mut c, qpc::PD, p.pd.0 as u64);
     set(&mut c, qpc::UAR_PAGE, p.uar.index as u64);
     set(&mut c, qpc::LOG_MSG_MAX, caps.log_max_msg as u64);
@@ -154,15 +171,25 @@ pub fn create_qp_cmd(
     Ok((c, Pas::Linear { base: p.buf.0, step: FW_PAGE as u64, count: pages }))
 }
 
-/// The QP timestamp format the device supports (`roce_cap.qp_ts_format`): real time when that
-/// is all it has, free running otherwise.
+/// The QP timestamp format, by the kernel's rule (`mlx5_get_qp_default_ts`): the capability
+/// of the transport in use (`roce_cap.qp_ts_format` with RoCE on, `sq_ts_format` otherwise);
+/// any format on offer → `DEFAULT` (firmware picks one it supports), none → `FREE_RUNNING`.
 fn ts_format(caps: &HcaCaps) -> u64 {
-    if caps.qp_ts_format as u16 == consts::TIMESTAMP_FORMAT_CAP_REAL_TIME {
-        consts::TIMESTAMP_FORMAT_REAL_TIME.into()
+    let offered = if caps.roce { caps.qp_ts_format } else { caps.sq_ts_format };
+    if offered != 0 {
+        consts::TIMESTAMP_FORMAT_DEFAULT.into()
     } else {
         consts::TIMESTAMP_FORMAT_FREE_RUNNING.into()
     }
 }
+
+/// `user_index` of a QP whose CQEs carry one (CQE version 1): the kernel's
+/// `MLX5_IB_DEFAULT_UIDX`, "no index", since the driver finds its QP by QPN.
+pub const DEFAULT_USER_INDEX: u64 = 0xff_ffff;
+
+/// `log_ack_req_freq` of an RC requester: an AckReq at least every 2^8 packets, what the
+/// kernel's own raw-command RC QP (`mlx5/core/fpga/conn.c`, `mlx5_fpga_conn_rts_qp`) sets.
+pub const LOG_ACK_REQ_FREQ: u64 = 8;
 
 /// The transition commands share one layout (`rst2init_qp_in` = `init2rtr_qp_in` =
 /// `rtr2rts_qp_in`: header, qpn, opt_param_mask, qpc); 2ERR and 2RST carry only the QP.
@@ -230,15 +257,37 @@ pub fn modify_qp_cmd(
             set(&mut c, qpc::MIN_RNR_NAK, MIN_RNR_NAK);
             set_path(&mut c, ads::VHCA_PORT_NUM, port as u64);
             match peer {
-                Path::RoceV2 { dgid, dmac, sgid_index, udp_sport } => {
-                    set_path(&mut c, ads::GRH, 1);
+                Path::RoceV2 {
+                    dgid,
+                    dmac,
+                    sgid_index,
+                    udp_sport,
+                    hop_limit,
+                    traffic_class,
+                    flow_label,
+                    sl,
+                } => {
+                    // `mlx5_set_path` for a RoCE address: no `grh` bit (that is InfiniBand's
+                    // LRH/GRH choice; RoCE v2 always has its IP header), the GRH fields as
+                    // the IP header's, DSCP from the traffic class, 802.1p from the SL.
                     set_path(&mut c, ads::SRC_ADDR_INDEX, sgid_index as u64);
-                    set_path(&mut c, ads::HOP_LIMIT, ROCE_HOP_LIMIT);
+                    let hop = if hop_limit == 0 { DEFAULT_HOP_LIMIT } else { hop_limit };
+                    set_path(&mut c, ads::HOP_LIMIT, hop as u64);
+                    set_path(&mut c, ads::TCLASS, traffic_class as u64);
+                    set_path(&mut c, ads::FLOW_LABEL, (flow_label & 0xf_ffff) as u64);
+                    set_path(&mut c, ads::DSCP, (traffic_class >> 2) as u64);
+                    set_path(&mut c, ads::ETH_PRIO, (sl & 7) as u64);
                     ifc::set_bytes(&mut c, full(ads::RGID_RIP, 16).within(path), &dgid);
                     // The source port is the driver's only when firmware lets software choose
-                    // it (`roce_cap.sw_r_roce_src_udp_port`, set at bring-up when offered).
+                    // it (`roce_cap.sw_r_roce_src_udp_port`, set at bring-up when offered);
+                    // 0 means derived as `mlx5_set_path_udp_sport` derives it.
                     if caps.roce_sw_udp_sport {
-                        set_path(&mut c, ads::UDP_SPORT, udp_sport as u64);
+                        let sport = if udp_sport != 0 {
+                            udp_sport
+                        } else {
+                            udp_sport_for(flow_label, qpn.0 & 0xff_ffff, remote_qpn.0 & 0xff_ffff)
+                        };
+                        set_path(&mut c, ads::UDP_SPORT, sport as u64);
                     }
                     let mac = u64::from_be_bytes([
                         0, 0, dmac[0], dmac[1], dmac[2], dmac[3], dmac[4], dmac[5],
@@ -246,7 +295,22 @@ pub fn modify_qp_cmd(
                     set_path(&mut c, ads::RMAC_47_32, mac >> 32);
                     set_path(&mut c, ads::RMAC_31_0, mac & 0xffff_ffff);
                 }
-                Path::Loopback => set_path(&mut c, ads::FL, 1),
+                Path::Loopback => {
+                    // Force-loopback is offered per RoCE state (`roce_cap`'s
+                    // `fl_rc_qp_when_roce_enabled` / `_disabled`); without it the peer must
+                    // be reached by a RoCE path to our own GID, as rdma-core does.
+                    let fl = if caps.roce {
+                        caps.fl_when_roce_enabled
+                    } else {
+                        caps.fl_when_roce_disabled
+                    };
+                    if !fl {
+                        return Err(Error::Unsupported(
+                            "force-loopback not offered: connect by a RoCE path to our own GID",
+                        ));
+                    }
+                    set_path(&mut c, ads::FL, 1);
+                }
             }
         }
         Transition::RtrToRts { sq_psn, timeout, retry_cnt, rnr_retry } => {
@@ -257,6 +321,7 @@ pub fn modify_qp_cmd(
             set(&mut c, qpc::RETRY_COUNT, retry_cnt as u64);
             set(&mut c, qpc::RNR_RETRY, rnr_retry as u64);
             set(&mut c, qpc::LOG_SRA_MAX, caps.log_max_ra_req_qp.min(4) as u64);
+            set(&mut c, qpc::LOG_ACK_REQ_FREQ, LOG_ACK_REQ_FREQ);
             set_path(&mut c, ads::ACK_TIMEOUT, timeout as u64);
         }
         Transition::ToErr | Transition::ToRst => {}

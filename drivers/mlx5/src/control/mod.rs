@@ -11,7 +11,7 @@
 //! All memory handed over is described by bus addresses of device-visible memory the caller
 //! allocated through the HAL and keeps alive until the matching destroy call has returned.
 
-use rdma_pmd::{BusAddr, Error, Lkey, QpNum, Rkey};
+use rdma_pmd::{BusAddr, Error, Gid, Lkey, Mac, QpNum, Rkey, RoceAddr};
 
 bitflags::bitflags! {
     /// Access rights of a memory key (`mkc.lw/lr/rw/rr/a` of `mlx5_ifc.h`'s `mkc` context).
@@ -133,7 +133,8 @@ pub struct QpParams {
 /// Where an RC QP's peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
-    /// RoCE v2: the peer's GID and MAC, and the UDP source port to use.
+    /// RoCE v2: the peer's GID and MAC and the IP header fields, as the kernel's
+    /// `mlx5_set_path` takes them from an `rdma_ah_attr` (see `drivers/mlx5/QPC.md`).
     RoceV2 {
         /// Destination GID (an IPv4-mapped address for IPv4 RoCE v2).
         dgid: [u8; 16],
@@ -141,11 +142,115 @@ pub enum Path {
         dmac: [u8; 6],
         /// Index of our source GID.
         sgid_index: u8,
-        /// UDP source port (entropy for ECMP).
+        /// UDP source port (entropy for ECMP); 0: derived as the kernel does, from the flow
+        /// label, or when that is 0 from both QP numbers ([`udp_sport_for`]).
         udp_sport: u16,
+        /// IP hop limit (TTL); 0: [`DEFAULT_HOP_LIMIT`].
+        hop_limit: u8,
+        /// IP traffic class (DSCP in the upper six bits, ECN in the lower two).
+        traffic_class: u8,
+        /// IPv6 flow label (20 bits); 0: none given.
+        flow_label: u32,
+        /// Service level; its low three bits are the 802.1p priority (`ads.eth_prio`).
+        sl: u8,
     },
     /// The peer QP is on the same port (loopback).
     Loopback,
+}
+
+/// The hop limit a RoCE path gets when the caller gives none: 64, the IPv4 default TTL the
+/// kernel's route lookup yields (`ip4_dst_hoplimit` with the default sysctl).
+pub const DEFAULT_HOP_LIMIT: u8 = 64;
+
+impl Path {
+    /// A RoCE v2 path with the kernel's defaults: UDP source port derived, hop limit 64,
+    /// traffic class, flow label and service level 0.
+    pub const fn roce_v2(dgid: Gid, dmac: Mac, sgid_index: u8) -> Path {
+        Path::RoceV2 {
+            dgid: dgid.0,
+            dmac: dmac.0,
+            sgid_index,
+            udp_sport: 0,
+            hop_limit: 0,
+            traffic_class: 0,
+            flow_label: 0,
+            sl: 0,
+        }
+    }
+}
+
+impl From<&RoceAddr> for Path {
+    /// The path an address handle describes (its static rate is not carried: `ads.stat_rate`
+    /// stays 0, no limit).
+    fn from(a: &RoceAddr) -> Path {
+        Path::RoceV2 {
+            dgid: a.dgid.0,
+            dmac: a.dmac.0,
+            sgid_index: a.sgid_index,
+            udp_sport: a.udp_sport,
+            hop_limit: a.hop_limit,
+            traffic_class: a.traffic_class,
+            flow_label: a.flow_label & 0xf_ffff,
+            sl: a.sl,
+        }
+    }
+}
+
+/// `rdma_calc_flow_label` (kernel `include/rdma/ib_verbs.h`): a 20-bit flow label both ends of
+/// a connection compute alike from the two QP numbers.
+pub const fn calc_flow_label(lqpn: u32, rqpn: u32) -> u32 {
+    let mut v = lqpn as u64 * rqpn as u64;
+    v ^= v >> 20;
+    v ^= v >> 40;
+    (v & 0xf_ffff) as u32
+}
+
+/// `rdma_flow_label_to_udp_sport` (kernel `include/rdma/ib_verbs.h`): the 20-bit label folded
+/// to 14 bits, in the RoCE v2 source port range from 0xC000.
+pub const fn flow_label_to_udp_sport(fl: u32) -> u16 {
+    let low = fl & 0x3fff;
+    let high = fl & 0xf_c000;
+    ((low ^ (high >> 14)) as u16 & 0x3fff) | 0xc000
+}
+
+/// The UDP source port of an RC connection as `mlx5_set_path_udp_sport` chooses it: from the
+/// flow label, or when that is 0 from [`calc_flow_label`] of the local and remote QP numbers.
+pub const fn udp_sport_for(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let fl = if flow_label == 0 { calc_flow_label(lqpn, rqpn) } else { flow_label };
+    flow_label_to_udp_sport(fl)
+}
+
+/// Bytes the kernel's `iboe_get_mtu` takes off an Ethernet MTU for RoCE headers: GRH 40, UDP
+/// 8, BTH 12, XRC ETH 4, AtomicETH 28, ICRC 4.
+pub const ROCE_HEADERS: u32 = 40 + 8 + 12 + 4 + 28 + 4;
+
+/// Bytes between the hardware MTU (`pmtu_reg.oper_mtu`, `nic_vport_context.mtu`) and the
+/// netdev's L3 MTU: the mlx5e driver's `MLX5E_SW2HW_MTU` adds the Ethernet header (14), a VLAN
+/// tag (4) and the FCS (4).
+pub const HW_MTU_OVERHEAD: u32 = 14 + 4 + 4;
+
+/// `iboe_get_mtu` (kernel `include/rdma/ib_addr.h`) of an L3 MTU: the largest IB MTU (as an
+/// `ibv_mtu` value, capped at 4096) that fits with the RoCE headers; `None` below 256.
+pub const fn iboe_mtu(l3_mtu: u32) -> Option<u8> {
+    let m = l3_mtu.saturating_sub(ROCE_HEADERS);
+    if m >= 4096 {
+        Some(5)
+    } else if m >= 2048 {
+        Some(4)
+    } else if m >= 1024 {
+        Some(3)
+    } else if m >= 512 {
+        Some(2)
+    } else if m >= 256 {
+        Some(1)
+    } else {
+        None
+    }
+}
+
+/// `iboe_mtu` of a hardware MTU (as the PMTU register and the vport context report it).
+pub const fn iboe_mtu_from_hw(hw_mtu: u32) -> Option<u8> {
+    iboe_mtu(hw_mtu.saturating_sub(HW_MTU_OVERHEAD))
 }
 
 /// The transport service of a QP (`qpc.st` of `mlx5_ifc.h`).

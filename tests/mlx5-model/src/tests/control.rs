@@ -53,7 +53,16 @@ fn bad_transitions_are_refused() {
             rq_psn: 0,
         },
     ));
-    let roce = Path::RoceV2 { dgid: [0; 16], dmac: [0; 6], sgid_index: 3, udp_sport: 0 };
+    let roce = Path::RoceV2 {
+        dgid: [0; 16],
+        dmac: [0; 6],
+        sgid_index: 3,
+        udp_sport: 0,
+        hop_limit: 0,
+        traffic_class: 0,
+        flow_label: 0,
+        sl: 0,
+    };
     einval(
         env.ctl
             .modify_qp(q, &Transition::InitToRtr { remote_qpn: q, path: roce, mtu: 3, rq_psn: 0 }),

@@ -32,7 +32,16 @@ fn across(udp_sport: u16) -> Across {
     let b = y.qp(&cq_y, &cq_y, 4, None);
     let (gx, gy) = (x.model.gids()[0], y.model.gids()[0]);
     assert_ne!(gx.gid, gy.gid);
-    let to = |g: crate::Gid| Path::RoceV2 { dgid: g.gid, dmac: g.mac, sgid_index: 0, udp_sport };
+    let to = |g: crate::Gid| Path::RoceV2 {
+        dgid: g.gid,
+        dmac: g.mac,
+        sgid_index: 0,
+        udp_sport,
+        hop_limit: 0,
+        traffic_class: 0,
+        flow_label: 0,
+        sl: 0,
+    };
     rts(&mut x.ctl, a.qpn, b.qpn, to(gy), 1, 1, 7);
     rts(&mut y.ctl, b.qpn, a.qpn, to(gx), 1, 1, 7);
     Across { x, y, cq_x, _cq_y: cq_y, a, b, to_y: to(gy) }
@@ -71,7 +80,16 @@ fn roce_to_own_gid_is_loopback() {
     let mut a = x.qp(&cq, &cq, 4, None);
     let b = x.qp(&cq, &cq, 4, None);
     let g = x.model.gids()[0];
-    let p = Path::RoceV2 { dgid: g.gid, dmac: g.mac, sgid_index: 0, udp_sport: 1 };
+    let p = Path::RoceV2 {
+        dgid: g.gid,
+        dmac: g.mac,
+        sgid_index: 0,
+        udp_sport: 1,
+        hop_limit: 0,
+        traffic_class: 0,
+        flow_label: 0,
+        sl: 0,
+    };
     rts(&mut x.ctl, a.qpn, b.qpn, p, 0, 0, 7);
     rts(&mut x.ctl, b.qpn, a.qpn, p, 0, 0, 7);
     let w = wqe(0, a.qpn, 0x08, 0x08, 0, 0, 0, &[]);

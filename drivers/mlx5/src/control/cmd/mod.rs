@@ -70,6 +70,19 @@ pub enum Pas<'a> {
         /// Number of entries.
         count: usize,
     },
+    /// As [`Pas::Linear`], followed by zero entries up to `total` (an MTT list padded to
+    /// whole octwords: the pad entry is 0, as the kernel's zeroed command buffer leaves it,
+    /// not the address of a page the key does not cover).
+    LinearPadded {
+        /// First address.
+        base: u64,
+        /// Distance between entries.
+        step: u64,
+        /// Number of address entries.
+        count: usize,
+        /// Number of entries including the zero pad (`>= count`).
+        total: usize,
+    },
 }
 
 impl Pas<'_> {
@@ -79,17 +92,25 @@ impl Pas<'_> {
             Pas::None => 0,
             Pas::List(l) => l.len(),
             Pas::Linear { count, .. } => *count,
+            Pas::LinearPadded { count, total, .. } => (*total).max(*count),
         }
     }
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    fn get(&self, i: usize) -> u64 {
+    pub(crate) fn get(&self, i: usize) -> u64 {
         match self {
             Pas::None => unreachable!("empty list"),
             Pas::List(l) => l[i],
             Pas::Linear { base, step, .. } => base + step * i as u64,
+            Pas::LinearPadded { base, step, count, .. } => {
+                if i < *count {
+                    base + step * i as u64
+                } else {
+                    0
+                }
+            }
         }
     }
 }

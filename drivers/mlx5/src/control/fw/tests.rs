@@ -1,11 +1,12 @@
 use core::cell::Cell;
 
-use rdma_pmd::{BusAddr, Error, QpNum};
+use rdma_pmd::{BusAddr, Error, Gid, Mac, QpNum};
 use rdma_pmd_hal::Clock;
 
 use super::*;
 use crate::control::bringup::{bitmap_words, HcaConfig, PagePool, PortType};
 use crate::control::cmd::CmdConfig;
+use crate::control::{calc_flow_label, flow_label_to_udp_sport, iboe_mtu, iboe_mtu_from_hw};
 use crate::testing::fw::{default_state, script};
 
 struct Ticks(Cell<u64>);
@@ -97,8 +98,8 @@ fn create_mkey_mtt_fields() {
     assert_eq!(g(&c, mkc::TRANSLATIONS_OCTWORD_SIZE, m), 2);
     assert_eq!(ifc::get(&c, create_mkey_in::TRANSLATIONS_OCTWORD_ACTUAL_SIZE), 2);
     match pas {
-        Pas::Linear { base, step, count } => {
-            assert_eq!((base, step, count), (0xe0_0010_0000, 4096, 4));
+        Pas::LinearPadded { base, step, count, total } => {
+            assert_eq!((base, step, count, total), (0xe0_0010_0000, 4096, 4, 4));
         }
         other => panic!("{other:?}"),
     }
@@ -138,6 +139,8 @@ fn create_mkey_mtt_pads_odd_lists_and_checks_alignment() {
     let (c, pas) = create_mkey_cmd(&p, 1).unwrap();
     assert_eq!(ifc::get(&c, create_mkey_in::TRANSLATIONS_OCTWORD_ACTUAL_SIZE), 1);
     assert_eq!(pas.len(), 2, "one page, padded to an octword");
+    // The pad entry is 0, as in the kernel's zeroed command, not the next page's address.
+    assert_eq!((pas.get(0), pas.get(1)), (0x10_0000, 0));
     p.translation = Translation::Mtt { base: BusAddr(0x10_0800), page_shift: 12 };
     assert!(matches!(create_mkey_cmd(&p, 1), Err(Error::InvalidArgument(_))));
 }
@@ -155,6 +158,8 @@ fn create_mkey_physical_has_no_translation() {
     let m = create_mkey_in::MEMORY_KEY_MKEY_ENTRY;
     assert_eq!(g(&c, mkc::ACCESS_MODE_1_0, m), 0, "PA");
     assert_eq!(g(&c, mkc::RR, m), 1);
+    // `mlx5_ib_get_dma_mr`: the PA key spans every address from start on (length64), len 0.
+    assert_eq!((g(&c, mkc::LENGTH64, m), g(&c, mkc::LEN, m)), (1, 0));
     assert_eq!(g(&c, mkc::TRANSLATIONS_OCTWORD_SIZE, m), 0);
     assert!(pas.is_empty());
 }
@@ -215,7 +220,11 @@ fn create_qp_fields() {
     assert_eq!(g(&c, qpc::CQN_SND, x), 7);
     assert_eq!(g(&c, qpc::CQN_RCV, x), 8);
     assert_eq!(g(&c, qpc::DBR_ADDR, x), 0xe0_0003_0008);
-    assert_eq!(g(&c, qpc::TS_FORMAT, x), 0);
+    assert_eq!(g(&c, qpc::TS_FORMAT, x), 0, "no format offered: free running");
+    // `create_kernel_qp`: fast registration and the reserved lkey; CQE v1: "no user index".
+    assert_eq!((g(&c, qpc::FRE, x), g(&c, qpc::RLKY, x)), (1, 1));
+    assert_eq!(g(&c, qpc::USER_INDEX, x), 0xff_ffff);
+    assert_eq!((g(&c, qpc::XRCD, x), g(&c, qpc::SRQN_RMPN_XRQN, x)), (0, 0));
     // RQ 64 x 32 B = 2 KiB, SQ 128 x 64 B = 8 KiB: 10 KiB, 3 pages.
     assert_eq!(pas.len(), 3);
     assert_eq!(create_qp_in::PAS.byte(), c.len());
@@ -235,6 +244,9 @@ fn create_qp_fields() {
             q(qpc::CQN_SND),
             q(qpc::CQN_RCV),
             q(qpc::DBR_ADDR),
+            q(qpc::FRE),
+            q(qpc::RLKY),
+            q(qpc::USER_INDEX),
         ],
     );
 
@@ -268,6 +280,10 @@ fn init2rtr_roce_v2_path_fields() {
             dmac: [0x02, 0x11, 0x22, 0x33, 0x44, 0x55],
             sgid_index: 3,
             udp_sport: 0xc123,
+            hop_limit: 0,
+            traffic_class: 0x6a,
+            flow_label: 0x1_2345,
+            sl: 0xd,
         },
         mtu: 3,
         rq_psn: 0x12_3456,
@@ -282,9 +298,15 @@ fn init2rtr_roce_v2_path_fields() {
     assert_eq!(g(&c, qpc::NEXT_RCV_PSN, x), 0x12_3456);
     assert_eq!(g(&c, qpc::LOG_MSG_MAX, x), 30);
     assert_eq!(g(&c, qpc::MIN_RNR_NAK, x), MIN_RNR_NAK);
-    assert_eq!(g(&c, ads::GRH, path), 1);
+    assert_eq!(g(&c, ads::GRH, path), 0, "mlx5_set_path sets grh only for InfiniBand");
     assert_eq!(g(&c, ads::SRC_ADDR_INDEX, path), 3);
-    assert_eq!(g(&c, ads::HOP_LIMIT, path), 64);
+    assert_eq!(g(&c, ads::HOP_LIMIT, path), 64, "0 means the default");
+    assert_eq!(g(&c, ads::TCLASS, path), 0x6a);
+    assert_eq!(g(&c, ads::FLOW_LABEL, path), 0x1_2345);
+    assert_eq!(g(&c, ads::DSCP, path), 0x6a >> 2);
+    assert_eq!(g(&c, ads::ETH_PRIO, path), 0xd & 7);
+    assert_eq!(g(&c, ads::SL, path), 0, "the IB SL field stays clear on RoCE");
+    assert_eq!(ifc::get(&c, init2rtr_qp_in::OPT_PARAM_MASK), 0);
     assert_eq!(g(&c, ads::UDP_SPORT, path), 0xc123);
     assert_eq!(g(&c, ads::RMAC_47_32, path), 0x0211);
     assert_eq!(g(&c, ads::RMAC_31_0, path), 0x2233_4455);
@@ -309,9 +331,12 @@ fn init2rtr_roce_v2_path_fields() {
             q(qpc::NEXT_RCV_PSN),
             q(qpc::LOG_RRA_MAX),
             q(qpc::MIN_RNR_NAK),
-            a(ads::GRH),
             a(ads::SRC_ADDR_INDEX),
             a(ads::HOP_LIMIT),
+            a(ads::TCLASS),
+            a(ads::FLOW_LABEL),
+            a(ads::DSCP),
+            a(ads::ETH_PRIO),
             ifc::Field::new(a(ads::RGID_RIP).bit, 128),
             a(ads::UDP_SPORT),
             a(ads::VHCA_PORT_NUM),
@@ -328,6 +353,15 @@ fn init2rtr_loopback_forces_loopback() {
     let path = qpc::PRIMARY_ADDRESS_PATH.within(init2rtr_qp_in::QPC);
     assert_eq!(g(&c, ads::FL, path), 1);
     assert_eq!(g(&c, ads::GRH, path), 0);
+    // Without the force-loopback capability of the RoCE state in use, fl is not set: the
+    // caller is told to give a RoCE path to its own GID.
+    let no_fl = HcaCaps { fl_when_roce_enabled: false, ..caps() };
+    assert!(matches!(modify_qp_cmd(QpNum(5), &t, 1, &no_fl), Err(Error::Unsupported(_))));
+    let off =
+        HcaCaps { roce: false, fl_when_roce_enabled: true, fl_when_roce_disabled: false, ..caps() };
+    assert!(matches!(modify_qp_cmd(QpNum(5), &t, 1, &off), Err(Error::Unsupported(_))));
+    let off_fl = HcaCaps { roce: false, fl_when_roce_enabled: false, ..caps() };
+    assert!(modify_qp_cmd(QpNum(5), &t, 1, &off_fl).is_ok());
     let bad =
         Transition::InitToRtr { remote_qpn: QpNum(6), path: Path::Loopback, mtu: 9, rq_psn: 0 };
     assert!(modify_qp_cmd(QpNum(5), &bad, 1, &caps()).is_err());
@@ -344,7 +378,69 @@ fn rtr2rts_fields() {
     assert_eq!(g(&c, qpc::RETRY_COUNT, x), 7);
     assert_eq!(g(&c, qpc::RNR_RETRY, x), 6);
     assert_eq!(g(&c, qpc::LOG_SRA_MAX, x), 4);
+    assert_eq!(g(&c, qpc::LOG_ACK_REQ_FREQ, x), 8);
     assert_eq!(g(&c, ads::ACK_TIMEOUT, path), 14);
+    // Every field given is one RTR2RTS requires of an RC QP: no optional parameter.
+    assert_eq!(ifc::get(&c, rtr2rts_qp_in::OPT_PARAM_MASK), 0);
+}
+
+#[test]
+fn udp_source_port_derived_as_the_kernel_does() {
+    // `rdma_flow_label_to_udp_sport`: 14 bits folded from the 20-bit label, from 0xC000.
+    assert_eq!(flow_label_to_udp_sport(0), 0xc000);
+    assert_eq!(flow_label_to_udp_sport(0xf_ffff), 0xc000 | (0x3fff ^ 0x3f));
+    assert_eq!(flow_label_to_udp_sport(0x1_2345), 0xc000 | (0x2345 ^ 0x4));
+    // `rdma_calc_flow_label`: the product of both QPNs folded to 20 bits, the same both ways.
+    let v: u64 = 0x12 * 0x3456;
+    let folded = (v ^ (v >> 20) ^ ((v ^ (v >> 20)) >> 40)) & 0xf_ffff;
+    assert_eq!(calc_flow_label(0x12, 0x3456) as u64, folded);
+    assert_eq!(calc_flow_label(0x3456, 0x12), calc_flow_label(0x12, 0x3456));
+    assert_eq!(calc_flow_label(0xff_ffff, 0xff_ffff), {
+        let v: u64 = 0xff_ffff * 0xff_ffff;
+        let v = v ^ (v >> 20);
+        ((v ^ (v >> 40)) & 0xf_ffff) as u32
+    });
+    // A path without a port gets the derived one in INIT2RTR.
+    let t = Transition::InitToRtr {
+        remote_qpn: QpNum(0x3456),
+        path: Path::roce_v2(Gid([0; 16]), Mac([2, 0, 0, 0, 0, 1]), 0),
+        mtu: 3,
+        rq_psn: 0,
+    };
+    let (c, _) = modify_qp_cmd(QpNum(0x12), &t, 1, &caps()).unwrap();
+    let path = qpc::PRIMARY_ADDRESS_PATH.within(init2rtr_qp_in::QPC);
+    assert_eq!(
+        g(&c, ads::UDP_SPORT, path),
+        flow_label_to_udp_sport(calc_flow_label(0x12, 0x3456)) as u64
+    );
+}
+
+#[test]
+fn roce_mtu_from_an_ethernet_mtu() {
+    // `iboe_get_mtu`: the L3 MTU less 96 bytes of RoCE headers, rounded down to an IB MTU.
+    assert_eq!(iboe_mtu(1500), Some(3), "1024");
+    assert_eq!(iboe_mtu(1024 + 96), Some(3));
+    assert_eq!(iboe_mtu(1024 + 95), Some(2));
+    assert_eq!(iboe_mtu(9000), Some(5), "4096");
+    assert_eq!(iboe_mtu(256 + 95), None);
+    assert_eq!(iboe_mtu_from_hw(1500 + 22), Some(3));
+}
+
+#[test]
+fn create_qp_ts_format_follows_the_kernels_default_rule() {
+    let x = create_qp_in::QPC;
+    let ts = |caps: HcaCaps| {
+        let (c, _) = create_qp_cmd(&qp_params(Some(6)), &caps).unwrap();
+        g(&c, qpc::TS_FORMAT, x)
+    };
+    // RoCE on: roce_cap.qp_ts_format decides; off: the general sq_ts_format.
+    assert_eq!(ts(HcaCaps { qp_ts_format: 1, ..caps() }), 1, "DEFAULT");
+    assert_eq!(ts(HcaCaps { qp_ts_format: 2, ..caps() }), 1);
+    assert_eq!(ts(HcaCaps { qp_ts_format: 0, sq_ts_format: 2, ..caps() }), 0);
+    assert_eq!(ts(HcaCaps { roce: false, qp_ts_format: 0, sq_ts_format: 2, ..caps() }), 1);
+    // CQE version 0 has no user index.
+    let (c, _) = create_qp_cmd(&qp_params(Some(6)), &HcaCaps { cqe_version: 0, ..caps() }).unwrap();
+    assert_eq!(g(&c, qpc::USER_INDEX, x), 0);
 }
 
 #[test]

@@ -192,9 +192,10 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
                 if ty == 0 {
                     general_caps(cap, pt, &overrides);
                 } else if ty == 4 {
-                    // RoCE: software UDP source port supported (max) but off (cur).
+                    // RoCE: software UDP source port supported (max) but off (cur); force-loopback.
                     ifc::set(cap, roce_cap::SW_R_ROCE_SRC_UDP_PORT, (cur == 0) as u64);
                     ifc::set(cap, roce_cap::ROCE_VERSION, 2);
+                    ifc::set(cap, roce_cap::FL_RC_QP_WHEN_ROCE_ENABLED, 1);
                 }
             })
         }

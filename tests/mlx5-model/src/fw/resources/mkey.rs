@@ -18,10 +18,16 @@ impl Hca {
         if !self.pds.contains(&pd) {
             return Err(no_such());
         }
-        if m.free || m.length64 {
+        // `length64`: the key spans every address from `start_addr` on and `len` is ignored;
+        // the model takes it for PA keys only (what a kernel-style DMA key uses).
+        if m.free || (m.length64 && m.access_mode() != MKC_ACCESS_MODE_PA) {
             return Err(unsupported());
         }
-        let (start, len) = (m.start_addr, m.len);
+        let (start, len) = if m.length64 {
+            (m.start_addr, u64::MAX - m.start_addr)
+        } else {
+            (m.start_addr, m.len)
+        };
         if len == 0 {
             return Err(fail(CmdStatus::BadParam, syn::EMPTY_RANGE));
         }
