@@ -478,9 +478,10 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         if self.state != QpState::Reset {
             return Err(Error::InvalidArgument("QP not in RESET"));
         }
-        self.modify(Transition::RstToInitUd { port, qkey }, QpState::Init)?;
-        self.modify(Transition::InitToRtrUd, QpState::Rtr)?;
-        self.modify(Transition::RtrToRtsUd { sq_psn }, QpState::Rts)
+        let gsi = self.service == Service::Gsi;
+        self.modify(Transition::RstToInitUd { port, qkey, gsi }, QpState::Init)?;
+        self.modify(Transition::InitToRtrUd { gsi }, QpState::Rtr)?;
+        self.modify(Transition::RtrToRtsUd { sq_psn, gsi }, QpState::Rts)
     }
 
     /// The QP's transport service.

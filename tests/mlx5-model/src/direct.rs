@@ -158,9 +158,9 @@ impl Control for ModelControl {
             }
             Transition::ToErr => QpCmd::ToErr,
             Transition::ToRst => QpCmd::ToRst,
-            Transition::RstToInitUd { port, qkey } => QpCmd::RstToInitUd { port, qkey },
-            Transition::InitToRtrUd => QpCmd::InitToRtrUd,
-            Transition::RtrToRtsUd { sq_psn } => QpCmd::RtrToRtsUd { sq_psn },
+            Transition::RstToInitUd { port, qkey, .. } => QpCmd::RstToInitUd { port, qkey },
+            Transition::InitToRtrUd { .. } => QpCmd::InitToRtrUd,
+            Transition::RtrToRtsUd { sq_psn, .. } => QpCmd::RtrToRtsUd { sq_psn },
         };
         self.shared.modify_qp(qp.0, cmd)
     }

@@ -203,7 +203,7 @@ pub fn modify_qp_cmd(
         Transition::RstToInit { .. } | Transition::RstToInitUd { .. } => {
             (consts::CMD_OP_RST2INIT_QP, rst2init_qp_in::SIZE)
         }
-        Transition::InitToRtr { .. } | Transition::InitToRtrUd => {
+        Transition::InitToRtr { .. } | Transition::InitToRtrUd { .. } => {
             (consts::CMD_OP_INIT2RTR_QP, init2rtr_qp_in::SIZE)
         }
         Transition::RtrToRts { .. } | Transition::RtrToRtsUd { .. } => {
@@ -232,17 +232,20 @@ pub fn modify_qp_cmd(
                 set(&mut c, qpc::ATOMIC_MODE, ATOMIC_MODE_IB_COMP);
             }
         }
-        Transition::RstToInitUd { port, qkey } => {
+        Transition::RstToInitUd { port, qkey, gsi } => {
             // `__mlx5_ib_modify_qp` for UD/GSI: port, P_Key index 0 (the default P_Key
             // 0xffff of a RoCE port) and the Q_Key.
+            datagram_mtu(&mut c, gsi);
             set(&mut c, qpc::PM_STATE, consts::QPC_PM_STATE_MIGRATED.into());
             set_path(&mut c, ads::VHCA_PORT_NUM, port as u64);
             set(&mut c, qpc::Q_KEY, qkey as u64);
         }
-        Transition::InitToRtrUd => {
+        Transition::InitToRtrUd { gsi } => {
+            datagram_mtu(&mut c, gsi);
             set_path(&mut c, ads::VHCA_PORT_NUM, port as u64);
         }
-        Transition::RtrToRtsUd { sq_psn } => {
+        Transition::RtrToRtsUd { sq_psn, gsi } => {
+            datagram_mtu(&mut c, gsi);
             set(&mut c, qpc::NEXT_SEND_PSN, (sq_psn & 0xff_ffff) as u64);
         }
         Transition::InitToRtr { remote_qpn, path: peer, mtu, rq_psn } => {
@@ -327,6 +330,14 @@ pub fn modify_qp_cmd(
         Transition::ToErr | Transition::ToRst => {}
     }
     Ok((c, len))
+}
+
+/// The MTU and message limit `__mlx5_ib_modify_qp` gives a datagram QP on every transition:
+/// the GSI QP 256 bytes and 2^8 (a MAD), a UD QP 4096 bytes and 2^12 (one packet).
+fn datagram_mtu(c: &mut [u8], gsi: bool) {
+    let (mtu, log_msg) = if gsi { (1, 8) } else { (5, 12) };
+    ifc::set(c, qpc::MTU.within(rst2init_qp_in::QPC), mtu);
+    ifc::set(c, qpc::LOG_MSG_MAX.within(rst2init_qp_in::QPC), log_msg);
 }
 
 /// The whole of an array field whose element 0 is `f`.
@@ -460,7 +471,7 @@ impl Control for FwControl<'_, '_> {
         let (c, len) = modify_qp_cmd(qp, t, self.port, &caps)?;
         let step = match t {
             Transition::RstToInit { .. } | Transition::RstToInitUd { .. } => "RST2INIT_QP",
-            Transition::InitToRtr { .. } | Transition::InitToRtrUd => "INIT2RTR_QP",
+            Transition::InitToRtr { .. } | Transition::InitToRtrUd { .. } => "INIT2RTR_QP",
             Transition::RtrToRts { .. } | Transition::RtrToRtsUd { .. } => "RTR2RTS_QP",
             Transition::ToErr => "2ERR_QP",
             Transition::ToRst => "2RST_QP",

@@ -305,13 +305,20 @@ pub enum Transition {
         port: u8,
         /// The QP's Q_Key.
         qkey: u32,
+        /// Whether the QP is the GSI QP (its MTU and message limit differ from UD's).
+        gsi: bool,
     },
     /// `INIT2RTR_QP` for a UD or GSI QP: a datagram QP has no peer.
-    InitToRtrUd,
+    InitToRtrUd {
+        /// Whether the QP is the GSI QP.
+        gsi: bool,
+    },
     /// `RTR2RTS_QP` for a UD or GSI QP.
     RtrToRtsUd {
         /// First send PSN.
         sq_psn: u32,
+        /// Whether the QP is the GSI QP.
+        gsi: bool,
     },
     /// `2ERR_QP`: flush everything outstanding.
     ToErr,

@@ -270,9 +270,10 @@ pub fn rts_with(
 
 /// Bring a UD or GSI QP to RTS with Q_Key `qkey`.
 pub fn ud_rts(ctl: &mut ModelControl, qpn: u32, qkey: u32) {
-    ctl.modify_qp(QpNum(qpn), &Transition::RstToInitUd { port: 1, qkey }).unwrap();
-    ctl.modify_qp(QpNum(qpn), &Transition::InitToRtrUd).unwrap();
-    ctl.modify_qp(QpNum(qpn), &Transition::RtrToRtsUd { sq_psn: 0 }).unwrap();
+    let gsi = false;
+    ctl.modify_qp(QpNum(qpn), &Transition::RstToInitUd { port: 1, qkey, gsi }).unwrap();
+    ctl.modify_qp(QpNum(qpn), &Transition::InitToRtrUd { gsi }).unwrap();
+    ctl.modify_qp(QpNum(qpn), &Transition::RtrToRtsUd { sq_psn: 0, gsi }).unwrap();
 }
 
 /// How to ring.

@@ -533,3 +533,20 @@ fn control_over_commands_end_to_end_on_the_scripted_firmware() {
     hca.teardown().unwrap();
     assert_eq!(dma.live_blocks(), 0);
 }
+
+#[test]
+fn datagram_transitions_carry_the_kernels_mtu_and_message_limit() {
+    let x = rst2init_qp_in::QPC;
+    for gsi in [false, true] {
+        let want = if gsi { (1, 8) } else { (5, 12) };
+        for t in [
+            Transition::RstToInitUd { port: 1, qkey: 0x8001_0000, gsi },
+            Transition::InitToRtrUd { gsi },
+            Transition::RtrToRtsUd { sq_psn: 9, gsi },
+        ] {
+            let (c, _) = modify_qp_cmd(QpNum(0x44), &t, 1, &caps()).unwrap();
+            assert_eq!((g(&c, qpc::MTU, x), g(&c, qpc::LOG_MSG_MAX, x)), want, "{t:?}");
+            assert_eq!(ifc::get(&c, rst2init_qp_in::OPT_PARAM_MASK), 0);
+        }
+    }
+}
