@@ -30,11 +30,12 @@
 //! it in a `static`, for large rings).
 
 use core::cell::{RefCell, RefMut};
+use core::net::IpAddr;
 
-use rdma_pmd::{Error, Result};
+use rdma_pmd::{Error, Gid, Mac, Result};
 use rdma_pmd_hal::{Dma, Mmio};
 
-use crate::control::{Control, DeviceCaps, Pdn, Uar};
+use crate::control::{Control, DeviceCaps, Pdn, PortMtu, Uar};
 use crate::datapath::send::BF_OFFSET;
 
 /// An open mlx5 device. See the module docs.
@@ -99,6 +100,33 @@ impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
     /// the device).
     pub fn control(&self) -> RefMut<'_, C> {
         self.ctl.borrow_mut()
+    }
+
+    /// The port's MAC, as firmware reports it (the NIC vport context's permanent address).
+    pub fn mac(&self) -> Result<Mac> {
+        self.ctl.borrow_mut().mac()
+    }
+
+    /// Give the port the IP address `addr` as RoCE v2 GID table entry `index` (IPv4 becomes
+    /// the IPv4-mapped GID), with the port's MAC. The kernel does this for every address of
+    /// its netdev; a driver that owns its function does it for the addresses its user gives.
+    pub fn set_gid(&self, index: u16, addr: IpAddr) -> Result<()> {
+        self.ctl.borrow_mut().set_gid(index, addr)
+    }
+
+    /// Clear GID table entry `index`.
+    pub fn clear_gid(&self, index: u16) -> Result<()> {
+        self.ctl.borrow_mut().clear_gid(index)
+    }
+
+    /// GID table entry `index`: its GID and MAC, `None` when empty.
+    pub fn gid(&self, index: u16) -> Result<Option<(Gid, Mac)>> {
+        self.ctl.borrow_mut().gid(index)
+    }
+
+    /// The RoCE path MTU the port allows, and where that figure came from.
+    pub fn port_mtu(&self) -> Result<PortMtu> {
+        self.ctl.borrow_mut().port_mtu()
     }
 
     /// Half of the BlueFlame register (`mlx5dv_qp.bf.size`): `(1 << log_bf_reg_size) / 2`,

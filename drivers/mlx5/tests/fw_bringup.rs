@@ -24,7 +24,8 @@ use rdma_pmd_mlx5::control::cmd::{CmdConfig, CmdError, CmdStatus};
 use rdma_pmd_mlx5::control::fw::FwControl;
 use rdma_pmd_mlx5::control::init_seg::HealthSyndrome;
 use rdma_pmd_mlx5::control::{
-    Access, Control, CqParams, Cqn, MkeyParams, Path, QpParams, Service, Transition, Translation,
+    Access, Control, CqParams, Cqn, MkeyParams, MtuSource, Path, QpParams, Service, Transition,
+    Translation,
 };
 use rdma_pmd_mlx5::{Mlx5, QpConfig, SharedDma};
 use rdma_pmd_mlx5_model::fw::{self, Firmware, FwConfig, HcaState, Opcode};
@@ -611,4 +612,35 @@ fn firmware_that_keeps_its_pages_at_teardown_is_a_pages_not_returned_fault() {
     assert_eq!((Error::from(e), e.errno()), (fault.into(), Errno::EBUSY));
     assert!(start.elapsed() < Duration::from_secs(3), "reclaim bounded: {:?}", start.elapsed());
     assert_eq!(r.fw.pages().held, 20, "the pages, and their memory, stay firmware's");
+}
+
+/// The port's addressing through firmware commands on the model: its MAC from the NIC vport
+/// context, the GID table read and written in the kernel's layout, and the path MTU with where
+/// it came from (the model refuses the PMTU register, so the vport context's MTU).
+#[test]
+fn port_addressing_through_firmware_commands() {
+    let mut r = rig(FwConfig::default());
+    let want = r.model.gids()[0];
+    let mut hca = Hca::bring_up(&r.bar, &*r.dma, &r.clock, PagePool::new(&mut r.bits, POOL), cfg())
+        .expect("bring-up");
+    {
+        let mut ctl = FwControl::new(&mut hca);
+        assert_eq!(ctl.mac().unwrap(), Mac(want.mac));
+        assert_eq!(ctl.gid(0).unwrap(), Some((Gid(want.gid), Mac(want.mac))));
+        assert_eq!(ctl.gid(1).unwrap(), None, "an empty entry");
+        let ip = std::net::IpAddr::V4(Gid(want.gid).ipv4().unwrap().into());
+        ctl.set_gid(0, ip).expect("the configured address, in the kernel's layout");
+        let other = std::net::IpAddr::V4([192, 0, 2, 1].into());
+        assert!(
+            matches!(ctl.set_gid(0, other), Err(Error::Firmware(_))),
+            "the model's table is fixed"
+        );
+        ctl.clear_gid(3).unwrap();
+        assert!(matches!(ctl.set_gid(4096, ip), Err(Error::InvalidArgument(_))));
+        let mtu = ctl.port_mtu().unwrap();
+        assert_eq!(mtu.source, MtuSource::NicVport, "{mtu:?}");
+        assert!((1..=5).contains(&mtu.mtu));
+    }
+    assert!(r.fw.delivery_errors().is_empty());
+    hca.teardown().expect("teardown");
 }

@@ -17,13 +17,15 @@
 //! The field choices follow the kernel's `mlx5_ib` (`qp.c` `__mlx5_ib_modify_qp`,
 //! `mlx5_set_path`; `mr.c`; `cq.c`) and rdma-core's `mlx5_vfio.c`.
 
-use rdma_pmd::{Error, QpNum};
+use core::net::IpAddr;
+
+use rdma_pmd::{Error, Gid, Mac, QpNum};
 
 use crate::control::bringup::{Hca, HcaCaps, HcaError, FW_PAGE};
 use crate::control::cmd::Pas;
 use crate::control::{
-    udp_sport_for, Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path, Pdn,
-    QpParams, Service, Transition, Translation, Uar, DEFAULT_HOP_LIMIT,
+    port_addr, udp_sport_for, Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path,
+    Pdn, PortMtu, QpParams, Service, Transition, Translation, Uar, DEFAULT_HOP_LIMIT,
 };
 use crate::layout::ifc::{self, consts, generated::*};
 
@@ -481,6 +483,52 @@ impl Control for FwControl<'_, '_> {
 
     fn destroy_qp(&mut self, qp: QpNum) -> Result<(), Error> {
         self.simple("DESTROY_QP", consts::CMD_OP_DESTROY_QP, destroy_qp_in::QPN, qp.0)
+    }
+
+    fn mac(&mut self) -> Result<Mac, Error> {
+        let mut out = [0u8; query_nic_vport_context_out::SIZE];
+        let c = port_addr::query_nic_vport_context_cmd();
+        self.run("QUERY_NIC_VPORT_CONTEXT", &c, Pas::None, &mut out)?;
+        Ok(port_addr::vport_mac(&out))
+    }
+
+    fn set_gid(&mut self, index: u16, addr: IpAddr) -> Result<(), Error> {
+        let mac = self.mac()?;
+        let c =
+            port_addr::set_roce_address_cmd(index, Some((addr, mac)), self.port, self.hca.caps())?;
+        self.run("SET_ROCE_ADDRESS", &c, Pas::None, &mut [0u8; 16])
+    }
+
+    fn clear_gid(&mut self, index: u16) -> Result<(), Error> {
+        let c = port_addr::set_roce_address_cmd(index, None, self.port, self.hca.caps())?;
+        self.run("SET_ROCE_ADDRESS", &c, Pas::None, &mut [0u8; 16])
+    }
+
+    fn gid(&mut self, index: u16) -> Result<Option<(Gid, Mac)>, Error> {
+        let c = port_addr::query_roce_address_cmd(index, self.port, self.hca.caps());
+        let mut out = [0u8; query_roce_address_out::SIZE];
+        self.run("QUERY_ROCE_ADDRESS", &c, Pas::None, &mut out)?;
+        Ok(port_addr::roce_address_entry(&out))
+    }
+
+    /// The PMTU register first; a function firmware refuses it to (status, not a fault) falls
+    /// back to its vport context, then to 1024.
+    fn port_mtu(&mut self) -> Result<PortMtu, Error> {
+        let c = port_addr::query_pmtu_cmd(self.port);
+        let mut out = [0u8; port_addr::PMTU_CMD_LEN];
+        let pmtu = match self.run("ACCESS_REG", &c, Pas::None, &mut out) {
+            Ok(()) => Some(port_addr::pmtu_oper(&out)),
+            Err(Error::Firmware(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let mut vout = [0u8; query_nic_vport_context_out::SIZE];
+        let vc = port_addr::query_nic_vport_context_cmd();
+        let vport = match self.run("QUERY_NIC_VPORT_CONTEXT", &vc, Pas::None, &mut vout) {
+            Ok(()) => Some(port_addr::vport_mtu(&vout)),
+            Err(Error::Firmware(_)) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(port_addr::choose_mtu(pmtu, vport))
     }
 }
 

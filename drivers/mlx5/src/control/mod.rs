@@ -11,7 +11,11 @@
 //! All memory handed over is described by bus addresses of device-visible memory the caller
 //! allocated through the HAL and keeps alive until the matching destroy call has returned.
 
+use core::net::IpAddr;
+
 use rdma_pmd::{BusAddr, Error, Gid, Lkey, Mac, QpNum, Rkey, RoceAddr};
+
+pub use port_addr::{MtuSource, PortMtu};
 
 bitflags::bitflags! {
     /// Access rights of a memory key (`mkc.lw/lr/rw/rr/a` of `mlx5_ifc.h`'s `mkc` context).
@@ -365,6 +369,30 @@ pub trait Control {
     fn modify_qp(&mut self, qp: QpNum, t: &Transition) -> Result<(), Error>;
     /// `DESTROY_QP`.
     fn destroy_qp(&mut self, qp: QpNum) -> Result<(), Error>;
+    /// The port's MAC (`QUERY_NIC_VPORT_CONTEXT` `permanent_address`). A seam without
+    /// firmware (the device model's direct control) has none to tell: `Unsupported`.
+    fn mac(&mut self) -> Result<Mac, Error> {
+        Err(Error::Unsupported("port MAC on this control seam"))
+    }
+    /// Program GID table entry `index` with `addr` and our MAC (`SET_ROCE_ADDRESS`, RoCE v2).
+    fn set_gid(&mut self, index: u16, addr: IpAddr) -> Result<(), Error> {
+        let _ = (index, addr);
+        Err(Error::Unsupported("GID table on this control seam"))
+    }
+    /// Clear GID table entry `index`.
+    fn clear_gid(&mut self, index: u16) -> Result<(), Error> {
+        let _ = index;
+        Err(Error::Unsupported("GID table on this control seam"))
+    }
+    /// The RoCE v2 GID and MAC in table entry `index` (`QUERY_ROCE_ADDRESS`); `None` if empty.
+    fn gid(&mut self, index: u16) -> Result<Option<(Gid, Mac)>, Error> {
+        let _ = index;
+        Err(Error::Unsupported("GID table on this control seam"))
+    }
+    /// The port's RoCE path MTU and where it came from.
+    fn port_mtu(&mut self) -> Result<PortMtu, Error> {
+        Err(Error::Unsupported("port MTU on this control seam"))
+    }
 }
 
 /// A control seam lent by exclusive reference, so its owner keeps it (and what it recorded)
@@ -406,9 +434,25 @@ impl<C: Control + ?Sized> Control for &mut C {
     fn destroy_qp(&mut self, qp: QpNum) -> Result<(), Error> {
         (**self).destroy_qp(qp)
     }
+    fn mac(&mut self) -> Result<Mac, Error> {
+        (**self).mac()
+    }
+    fn set_gid(&mut self, index: u16, addr: IpAddr) -> Result<(), Error> {
+        (**self).set_gid(index, addr)
+    }
+    fn clear_gid(&mut self, index: u16) -> Result<(), Error> {
+        (**self).clear_gid(index)
+    }
+    fn gid(&mut self, index: u16) -> Result<Option<(Gid, Mac)>, Error> {
+        (**self).gid(index)
+    }
+    fn port_mtu(&mut self) -> Result<PortMtu, Error> {
+        (**self).port_mtu()
+    }
 }
 
 pub mod bringup;
 pub mod cmd;
 pub mod fw;
 pub mod init_seg;
+pub mod port_addr;

@@ -100,9 +100,16 @@ fn roce_entry(g: Option<&crate::model::Gid>) -> [u8; ifc::roce_addr_layout::SIZE
     use ifc::roce_addr_layout as r;
     let mut e = [0u8; r::SIZE];
     let Some(g) = g else { return e };
-    r::SOURCE_L3_ADDRESS.slice_mut(&mut e).copy_from_slice(&g.gid);
-    set_mac(&mut e, r::SOURCE_MAC_47_32, r::SOURCE_MAC_31_0, g.mac);
     let v4 = g.gid[..10].iter().all(|b| *b == 0) && g.gid[10..12] == [0xff, 0xff];
+    // An IPv4 entry holds the address in the last four bytes, the rest zero (the kernel's
+    // `mlx5_core_roce_gid_set` for RoCE v2 over IPv4); IPv6 holds all sixteen.
+    let l3 = r::SOURCE_L3_ADDRESS.slice_mut(&mut e);
+    if v4 {
+        l3[12..].copy_from_slice(&g.gid[12..]);
+    } else {
+        l3.copy_from_slice(&g.gid);
+    }
+    set_mac(&mut e, r::SOURCE_MAC_47_32, r::SOURCE_MAC_31_0, g.mac);
     let l3 = if v4 { codes::ROCE_L3_TYPE_IPV4 } else { codes::ROCE_L3_TYPE_IPV6 };
     r::ROCE_L3_TYPE.set(&mut e, u64::from(l3));
     r::ROCE_VERSION.set(&mut e, u64::from(codes::ROCE_VERSION_2));

@@ -174,7 +174,8 @@ fn full_bring_up_objects_and_teardown() {
     let out = d.ok(&input(Opcode::QueryRoceAddress, 0, 16), ifc::query_roce_address_out::SIZE);
     let at = ifc::query_roce_address_out::ROCE_ADDRESS;
     let g = d.model.gids()[0];
-    assert_eq!(ifc::roce_addr_layout::SOURCE_L3_ADDRESS.at(at).slice(&out), &g.gid[..]);
+    let l3 = ifc::roce_addr_layout::SOURCE_L3_ADDRESS.at(at).slice(&out);
+    assert_eq!((&l3[..12], &l3[12..]), (&[0u8; 12][..], &g.gid[12..]), "IPv4: last four bytes");
     assert_eq!(
         ifc::roce_addr_layout::SOURCE_MAC_31_0.at(at).get(&out),
         u64::from(u32::from_be_bytes([g.mac[2], g.mac[3], g.mac[4], g.mac[5]]))
@@ -198,7 +199,9 @@ fn full_bring_up_objects_and_teardown() {
         i::VHCA_PORT_NUM.set(&mut x, 1);
         let r = i::ROCE_ADDRESS;
         if gid != [0; 16] {
-            ifc::roce_addr_layout::SOURCE_L3_ADDRESS.at(r).slice_mut(&mut x).copy_from_slice(&gid);
+            // IPv4: the address in the last four bytes, the rest zero (as the kernel writes).
+            let l3 = ifc::roce_addr_layout::SOURCE_L3_ADDRESS.at(r).slice_mut(&mut x);
+            l3[12..].copy_from_slice(&gid[12..]);
             ifc::roce_addr_layout::SOURCE_MAC_47_32.at(r).set(&mut x, mac >> 32);
             ifc::roce_addr_layout::SOURCE_MAC_31_0.at(r).set(&mut x, mac & 0xffff_ffff);
             ifc::roce_addr_layout::ROCE_L3_TYPE.at(r).set(&mut x, u64::from(ROCE_L3_TYPE_IPV4));
