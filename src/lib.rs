@@ -8,6 +8,7 @@
 //!   an address or a queue number;
 //! * [`Completion`] and [`WcStatus`]: work completions numbered like `ibv_wc`;
 //! * [`Error`]: small `Copy` errors with one [`Error::errno`] mapping at the librdmacm surface;
+//! * [`psn`]: unpredictable 24-bit initial PSNs from a user-supplied seed;
 //! * [`ring`]: power-of-two ring arithmetic on free-running counters;
 //! * [`region`]: the borrow and in-flight rules that keep a registered buffer alive (and
 //!   registered) while a posted work request still reads it;
@@ -30,6 +31,7 @@ pub mod dest;
 pub mod error;
 pub mod flags;
 pub mod post;
+pub mod psn;
 pub mod region;
 pub mod ring;
 pub mod sge;
@@ -43,5 +45,6 @@ pub use post::{
     AtomicOp, Batch, Caps, Post, Posted, RecvCaps, RecvQueue, SendOp, SendQueue, SendRequest,
     Source,
 };
+pub use psn::PsnGen;
 pub use region::{LocalBuf, RegionUse};
 pub use sge::Sge;

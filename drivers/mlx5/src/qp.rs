@@ -122,7 +122,8 @@ pub struct ConnectOpts {
     pub mtu: u8,
     /// Expected first receive PSN (the peer's `sq_psn`).
     pub rq_psn: u32,
-    /// First send PSN.
+    /// First send PSN. The default 0 suits tests; a connection to a real peer should draw it
+    /// from [`rdma_pmd::PsnGen`] and tell the peer.
     pub sq_psn: u32,
     /// Local ACK timeout exponent (4.096 µs × 2^timeout).
     pub timeout: u8,
