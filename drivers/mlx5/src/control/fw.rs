@@ -304,12 +304,7 @@ pub fn modify_qp_cmd(
                     // Force-loopback is offered per RoCE state (`roce_cap`'s
                     // `fl_rc_qp_when_roce_enabled` / `_disabled`); without it the peer must
                     // be reached by a RoCE path to our own GID, as rdma-core does.
-                    let fl = if caps.roce {
-                        caps.fl_when_roce_enabled
-                    } else {
-                        caps.fl_when_roce_disabled
-                    };
-                    if !fl {
+                    if !loopback_forced(caps) {
                         return Err(Error::Unsupported(
                             "force-loopback not offered: connect by a RoCE path to our own GID",
                         ));
@@ -332,6 +327,16 @@ pub fn modify_qp_cmd(
         Transition::ToErr | Transition::ToRst => {}
     }
     Ok((c, len))
+}
+
+/// Whether firmware offers force-loopback RC QPs in the RoCE state in use
+/// (`roce_cap.fl_rc_qp_when_roce_enabled`, or `_disabled` with RoCE off).
+fn loopback_forced(caps: &HcaCaps) -> bool {
+    if caps.roce {
+        caps.fl_when_roce_enabled
+    } else {
+        caps.fl_when_roce_disabled
+    }
 }
 
 /// The MTU and message limit `__mlx5_ib_modify_qp` gives a datagram QP on every transition:
@@ -468,8 +473,24 @@ impl Control for FwControl<'_, '_> {
         Ok(QpNum(ifc::get(&out, create_qp_out::QPN) as u32))
     }
 
+    /// A loopback connection on a device without force-loopback becomes, as in rdma-core, a
+    /// RoCE path to our own first GID and our MAC.
     fn modify_qp(&mut self, qp: QpNum, t: &Transition) -> Result<(), Error> {
         let caps = *self.hca.caps();
+        let own;
+        let t = match *t {
+            Transition::InitToRtr { remote_qpn, path: Path::Loopback, mtu, rq_psn }
+                if !loopback_forced(&caps) =>
+            {
+                let (gid, mac) = self
+                    .gid(0)?
+                    .ok_or(Error::InvalidArgument("loopback needs GID 0 programmed"))?;
+                let path = Path::roce_v2(gid, mac, 0);
+                own = Transition::InitToRtr { remote_qpn, path, mtu, rq_psn };
+                &own
+            }
+            _ => t,
+        };
         let (c, len) = modify_qp_cmd(qp, t, self.port, &caps)?;
         let step = match t {
             Transition::RstToInit { .. } | Transition::RstToInitUd { .. } => "RST2INIT_QP",

@@ -550,3 +550,44 @@ fn datagram_transitions_carry_the_kernels_mtu_and_message_limit() {
         }
     }
 }
+
+#[test]
+fn loopback_without_force_loopback_is_a_roce_path_to_our_own_gid() {
+    let st = default_state();
+    {
+        let mut s = st.lock().unwrap();
+        s.roce_caps.push((roce_cap::FL_RC_QP_WHEN_ROCE_ENABLED, 0));
+        // GID 0: 10.0.0.7 (IPv4, last four bytes), MAC 02:00:00:00:00:07, RoCE v2.
+        let mut e = vec![0u8; roce_addr_layout::SIZE];
+        e[12..16].copy_from_slice(&[10, 0, 0, 7]);
+        e[18..24].copy_from_slice(&[2, 0, 0, 0, 0, 7]);
+        e[27] = 2;
+        s.roce_address = e;
+    }
+    let (fw, bar, dma) = script(st);
+    let clock = Ticks(Cell::new(0));
+    let mut bits = vec![0u64; bitmap_words(512)];
+    let cfg = HcaConfig {
+        cmd: CmdConfig { timeout_ns: 2_000_000, ..CmdConfig::default() },
+        ..HcaConfig::default()
+    };
+    let mut hca = Hca::bring_up(&bar, &*dma, &clock, PagePool::new(&mut bits, 512), cfg).unwrap();
+    assert!(!hca.caps().fl_when_roce_enabled);
+    fw.log.lock().unwrap().clear();
+    {
+        let mut ctl = FwControl::new(&mut hca);
+        let t =
+            Transition::InitToRtr { remote_qpn: QpNum(9), path: Path::Loopback, mtu: 3, rq_psn: 0 };
+        ctl.modify_qp(QpNum(9), &t).unwrap();
+    }
+    let log = fw.log.lock().unwrap();
+    let ops: Vec<u16> = log.iter().map(|s| s.opcode).collect();
+    assert_eq!(ops, [consts::CMD_OP_QUERY_ROCE_ADDRESS, consts::CMD_OP_INIT2RTR_QP]);
+    let c = &log[1].input;
+    let path = qpc::PRIMARY_ADDRESS_PATH.within(init2rtr_qp_in::QPC);
+    assert_eq!(g(c, ads::FL, path), 0);
+    let gid = ads::RGID_RIP.within(path).byte();
+    assert_eq!(&c[gid..gid + 16], &Gid::from_ipv4([10, 0, 0, 7]).0);
+    assert_eq!(g(c, ads::RMAC_31_0, path), 7);
+    assert_eq!(g(c, ads::SRC_ADDR_INDEX, path), 0);
+}

@@ -79,6 +79,10 @@ pub struct State {
     pub eqn_fixed: Option<u8>,
     /// General capability fields to report differently (maximum and current).
     pub caps: Vec<(Field, u64)>,
+    /// RoCE capability fields to report differently (maximum and current).
+    pub roce_caps: Vec<(Field, u64)>,
+    /// The `roce_addr_layout` every `QUERY_ROCE_ADDRESS` answers (empty: a zeroed entry).
+    pub roce_address: Vec<u8>,
     /// After each `MANAGE_PAGES`, ask for one page, then offer one back, forever.
     pub ping_pong: bool,
     /// The DMA space (set by [`script`]), for writing events.
@@ -187,6 +191,7 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
             let (ty, cur) = (s.op_mod >> 1, s.op_mod & 1);
             let pt = st.port_type;
             let overrides = st.caps.clone();
+            let roce_overrides = st.roce_caps.clone();
             reply(s.outlen, |o| {
                 let cap = &mut o[query_hca_cap_out::CAPABILITY.byte()..];
                 if ty == 0 {
@@ -196,6 +201,9 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
                     ifc::set(cap, roce_cap::SW_R_ROCE_SRC_UDP_PORT, (cur == 0) as u64);
                     ifc::set(cap, roce_cap::ROCE_VERSION, 2);
                     ifc::set(cap, roce_cap::FL_RC_QP_WHEN_ROCE_ENABLED, 1);
+                    for &(f, v) in &roce_overrides {
+                        ifc::set(cap, f, v);
+                    }
                 }
             })
         }
@@ -223,6 +231,13 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
         }
         op if op == consts::CMD_OP_CREATE_QP => {
             reply(s.outlen, |o| ifc::set(o, create_qp_out::QPN, 0x99))
+        }
+        op if op == consts::CMD_OP_QUERY_ROCE_ADDRESS => {
+            let entry = st.roce_address.clone();
+            reply(s.outlen, |o| {
+                let at = query_roce_address_out::ROCE_ADDRESS.byte();
+                o[at..at + entry.len()].copy_from_slice(&entry);
+            })
         }
         _ => reply(s.outlen, |_| {}),
     }
