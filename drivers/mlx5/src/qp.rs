@@ -453,10 +453,16 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         udp_sport: u16,
         opts: &ConnectOpts,
     ) -> Result<()> {
-        let mut path = Path::roce_v2(rdma_pmd::Gid(dgid), rdma_pmd::Mac(dmac), sgid_index);
-        if let Path::RoceV2 { udp_sport: p, .. } = &mut path {
-            *p = udp_sport;
-        }
+        let path = Path::RoceV2 {
+            dgid,
+            dmac,
+            sgid_index,
+            udp_sport,
+            hop_limit: 0,
+            traffic_class: 0,
+            flow_label: 0,
+            sl: 0,
+        };
         self.connect(remote, path, opts)
     }
 

@@ -21,7 +21,7 @@ use core::net::IpAddr;
 
 use rdma_pmd::{Error, Gid, Mac, QpNum};
 
-use crate::control::bringup::{Hca, HcaCaps, HcaError, FW_PAGE};
+use crate::control::bringup::{self, Hca, HcaCaps, HcaError, FW_PAGE};
 use crate::control::cmd::Pas;
 use crate::control::{
     port_addr, udp_sport_for, Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path,
@@ -40,9 +40,7 @@ const MKEY_NO_QP: u64 = 0xff_ffff;
 pub const MIN_RNR_NAK: u64 = 12;
 
 fn input<const N: usize>(opcode: u16) -> [u8; N] {
-    let mut b = [0u8; N];
-    ifc::set(&mut b, enable_hca_in::OPCODE, opcode as u64);
-    b
+    bringup::input(opcode, 0)
 }
 
 /// `CREATE_MKEY`: the input's fixed part and its MTT list. `variant` becomes `mkey_7_0`.

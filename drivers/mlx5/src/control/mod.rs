@@ -13,7 +13,7 @@
 
 use core::net::IpAddr;
 
-use rdma_pmd::{BusAddr, Error, Gid, Lkey, Mac, QpNum, Rkey, RoceAddr};
+use rdma_pmd::{BusAddr, Error, Gid, Lkey, Mac, QpNum, Rkey};
 
 pub use port_addr::{MtuSource, PortMtu};
 
@@ -183,23 +183,6 @@ impl Path {
     }
 }
 
-impl From<&RoceAddr> for Path {
-    /// The path an address handle describes (its static rate is not carried: `ads.stat_rate`
-    /// stays 0, no limit).
-    fn from(a: &RoceAddr) -> Path {
-        Path::RoceV2 {
-            dgid: a.dgid.0,
-            dmac: a.dmac.0,
-            sgid_index: a.sgid_index,
-            udp_sport: a.udp_sport,
-            hop_limit: a.hop_limit,
-            traffic_class: a.traffic_class,
-            flow_label: a.flow_label & 0xf_ffff,
-            sl: a.sl,
-        }
-    }
-}
-
 /// `rdma_calc_flow_label` (kernel `include/rdma/ib_verbs.h`): a 20-bit flow label both ends of
 /// a connection compute alike from the two QP numbers.
 pub const fn calc_flow_label(lqpn: u32, rqpn: u32) -> u32 {
@@ -222,39 +205,6 @@ pub const fn flow_label_to_udp_sport(fl: u32) -> u16 {
 pub const fn udp_sport_for(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     let fl = if flow_label == 0 { calc_flow_label(lqpn, rqpn) } else { flow_label };
     flow_label_to_udp_sport(fl)
-}
-
-/// Bytes the kernel's `iboe_get_mtu` takes off an Ethernet MTU for RoCE headers: GRH 40, UDP
-/// 8, BTH 12, XRC ETH 4, AtomicETH 28, ICRC 4.
-pub const ROCE_HEADERS: u32 = 40 + 8 + 12 + 4 + 28 + 4;
-
-/// Bytes between the hardware MTU (`pmtu_reg.oper_mtu`, `nic_vport_context.mtu`) and the
-/// netdev's L3 MTU: the mlx5e driver's `MLX5E_SW2HW_MTU` adds the Ethernet header (14), a VLAN
-/// tag (4) and the FCS (4).
-pub const HW_MTU_OVERHEAD: u32 = 14 + 4 + 4;
-
-/// `iboe_get_mtu` (kernel `include/rdma/ib_addr.h`) of an L3 MTU: the largest IB MTU (as an
-/// `ibv_mtu` value, capped at 4096) that fits with the RoCE headers; `None` below 256.
-pub const fn iboe_mtu(l3_mtu: u32) -> Option<u8> {
-    let m = l3_mtu.saturating_sub(ROCE_HEADERS);
-    if m >= 4096 {
-        Some(5)
-    } else if m >= 2048 {
-        Some(4)
-    } else if m >= 1024 {
-        Some(3)
-    } else if m >= 512 {
-        Some(2)
-    } else if m >= 256 {
-        Some(1)
-    } else {
-        None
-    }
-}
-
-/// `iboe_mtu` of a hardware MTU (as the PMTU register and the vport context report it).
-pub const fn iboe_mtu_from_hw(hw_mtu: u32) -> Option<u8> {
-    iboe_mtu(hw_mtu.saturating_sub(HW_MTU_OVERHEAD))
 }
 
 /// The transport service of a QP (`qpc.st` of `mlx5_ifc.h`).

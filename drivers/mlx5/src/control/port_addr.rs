@@ -13,8 +13,7 @@ use core::net::IpAddr;
 
 use rdma_pmd::{Error, Gid, Mac};
 
-use crate::control::bringup::HcaCaps;
-use crate::control::iboe_mtu_from_hw;
+use crate::control::bringup::{input, HcaCaps};
 use crate::layout::ifc::{self, consts, generated::*};
 
 /// `MLX5_ROCE_VERSION_2` (kernel `include/linux/mlx5/device.h`).
@@ -27,6 +26,39 @@ pub const ROCE_L3_TYPE_IPV6: u64 = 1;
 pub const REG_PMTU: u64 = 0x5003;
 /// `MLX5_REG_ACCESS_OP_READ` (`access_register_in.op_mod`).
 pub const REG_ACCESS_OP_READ: u16 = 1;
+
+/// Bytes the kernel's `iboe_get_mtu` takes off an Ethernet MTU for RoCE headers: GRH 40, UDP
+/// 8, BTH 12, XRC ETH 4, AtomicETH 28, ICRC 4.
+pub const ROCE_HEADERS: u32 = 40 + 8 + 12 + 4 + 28 + 4;
+
+/// Bytes between the hardware MTU (`pmtu_reg.oper_mtu`, `nic_vport_context.mtu`) and the
+/// netdev's L3 MTU: the mlx5e driver's `MLX5E_SW2HW_MTU` adds the Ethernet header (14), a VLAN
+/// tag (4) and the FCS (4).
+pub const HW_MTU_OVERHEAD: u32 = 14 + 4 + 4;
+
+/// `iboe_get_mtu` (kernel `include/rdma/ib_addr.h`) of an L3 MTU: the largest IB MTU (as an
+/// `ibv_mtu` value, capped at 4096) that fits with the RoCE headers; `None` below 256.
+pub const fn iboe_mtu(l3_mtu: u32) -> Option<u8> {
+    let m = l3_mtu.saturating_sub(ROCE_HEADERS);
+    if m >= 4096 {
+        Some(5)
+    } else if m >= 2048 {
+        Some(4)
+    } else if m >= 1024 {
+        Some(3)
+    } else if m >= 512 {
+        Some(2)
+    } else if m >= 256 {
+        Some(1)
+    } else {
+        None
+    }
+}
+
+/// `iboe_mtu` of a hardware MTU (as the PMTU register and the vport context report it).
+pub const fn iboe_mtu_from_hw(hw_mtu: u32) -> Option<u8> {
+    iboe_mtu(hw_mtu.saturating_sub(HW_MTU_OVERHEAD))
+}
 
 /// Where a path MTU came from ([`PortMtu`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,13 +83,6 @@ pub struct PortMtu {
 
 /// The MTU used when the port tells none (`IBV_MTU_1024`).
 pub const FALLBACK_MTU: u8 = 3;
-
-fn input<const N: usize>(opcode: u16, op_mod: u16) -> [u8; N] {
-    let mut b = [0u8; N];
-    ifc::set(&mut b, enable_hca_in::OPCODE, opcode as u64);
-    ifc::set(&mut b, enable_hca_in::OP_MOD, op_mod as u64);
-    b
-}
 
 /// `QUERY_NIC_VPORT_CONTEXT` of our own vport (`other_vport` 0, vport 0), as
 /// `mlx5_query_nic_vport_mac_address` sends it.
@@ -104,6 +129,7 @@ pub fn set_roce_address_cmd(
     let Some((ip, mac)) = entry else { return Ok(c) };
     let ra = set_roce_address_in::ROCE_ADDRESS;
     let l3 = roce_addr_layout::SOURCE_L3_ADDRESS.within(ra).byte();
+    // `roce_cap.l3_type` 0 is a device that does not report its L3 types: both are tried.
     let l3_type = match ip {
         IpAddr::V4(v4) => {
             if caps.roce_l3_types != 0 && caps.roce_l3_types & 0b10 == 0 {

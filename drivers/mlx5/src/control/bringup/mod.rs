@@ -161,7 +161,8 @@ pub struct Hca<'a> {
     carried_error: Option<HcaError>,
 }
 
-fn input<const N: usize>(opcode: u16, op_mod: u16) -> [u8; N] {
+/// A zeroed command input of `N` bytes with its opcode and op_mod.
+pub(crate) fn input<const N: usize>(opcode: u16, op_mod: u16) -> [u8; N] {
     let mut b = [0u8; N];
     ifc::set(&mut b, enable_hca_in::OPCODE, opcode as u64);
     ifc::set(&mut b, enable_hca_in::OP_MOD, op_mod as u64);

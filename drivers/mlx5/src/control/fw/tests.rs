@@ -4,9 +4,9 @@ use rdma_pmd::{BusAddr, Error, Gid, Mac, QpNum};
 use rdma_pmd_hal::Clock;
 
 use super::*;
-use crate::control::bringup::{bitmap_words, HcaConfig, PagePool, PortType};
+use crate::control::bringup::{bitmap_words, HcaConfig, PagePool};
 use crate::control::cmd::CmdConfig;
-use crate::control::{calc_flow_label, flow_label_to_udp_sport, iboe_mtu, iboe_mtu_from_hw};
+use crate::control::{calc_flow_label, flow_label_to_udp_sport};
 use crate::testing::fw::{default_state, script};
 
 struct Ticks(Cell<u64>);
@@ -18,38 +18,7 @@ impl Clock for Ticks {
     }
 }
 
-fn caps() -> HcaCaps {
-    HcaCaps {
-        log_max_qp: 18,
-        log_max_qp_sz: 15,
-        log_max_cq: 24,
-        log_max_cq_sz: 22,
-        log_max_eq: 8,
-        log_max_eq_sz: 22,
-        log_max_mkey: 24,
-        log_max_pd: 23,
-        log_max_msg: 30,
-        log_max_ra_req_qp: 4,
-        log_max_ra_res_qp: 4,
-        num_ports: 1,
-        port_type: PortType::Ethernet,
-        roce: true,
-        bf: true,
-        log_bf_reg_size: 9,
-        max_wqe_sz_sq: 1024,
-        log_uar_page_sz: 0,
-        roce_sw_udp_sport: true,
-        qp_ts_format: 0,
-        sq_ts_format: 0,
-        cqe_version: 1,
-        num_vhca_ports: 0,
-        release_all_pages: false,
-        fl_when_roce_enabled: true,
-        fl_when_roce_disabled: true,
-        gid_table_size: 16,
-        roce_l3_types: 0b110,
-    }
-}
+use crate::testing::fw::example_caps as caps;
 
 fn g(buf: &[u8], f: ifc::Field, outer: ifc::Field) -> u64 {
     ifc::get(buf, f.within(outer))
@@ -416,17 +385,6 @@ fn udp_source_port_derived_as_the_kernel_does() {
 }
 
 #[test]
-fn roce_mtu_from_an_ethernet_mtu() {
-    // `iboe_get_mtu`: the L3 MTU less 96 bytes of RoCE headers, rounded down to an IB MTU.
-    assert_eq!(iboe_mtu(1500), Some(3), "1024");
-    assert_eq!(iboe_mtu(1024 + 96), Some(3));
-    assert_eq!(iboe_mtu(1024 + 95), Some(2));
-    assert_eq!(iboe_mtu(9000), Some(5), "4096");
-    assert_eq!(iboe_mtu(256 + 95), None);
-    assert_eq!(iboe_mtu_from_hw(1500 + 22), Some(3));
-}
-
-#[test]
 fn create_qp_ts_format_follows_the_kernels_default_rule() {
     let x = create_qp_in::QPC;
     let ts = |caps: HcaCaps| {
@@ -453,17 +411,37 @@ fn to_err_and_to_rst_carry_only_the_qp() {
     assert_eq!((len, &c[0..2], c[11]), (qp_2rst_in::SIZE, &[0x05, 0x0a][..], 0x10));
 }
 
+/// The scripted firmware and what a bring-up over it borrows.
+struct Rig {
+    fw: std::sync::Arc<crate::testing::fw::FakeFw>,
+    bar: rdma_pmd_hal::mem::MemBar,
+    dma: std::sync::Arc<rdma_pmd_hal::mem::HeapDma>,
+    clock: Ticks,
+    bits: Vec<u64>,
+}
+
+fn rig(st: std::sync::Arc<std::sync::Mutex<crate::testing::fw::State>>) -> Rig {
+    let (fw, bar, dma) = script(st);
+    Rig { fw, bar, dma, clock: Ticks(Cell::new(0)), bits: vec![0u64; bitmap_words(512)] }
+}
+
+impl Rig {
+    fn bring_up(&mut self) -> Hca<'_> {
+        let cfg = HcaConfig {
+            cmd: CmdConfig { timeout_ns: 2_000_000, ..CmdConfig::default() },
+            ..HcaConfig::default()
+        };
+        let pool = PagePool::new(&mut self.bits, 512);
+        Hca::bring_up(&self.bar, &*self.dma, &self.clock, pool, cfg).unwrap()
+    }
+}
+
 #[test]
 fn control_over_commands_end_to_end_on_the_scripted_firmware() {
     let st = default_state();
-    let (fw, bar, dma) = script(st);
-    let clock = Ticks(Cell::new(0));
-    let mut bits = vec![0u64; bitmap_words(512)];
-    let cfg = HcaConfig {
-        cmd: CmdConfig { timeout_ns: 2_000_000, ..CmdConfig::default() },
-        ..HcaConfig::default()
-    };
-    let mut hca = Hca::bring_up(&bar, &*dma, &clock, PagePool::new(&mut bits, 512), cfg).unwrap();
+    let mut r = rig(st);
+    let (fw, dma) = (r.fw.clone(), r.dma.clone());
+    let mut hca = r.bring_up();
     fw.log.lock().unwrap().clear();
     {
         let mut ctl = FwControl::new(&mut hca);
@@ -564,14 +542,9 @@ fn loopback_without_force_loopback_is_a_roce_path_to_our_own_gid() {
         e[27] = 2;
         s.roce_address = e;
     }
-    let (fw, bar, dma) = script(st);
-    let clock = Ticks(Cell::new(0));
-    let mut bits = vec![0u64; bitmap_words(512)];
-    let cfg = HcaConfig {
-        cmd: CmdConfig { timeout_ns: 2_000_000, ..CmdConfig::default() },
-        ..HcaConfig::default()
-    };
-    let mut hca = Hca::bring_up(&bar, &*dma, &clock, PagePool::new(&mut bits, 512), cfg).unwrap();
+    let mut r = rig(st);
+    let fw = r.fw.clone();
+    let mut hca = r.bring_up();
     assert!(!hca.caps().fl_when_roce_enabled);
     fw.log.lock().unwrap().clear();
     {

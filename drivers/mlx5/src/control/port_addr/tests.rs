@@ -1,40 +1,8 @@
 use core::net::{Ipv4Addr, Ipv6Addr};
 
 use super::*;
-use crate::control::bringup::PortType;
 
-fn caps() -> HcaCaps {
-    HcaCaps {
-        log_max_qp: 18,
-        log_max_qp_sz: 15,
-        log_max_cq: 24,
-        log_max_cq_sz: 22,
-        log_max_eq: 8,
-        log_max_eq_sz: 22,
-        log_max_mkey: 24,
-        log_max_pd: 23,
-        log_max_msg: 30,
-        log_max_ra_req_qp: 4,
-        log_max_ra_res_qp: 4,
-        num_ports: 1,
-        port_type: PortType::Ethernet,
-        roce: true,
-        bf: true,
-        log_bf_reg_size: 9,
-        max_wqe_sz_sq: 1024,
-        log_uar_page_sz: 0,
-        roce_sw_udp_sport: true,
-        qp_ts_format: 0,
-        sq_ts_format: 0,
-        cqe_version: 1,
-        num_vhca_ports: 0,
-        release_all_pages: false,
-        fl_when_roce_enabled: true,
-        fl_when_roce_disabled: true,
-        gid_table_size: 16,
-        roce_l3_types: 0b110,
-    }
-}
+use crate::testing::fw::example_caps as caps;
 
 const MAC: Mac = Mac([0x02, 0x4d, 0x11, 0x22, 0x33, 0x44]);
 
@@ -138,4 +106,44 @@ fn pmtu_read_and_mtu_choice() {
     );
     assert_eq!(choose_mtu(Some(100), Some(2200)), PortMtu { mtu: 4, source: MtuSource::NicVport });
     assert_eq!(choose_mtu(None, None), PortMtu { mtu: 3, source: MtuSource::Default });
+}
+
+#[test]
+fn roce_mtu_from_an_ethernet_mtu() {
+    // `iboe_get_mtu`: the L3 MTU less 96 bytes of RoCE headers, rounded down to an IB MTU.
+    assert_eq!(iboe_mtu(1500), Some(3), "1024");
+    assert_eq!(iboe_mtu(1024 + 96), Some(3));
+    assert_eq!(iboe_mtu(1024 + 95), Some(2));
+    assert_eq!(iboe_mtu(9000), Some(5), "4096");
+    assert_eq!(iboe_mtu(256 + 95), None);
+    assert_eq!(iboe_mtu_from_hw(1500 + 22), Some(3));
+}
+
+#[test]
+fn a_roce_address_reply_from_hostile_firmware_decodes_or_is_none() {
+    // Every byte pattern decodes without panicking; only a RoCE v2 entry of a known L3 type
+    // with a non-zero address is taken.
+    let mut out = [0u8; query_roce_address_out::SIZE];
+    let mut x: u32 = 0x9e37_79b9;
+    for round in 0..2000 {
+        for b in out.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *b = x as u8;
+        }
+        if round % 2 == 0 {
+            out[16 + 27] = 2;
+        }
+        if let Some((gid, _)) = roce_address_entry(&out) {
+            assert_eq!(out[16 + 27], 2);
+            assert!(out[16 + 26] & 0x0f <= 1, "a known L3 type");
+            assert_ne!(gid.0, [0; 16]);
+        }
+    }
+    let mut bad_type = [0u8; query_roce_address_out::SIZE];
+    bad_type[16 + 15] = 1;
+    bad_type[16 + 26] = 7;
+    bad_type[16 + 27] = 2;
+    assert_eq!(roce_address_entry(&bad_type), None, "unknown L3 type");
 }

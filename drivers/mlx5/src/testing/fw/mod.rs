@@ -23,7 +23,7 @@ use crate::layout::cmd::{Block, Entry, BLOCK_DATA, BLOCK_SIZE, CMD_TYPE_PCI, ENT
 
 mod script;
 
-pub use script::{default_state, general_caps, page_request, script, Ring, State};
+pub use script::{default_state, example_caps, general_caps, page_request, script, Ring, State};
 
 /// One command as firmware saw it.
 #[derive(Clone, Debug)]

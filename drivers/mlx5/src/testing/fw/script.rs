@@ -8,6 +8,7 @@ use std::vec::Vec;
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 
 use super::{FakeFw, Reply, Seen};
+use crate::control::bringup::{HcaCaps, PortType};
 use crate::layout::ifc::{self, consts, generated::*, Field};
 
 /// An event queue ring firmware writes: where it is, its size, the next entry to write.
@@ -240,5 +241,40 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
             })
         }
         _ => reply(s.outlen, |_| {}),
+    }
+}
+
+/// A ConnectX-like capability set (Ethernet, RoCE v2 over IPv4 and IPv6, CQE version 1,
+/// software UDP source port, force-loopback), for tests of the command builders.
+pub fn example_caps() -> HcaCaps {
+    HcaCaps {
+        log_max_qp: 18,
+        log_max_qp_sz: 15,
+        log_max_cq: 24,
+        log_max_cq_sz: 22,
+        log_max_eq: 8,
+        log_max_eq_sz: 22,
+        log_max_mkey: 24,
+        log_max_pd: 23,
+        log_max_msg: 30,
+        log_max_ra_req_qp: 4,
+        log_max_ra_res_qp: 4,
+        num_ports: 1,
+        port_type: PortType::Ethernet,
+        roce: true,
+        bf: true,
+        log_bf_reg_size: 9,
+        max_wqe_sz_sq: 1024,
+        log_uar_page_sz: 0,
+        roce_sw_udp_sport: true,
+        qp_ts_format: 0,
+        sq_ts_format: 0,
+        cqe_version: 1,
+        num_vhca_ports: 0,
+        release_all_pages: false,
+        fl_when_roce_enabled: true,
+        fl_when_roce_disabled: true,
+        gid_table_size: 16,
+        roce_l3_types: 0b110,
     }
 }
