@@ -11,6 +11,7 @@ mod tsan;
 mod unit;
 mod vectors;
 mod vfio;
+mod wire;
 
 use crate::util;
 
@@ -64,6 +65,7 @@ const TIERS: &[(&str, Tier)] = &[
     ("model", demo::run),
     ("tsan", tsan::run),
     ("rxe", rxe::run),
+    ("wire", wire::run),
     ("vfio", vfio::run),
 ];
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::Outcome;
 use crate::util;
-use crate::vm::{self, Guest, GuestFile};
+use crate::vm::{self, Guest, GuestFile, KernelSource};
 
 /// Guest packages besides the kernel and busybox.
 const PACKAGES: &[&str] = &[
@@ -23,10 +23,20 @@ const PACKAGES: &[&str] = &[
     "iproute2",
 ];
 
-/// Modules in load order. crc32_generic first: rdma_rxe needs a crc32 shash that modules.dep
-/// does not list ("failed to init crc32 algorithm err:-2" otherwise).
+/// The guest kernel: trixie-backports' 7.x, whose rdma_rxe works in network namespaces (6.1's
+/// opens its RoCE v2 socket in the initial namespace only), so the two-host test runs for real.
+pub const KERNEL: KernelSource = KernelSource::TrixieBackports;
+
+/// Modules in load order. On 6.1, crc32_generic first: rdma_rxe needs a crc32 shash that
+/// modules.dep does not list ("failed to init crc32 algorithm err:-2" otherwise); later kernels
+/// compute the CRC with the built-in crc32 library and have no such module.
+fn modules() -> Vec<String> {
+    let first: &[&str] = if KERNEL == KernelSource::Bookworm { &["crc32_generic"] } else { &[] };
+    first.iter().chain(MODULES).map(|s| s.to_string()).collect()
+}
+
+/// Modules after [`modules`]'s first, in load order.
 const MODULES: &[&str] = &[
-    "crc32_generic",
     "ib_core",
     "ib_uverbs",
     "rdma_cm",
@@ -67,21 +77,34 @@ set +e
 "#;
 
 fn guest(files: Vec<GuestFile>, script: String) -> Guest {
+    guest_without_net("rxe", files, format!("{NET_SETUP}\n{script}"))
+}
+
+/// The rxe guest (packages, modules, kernel) with `script` as all of its init script: for
+/// tiers that set up their own network.
+pub(super) fn guest_without_net(name: &str, files: Vec<GuestFile>, script: String) -> Guest {
     Guest {
-        name: "rxe".into(),
+        name: name.into(),
         packages: PACKAGES.iter().map(|s| s.to_string()).collect(),
-        modules: MODULES.iter().map(|s| s.to_string()).collect(),
+        modules: modules(),
+        kernel: KERNEL,
         files,
-        init_script: format!("{NET_SETUP}\n{script}"),
+        init_script: script,
         memory_mib: 1024,
         cpus: 2,
         ..Guest::default()
     }
 }
 
-/// The guest's environment for the tests: addresses and namespaces of [`NET_SETUP`].
-const TEST_ENV: &str = "export RXE_ADDR=10.0.0.1 RXE_ADDR_A=10.1.0.1 \
-                        RXE_NETNS_A=/run/netns/a RXE_NETNS_B=/run/netns/b RUST_BACKTRACE=1";
+/// The guest's environment for the tests: addresses and namespaces of [`NET_SETUP`], and
+/// whether the kernel gives each namespace its own RoCE v2 socket.
+fn test_env() -> String {
+    let netns_roce = if KERNEL == KernelSource::Bookworm { "" } else { " RXE_NETNS_ROCE=1" };
+    format!(
+        "export RXE_ADDR=10.0.0.1 RXE_ADDR_A=10.1.0.1 RXE_NETNS_A=/run/netns/a \
+         RXE_NETNS_B=/run/netns/b RUST_BACKTRACE=1{netns_roce}"
+    )
+}
 
 /// Seconds one test may take in the guest before it is killed and counted as failed.
 const PER_TEST_S: u32 = 90;
@@ -102,7 +125,7 @@ fn build_tests() -> Result<std::path::PathBuf, String> {
 }
 
 /// The `"executable"` of the artifact whose target is named `name`, from cargo's JSON lines.
-fn executable_of(json: &str, name: &str) -> Option<std::path::PathBuf> {
+pub(super) fn executable_of(json: &str, name: &str) -> Option<std::path::PathBuf> {
     let target = format!("\"name\":\"{name}\"");
     json.lines().filter(|l| l.contains(&target)).find_map(|l| {
         let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
@@ -112,7 +135,7 @@ fn executable_of(json: &str, name: &str) -> Option<std::path::PathBuf> {
 
 /// Shell that runs every ignored test of `bin` one at a time (soft-RoCE drops completions
 /// when several QPs drive it at once), each under a time limit.
-fn per_test_script(bin: &str, extra_args: &str) -> String {
+pub(super) fn per_test_script(bin: &str, extra_args: &str) -> String {
     // XTASK_RXE_TESTS (space-separated names) narrows the run, for debugging.
     let list = match std::env::var("XTASK_RXE_TESTS") {
         Ok(names) if !names.trim().is_empty() => names,
@@ -129,7 +152,7 @@ fn per_test_script(bin: &str, extra_args: &str) -> String {
 
 /// Pass and fail counts: libtest's `test result:` lines (one per test run) plus our timeout
 /// lines (a killed test prints no result).
-fn count(output: &str) -> (u32, u32) {
+pub(super) fn count(output: &str) -> (u32, u32) {
     let (passed, failed) = util::count_libtest(output);
     let timeouts =
         output.lines().filter(|l| l.starts_with("test ") && l.contains("... TIMEOUT")).count();
@@ -161,7 +184,7 @@ fn native_rxe() -> Option<(String, String)> {
 }
 
 /// Why the VM cannot run here, with the command that would fix it, if so.
-fn vm_unavailable() -> Option<String> {
+pub(super) fn vm_unavailable() -> Option<String> {
     let missing = vm::host_tools_missing();
     if missing.is_empty() {
         return None;
@@ -203,7 +226,7 @@ pub fn run() -> Outcome {
         eprintln!("\n!!!! xtask: rxe tier SKIPPED: {why} !!!!\n");
         return Outcome::skip(why);
     }
-    let script = format!("{TEST_ENV}\n{}{NS_REPORT}", per_test_script("/t/rxe-tests", ""));
+    let script = format!("{}\n{}{NS_REPORT}", test_env(), per_test_script("/t/rxe-tests", ""));
     let g = guest(vec![GuestFile::dynamic(&bin, "/t/rxe-tests")], script);
     match g.boot(Duration::from_secs(900)) {
         Ok(s) => {
@@ -623,7 +646,8 @@ pub fn demo(args: &[String]) -> bool {
     }
     eprintln!("xtask: demo rxe: no rxe device here; running it in the rxe guest");
     let script = format!(
-        "{TEST_ENV}\n/t/demo-rxe --addr 10.0.0.1 {}\necho \"XTASK-DEMO-RC=$?\"\n",
+        "{}\n/t/demo-rxe --addr 10.0.0.1 {}\necho \"XTASK-DEMO-RC=$?\"\n",
+        test_env(),
         pass.join(" ")
     );
     let g = guest(vec![GuestFile::dynamic(&bin, "/t/demo-rxe")], script);

@@ -49,6 +49,11 @@ fn cached_deb(debs: &Path, pkg: &str) -> Option<PathBuf> {
 
 /// Download (once) the `.deb` of every package in `pkgs`; returns their paths in order.
 fn download(cache: &Path, pkgs: &[String]) -> Result<Vec<PathBuf>, VmError> {
+    download_with(cache, pkgs, &[])
+}
+
+/// [`download`] with extra `apt-get` options (another suite's lists).
+fn download_with(cache: &Path, pkgs: &[String], apt: &[String]) -> Result<Vec<PathBuf>, VmError> {
     let debs = cache.join("debs");
     fs::create_dir_all(&debs).map_err(io_err(&debs))?;
     let missing: Vec<&String> = pkgs.iter().filter(|p| cached_deb(&debs, p).is_none()).collect();
@@ -60,7 +65,9 @@ fn download(cache: &Path, pkgs: &[String]) -> Result<Vec<PathBuf>, VmError> {
             "vm: apt-get download {}",
             missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
         );
-        let r = output(Command::new("apt-get").arg("download").args(&missing).current_dir(&tmp));
+        let r = output(
+            Command::new("apt-get").args(apt).arg("download").args(&missing).current_dir(&tmp),
+        );
         for e in fs::read_dir(&tmp).map_err(io_err(&tmp))?.flatten() {
             let to = debs.join(e.file_name());
             fs::rename(e.path(), &to).map_err(io_err(&to))?;
@@ -97,8 +104,14 @@ fn unpack(cache: &Path, deb: &Path) -> Result<PathBuf, VmError> {
 
 /// Direct `Depends`/`PreDepends` of `pkgs` (first of each alternative, virtual ones skipped).
 fn depends(pkgs: &[String]) -> Result<BTreeSet<String>, VmError> {
+    depends_with(pkgs, &[])
+}
+
+/// [`depends`] with extra `apt-cache` options.
+fn depends_with(pkgs: &[String], apt: &[String]) -> Result<BTreeSet<String>, VmError> {
     let text = output(
         Command::new("apt-cache")
+            .args(apt)
             .args(["depends", "--no-recommends", "--no-suggests", "--no-conflicts"])
             .args(["--no-breaks", "--no-replaces", "--no-enhances"])
             .args(pkgs),
@@ -160,9 +173,83 @@ pub fn fetch_closure(cache: &Path, pkgs: &[String]) -> Result<Vec<PathBuf>, VmEr
     debs.iter().map(|d| unpack(cache, d)).collect()
 }
 
+/// Where the guest kernel comes from. The rest of the guest is bookworm's either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelSource {
+    /// Debian bookworm's 6.1 kernel (rdma_rxe works in the initial network namespace only).
+    #[default]
+    Bookworm,
+    /// The newest kernel of Debian's trixie-backports (7.x; its rdma_rxe creates its RoCE UDP
+    /// socket in the namespace of the netdev, so rxe devices work in network namespaces). Its
+    /// lists live in a private apt state under the cache (the host's sources are untouched).
+    TrixieBackports,
+}
+
+/// The kernel `source` names, downloaded and unpacked once, with `depmod -b` run on its modules.
+pub fn kernel_from(cache: &Path, source: KernelSource) -> Result<Kernel, VmError> {
+    match source {
+        KernelSource::Bookworm => kernel(cache),
+        KernelSource::TrixieBackports => backports_kernel(cache),
+    }
+}
+
+/// `apt-get`/`apt-cache` options for a private trixie-backports state under `cache`; the lists
+/// are fetched once.
+fn backports_apt(cache: &Path) -> Result<Vec<String>, VmError> {
+    let dir = cache.join("apt-trixie-backports");
+    let lists = dir.join("lists");
+    fs::create_dir_all(lists.join("partial")).map_err(io_err(&lists))?;
+    let sources = dir.join("sources.list");
+    fs::write(
+        &sources,
+        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+         http://deb.debian.org/debian trixie-backports main\n",
+    )
+    .map_err(io_err(&sources))?;
+    let opts = vec![
+        format!("-oDir::Etc::SourceList={}", sources.display()),
+        "-oDir::Etc::SourceParts=-".to_string(),
+        format!("-oDir::State::Lists={}", lists.display()),
+        format!("-oDir::Cache={}", dir.join("cache").display()),
+        "-oAPT::Get::List-Cleanup=0".to_string(),
+    ];
+    let fetched = fs::read_dir(&lists)
+        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().ends_with("_Packages")))
+        .unwrap_or(false);
+    if !fetched {
+        eprintln!("vm: fetching the trixie-backports package lists");
+        output(Command::new("apt-get").args(&opts).args(["update", "-qq"]))?;
+    }
+    Ok(opts)
+}
+
+/// trixie-backports' `linux-image-amd64`: since 6.18 Debian splits the image package into
+/// `linux-binary-<v>` (the `vmlinuz`, under `usr/lib/modules/<v>/`) and `linux-modules-<v>`
+/// (xz-compressed modules, also under `usr/`).
+fn backports_kernel(cache: &Path) -> Result<Kernel, VmError> {
+    let apt = backports_apt(cache)?;
+    let image = depends_with(&["linux-image-amd64".to_string()], &apt)?
+        .into_iter()
+        .find(|d| d.starts_with("linux-image-") && d.ends_with("-amd64"))
+        .ok_or_else(|| VmError::NotFound("linux-image-*-amd64 in trixie-backports".into()))?;
+    let version = image["linux-image-".len()..].to_string();
+    let parts = [format!("linux-binary-{version}"), format!("linux-modules-{version}")];
+    let debs = download_with(cache, &parts, &apt)?;
+    let binary = unpack(cache, &debs[0])?;
+    let modules = unpack(cache, &debs[1])?.join("usr");
+    let image = binary.join("usr/lib/modules").join(&version).join("vmlinuz");
+    if !image.is_file() {
+        return Err(VmError::NotFound(format!("{}", image.display())));
+    }
+    if !modules.join("lib/modules").join(&version).join("modules.dep").exists() {
+        output(Command::new("depmod").arg("-b").arg(&modules).arg(&version))?;
+    }
+    Ok(Kernel { image, version, tree: modules })
+}
+
 /// The bookworm kernel `linux-image-amd64` points at (the first one downloaded stays cached),
 /// unpacked, with `depmod -b` run on its modules.
-pub fn kernel(cache: &Path) -> Result<Kernel, VmError> {
+fn kernel(cache: &Path) -> Result<Kernel, VmError> {
     let debs = cache.join("debs");
     let existing = fs::read_dir(&debs).ok().and_then(|d| {
         d.flatten()

@@ -63,6 +63,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use debs::KernelSource;
 pub use qemu::Accel;
 
 /// A guest to boot: the packages, modules, files and script that make it.
@@ -90,6 +91,8 @@ pub struct Guest {
     pub cmdline: String,
     /// Echo the serial console to stderr while the guest runs.
     pub echo: bool,
+    /// Which Debian kernel boots it.
+    pub kernel: KernelSource,
 }
 
 impl Default for Guest {
@@ -105,6 +108,7 @@ impl Default for Guest {
             cpus: 2,
             cmdline: String::new(),
             echo: true,
+            kernel: KernelSource::Bookworm,
         }
     }
 }
@@ -214,6 +218,7 @@ pub fn host_tools_missing() -> Vec<&'static str> {
         ("depmod", "kmod"),
         ("modprobe", "kmod"),
         ("ldd", "libc-bin"),
+        ("xz", "xz-utils"),
     ];
     let mut missing: Vec<&str> =
         tools.iter().filter(|(t, _)| !crate::util::have(t)).map(|(_, p)| *p).collect();
@@ -240,7 +245,7 @@ impl Guest {
             return Err(VmError::MissingTools(apt_install_command(&missing)));
         }
         let cache = cache_dir();
-        let kernel = debs::kernel(&cache)?;
+        let kernel = debs::kernel_from(&cache, self.kernel)?;
         let mut pkgs = vec!["busybox-static".to_string(), "dash".to_string()];
         pkgs.extend(self.packages.iter().cloned());
         let trees = debs::fetch_closure(&cache, &pkgs)?;

@@ -181,6 +181,20 @@ pub fn init_script() -> String {
     )
 }
 
+/// The decompressed bytes of an `.xz` file (`xz -dc`).
+fn unxz(path: &Path) -> Result<Vec<u8>, VmError> {
+    let o = std::process::Command::new("xz").arg("-dc").arg(path).output().map_err(|e| {
+        VmError::Command { cmd: format!("xz -dc {}", path.display()), detail: e.to_string() }
+    })?;
+    if !o.status.success() {
+        return Err(VmError::Command {
+            cmd: format!("xz -dc {}", path.display()),
+            detail: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+        });
+    }
+    Ok(o.stdout)
+}
+
 /// Assemble the root and write it to `out`.
 pub fn build(
     kernel: &Kernel,
@@ -200,10 +214,15 @@ pub fn build(
     }
     let mut list = String::new();
     for (i, ko) in debs::module_files(kernel, modules)?.iter().enumerate() {
-        let name = ko.file_name().expect("a .ko file").to_string_lossy();
+        let name = ko.file_name().expect("a .ko file").to_string_lossy().into_owned();
+        // busybox's insmod hands the file to init_module as it is: unpack compressed modules.
+        let (name, node) = match name.strip_suffix(".xz") {
+            Some(plain) => (plain.to_string(), Node::Data(unxz(ko)?, 0o644)),
+            None => (name, Node::File(ko.clone(), 0o644)),
+        };
         let guest = format!("usr/lib/modules/{}/xtask/{i:03}-{name}", kernel.version);
         list.push_str(&format!("/{guest}\n"));
-        root.put(&guest, Node::File(ko.clone(), 0o644));
+        root.put(&guest, node);
     }
     root.put("xtask/modules", Node::Data(list.into_bytes(), 0o644));
     root.put("xtask/script.sh", Node::Data(user_script.as_bytes().to_vec(), 0o755));

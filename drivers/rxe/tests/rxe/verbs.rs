@@ -598,7 +598,11 @@ fn read_into_read_only_region_and_rkey_without_right() {
     assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::LocProtErr));
     assert_eq!((c[1].wr_id, c[1].status), (3, WcStatus::WrFlushErr));
     reclaim(p, &qp);
-    assert_eq!(t.read(100, 5), [0; 5], "the flushed write did not run");
+    // A flushed request may still have run at the responder: the requester may have sent it
+    // before the READ's response came back and failed locally (7.x rxe pipelines it; 6.1 did
+    // not). Its bytes are all there or none are, never part of them.
+    let after = t.read(100, 5);
+    assert!(after == [0; 5] || after == *b"after", "the flushed write left {after:?}");
     assert_eq!(ro_use.in_flight(), 0);
     quiet(&mut qp);
 }

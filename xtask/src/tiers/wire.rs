@@ -1,0 +1,210 @@
+//! Tier `wire`: the project's RoCE v2 frames on a real Ethernet wire, judged by the Linux
+//! kernel's rdma_rxe and rdma-core's unmodified programs.
+//!
+//! The guest (the rxe tier's packages and kernel, see [`super::rxe`]) has two veth pairs into a
+//! network namespace `peer`: the wire, `wm` (ours, in the initial namespace, with no address:
+//! what arrives on it belongs to the model's `AF_PACKET` socket, MAC and IPv4 address 10.3.0.1
+//! included) to `wp` (10.3.0.2, with the rxe device `rxep`); and a control link `cm` (10.9.0.1)
+//! to `cp` (10.9.0.2) for the TCP exchanges the pingpong programs make before they talk RoCE.
+//! The tests (`tests/mlx5-model/tests/wire_rxe.rs`) run one at a time, each saving a pcap of
+//! the frames on our end; the guest prints the pcaps in base64 on the console, and they land in
+//! `target/wire/pcap/`. Where the host has `tshark` (it is installed when running as root),
+//! every frame must dissect with no malformed packet.
+//!
+//! Not run natively on a host with rxe: the tier needs a namespace and a veth pair it owns.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::rxe;
+use super::Outcome;
+use crate::util;
+use crate::vm::GuestFile;
+
+/// The wire and the control link (see the module docs).
+const NET_SETUP: &str = r#"
+set -e
+ip netns add peer
+ip netns exec peer sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6'
+ip link add wm type veth peer name wp
+ip link add cm type veth peer name cp
+echo 1 > /proc/sys/net/ipv6/conf/wm/disable_ipv6
+ip link set wp netns peer
+ip link set cp netns peer
+ip addr add 10.9.0.1/24 dev cm
+ip link set wm up
+ip link set cm up
+ip -n peer addr add 10.3.0.2/24 dev wp
+ip -n peer addr add 10.9.0.2/24 dev cp
+ip -n peer link set lo up
+ip -n peer link set wp up
+ip -n peer link set cp up
+ip netns exec peer rdma link add rxep type rxe netdev wp
+rdma link
+set +e
+"#;
+
+/// The tests' view of [`NET_SETUP`].
+const TEST_ENV: &str = "export WIRE_IF=wm WIRE_ADDR=10.3.0.1 WIRE_PEER=10.3.0.2 \
+                        WIRE_PEER_NETNS=/run/netns/peer WIRE_PEER_DEV=rxep \
+                        WIRE_CTL_PEER=10.9.0.2 WIRE_PCAP_DIR=/t/pcap RUST_BACKTRACE=1";
+
+/// After the tests: each pcap between markers, in base64.
+const DUMP_PCAPS: &str = r#"
+for f in /t/pcap/*.pcap; do
+  [ -f "$f" ] || continue
+  echo "XTASK-PCAP-BEGIN ${f##*/}"
+  base64 "$f"
+  echo "XTASK-PCAP-END"
+done
+"#;
+
+fn build_tests() -> Result<PathBuf, String> {
+    let out = util::cargo()
+        .args(["test", "-p", "rdma-pmd-mlx5-model", "--test", "wire_rxe", "--no-run"])
+        .args(["--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !out.status.success() {
+        return Err("building the wire tests failed".into());
+    }
+    rxe::executable_of(&String::from_utf8_lossy(&out.stdout), "wire_rxe")
+        .ok_or_else(|| "cargo reported no wire_rxe test executable".into())
+}
+
+/// The pcaps the guest printed, written under `dir`; returns their paths.
+fn save_pcaps(out: &str, dir: &Path) -> Vec<PathBuf> {
+    let _ = std::fs::create_dir_all(dir);
+    let mut saved = Vec::new();
+    let mut lines = out.lines();
+    while let Some(l) = lines.next() {
+        let Some(name) = l.trim().strip_prefix("XTASK-PCAP-BEGIN ") else { continue };
+        let b64: String = lines
+            .by_ref()
+            .take_while(|l| l.trim() != "XTASK-PCAP-END")
+            .map(|l| l.trim())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let path = dir.join(name);
+        let b64_path = dir.join(format!("{name}.b64"));
+        let ok = std::fs::write(&b64_path, b64).is_ok()
+            && Command::new("base64")
+                .arg("-d")
+                .arg(&b64_path)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .and_then(|o| std::fs::write(&path, o.stdout).ok())
+                .is_some();
+        let _ = std::fs::remove_file(&b64_path);
+        if ok {
+            saved.push(path);
+        } else {
+            eprintln!("xtask: wire: could not decode the pcap {name}");
+        }
+    }
+    saved
+}
+
+/// `tshark`, installing Debian's package first where we are root.
+fn tshark() -> bool {
+    if util::have("tshark") {
+        return true;
+    }
+    if util::is_root() {
+        eprintln!("xtask: wire: installing tshark to dissect the captures");
+        let _ = util::run(Command::new("sh").args([
+            "-c",
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+             --no-remove tshark >/dev/null",
+        ]));
+    }
+    util::have("tshark")
+}
+
+/// Dissect one capture: true when every frame dissects and none is malformed.
+fn dissect(pcap: &Path) -> bool {
+    let all = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-T", "fields", "-e", "frame.number"])
+        .output();
+    let bad = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
+        .output();
+    match (all, bad) {
+        (Ok(all), Ok(bad)) if all.status.success() && bad.status.success() => {
+            let frames = String::from_utf8_lossy(&all.stdout).lines().count();
+            let bad_text = String::from_utf8_lossy(&bad.stdout).into_owned();
+            let n_bad = bad_text.lines().count();
+            println!("wire: {}: {frames} frames, {n_bad} malformed", pcap.display());
+            if n_bad > 0 {
+                eprintln!("{bad_text}");
+            }
+            frames > 0 && n_bad == 0
+        }
+        _ => {
+            eprintln!("xtask: wire: tshark could not read {}", pcap.display());
+            false
+        }
+    }
+}
+
+pub fn run() -> Outcome {
+    let bin = match build_tests() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("xtask: wire: {e}");
+            return Outcome::check(false);
+        }
+    };
+    if let Some(why) = rxe::vm_unavailable() {
+        eprintln!("\n!!!! xtask: wire tier SKIPPED: {why} !!!!\n");
+        return Outcome::skip(why);
+    }
+    let script = format!(
+        "{NET_SETUP}\n{TEST_ENV}\n{}{DUMP_PCAPS}",
+        rxe::per_test_script("/t/wire-tests", "")
+    );
+    let g = rxe::guest_without_net("wire", vec![GuestFile::dynamic(&bin, "/t/wire-tests")], script);
+    let serial = match g.boot(Duration::from_secs(900)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("xtask: wire: {e}");
+            return Outcome::check(false);
+        }
+    };
+    let out = serial.script_output();
+    let (passed, mut failed) = rxe::count(out);
+    if serial.exit.is_none() || passed + failed == 0 {
+        eprintln!("xtask: wire: the guest did not finish (timed out: {})", serial.timed_out);
+        failed += 1;
+    }
+    let pcaps = save_pcaps(out, &util::root().join("target").join("wire").join("pcap"));
+    let (mut dissected, mut bad) = (0u32, 0u32);
+    if pcaps.is_empty() {
+        eprintln!("xtask: wire: the guest returned no capture");
+        bad += 1;
+    } else if tshark() {
+        for p in &pcaps {
+            if dissect(p) {
+                dissected += 1;
+            } else {
+                bad += 1;
+            }
+        }
+    } else {
+        eprintln!("xtask: wire: no tshark here; the captures were NOT dissected");
+    }
+    println!(
+        "wire: {passed} passed, {failed} failed in the {:?} guest ({:.0?}); {} captures, {dissected} dissected clean, {bad} not",
+        serial.accel,
+        serial.elapsed,
+        pcaps.len()
+    );
+    Outcome { passed: passed + dissected, failed: failed + bad, skipped: None }
+}
