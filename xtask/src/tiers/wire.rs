@@ -41,8 +41,48 @@ ip -n peer link set lo up
 ip -n peer link set wp up
 ip -n peer link set cp up
 ip netns exec peer rdma link add rxep type rxe netdev wp
+for ns in sa sb; do
+  ip netns add $ns
+  ip netns exec $ns sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6'
+done
+ip link add sva type veth peer name svb
+ip link set sva netns sa
+ip link set svb netns sb
+ip -n sa addr add 10.4.0.1/24 dev sva
+ip -n sb addr add 10.4.0.2/24 dev svb
+for ns in sa sb; do ip -n $ns link set lo up; done
+ip -n sa link set sva up
+ip -n sb link set svb up
+ip netns exec sa rdma link add rxesa type rxe netdev sva
+ip netns exec sb rdma link add rxesb type rxe netdev svb
 rdma link
 set +e
+gidx_of() {
+  for i in $(seq 50); do
+    for f in /sys/class/infiniband/$1/ports/1/gids/*; do
+      [ "$(cat $f)" = "$2" ] && { echo ${f##*/}; return; }
+    done
+    sleep 0.1
+  done
+  echo none
+}
+"#;
+
+/// The C peer checked against itself first (rxe to rxe, namespaces `sa` and `sb`): the plan
+/// as target and as initiator, and the wrong-rkey case, so that a failure against the driver
+/// is the driver's.
+const C_PEER_SELF_CHECK: &str = r#"
+ga=$(gidx_of rxesa 0000:0000:0000:0000:0000:ffff:0a04:0001)
+gb=$(gidx_of rxesb 0000:0000:0000:0000:0000:ffff:0a04:0002)
+for mode in plan bad-rkey; do
+  extra=; [ $mode = bad-rkey ] && extra=--bad-rkey
+  ip netns exec sa timeout 120 /t/wire_peer -d rxesa -g $ga -r target -p 18700 &
+  ip netns exec sb timeout 120 /t/wire_peer -d rxesb -g $gb -r initiator -p 18700 $extra 10.4.0.1
+  i=$?
+  wait $!
+  t=$?
+  echo "XTASK-WIRE-PEER-SELF $mode initiator=$i target=$t"
+done
 "#;
 
 /// The tests' view of [`NET_SETUP`].
@@ -72,6 +112,29 @@ fn build_tests() -> Result<PathBuf, String> {
     }
     rxe::executable_of(&String::from_utf8_lossy(&out.stdout), "wire_rxe")
         .ok_or_else(|| "cargo reported no wire_rxe test executable".into())
+}
+
+/// Compile `examples/c/wire_peer.c` against the host's rdma-core; returns the binary.
+fn build_c_peer() -> Result<PathBuf, String> {
+    if !super::prereq::ensure() {
+        return Err("rdma-core's development files are missing".into());
+    }
+    let root = util::root();
+    let dir = root.join("target").join("wire");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let out = dir.join("wire_peer");
+    let ok = util::run(
+        Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&out)
+            .arg(root.join("examples/c/wire_peer.c"))
+            .arg("-libverbs"),
+    );
+    if ok {
+        Ok(out)
+    } else {
+        Err("compiling examples/c/wire_peer.c failed".into())
+    }
 }
 
 /// The pcaps the guest printed, written under `dir`; returns their paths.
@@ -166,11 +229,20 @@ pub fn run() -> Outcome {
         eprintln!("\n!!!! xtask: wire tier SKIPPED: {why} !!!!\n");
         return Outcome::skip(why);
     }
+    let peer = match build_c_peer() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xtask: wire: {e}");
+            return Outcome::check(false);
+        }
+    };
     let script = format!(
-        "{NET_SETUP}\n{TEST_ENV}\n{}{DUMP_PCAPS}",
+        "{NET_SETUP}\n{C_PEER_SELF_CHECK}\n{TEST_ENV}\n{}{DUMP_PCAPS}",
         rxe::per_test_script("/t/wire-tests", "")
     );
-    let g = rxe::guest_without_net("wire", vec![GuestFile::dynamic(&bin, "/t/wire-tests")], script);
+    let files =
+        vec![GuestFile::dynamic(&bin, "/t/wire-tests"), GuestFile::dynamic(&peer, "/t/wire_peer")];
+    let g = rxe::guest_without_net("wire", files, script);
     let serial = match g.boot(Duration::from_secs(900)) {
         Ok(s) => s,
         Err(e) => {
@@ -179,7 +251,21 @@ pub fn run() -> Outcome {
         }
     };
     let out = serial.script_output();
-    let (passed, mut failed) = rxe::count(out);
+    let (mut passed, mut failed) = rxe::count(out);
+    let self_checks: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("XTASK-WIRE-PEER-SELF ")).collect();
+    for l in &self_checks {
+        if l.ends_with("initiator=0 target=0") {
+            passed += 1;
+        } else {
+            eprintln!("xtask: wire: the C peer failed against itself: {l}");
+            failed += 1;
+        }
+    }
+    if self_checks.len() != 2 {
+        eprintln!("xtask: wire: the C peer's self-check did not run");
+        failed += 1;
+    }
     if serial.exit.is_none() || passed + failed == 0 {
         eprintln!("xtask: wire: the guest did not finish (timed out: {})", serial.timed_out);
         failed += 1;
