@@ -1,7 +1,7 @@
 //! Tier `rxe` and `bench rxe`: the rxe backend against Linux soft-RoCE.
 //!
 //! Where `rdma link` already shows an rxe device the tests run natively. Otherwise they run in a
-//! QEMU guest (see [`crate::vm`]) with Debian's kernel and rdma-core: one rxe device on a dummy
+//! QEMU guest (see [`crate::vm`]) with Debian's rdma-core and a trixie-backports kernel ([`KERNEL`]): one rxe device on a dummy
 //! netdev for the single-host tests, and two network namespaces joined by a veth pair, each end
 //! with its own rxe device, for the two-host test.
 
