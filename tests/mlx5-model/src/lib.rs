@@ -114,6 +114,7 @@ pub mod fw;
 pub mod grh;
 mod model;
 mod objects;
+pub mod peers;
 pub mod responder;
 pub mod roce;
 mod wire;

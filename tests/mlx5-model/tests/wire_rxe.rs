@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdma_pmd::Mac;
+use rdma_pmd_mlx5_model::peers::pingpong;
 use rdma_pmd_mlx5_model::roce::arp::{self, ArpOp, ArpPacket, ArpRepr};
 use rdma_pmd_mlx5_model::roce::bth::Opcode;
 use rdma_pmd_mlx5_model::roce::ethernet::{self, EtherType, EthernetRepr, Frame, BROADCAST};
@@ -203,30 +204,6 @@ fn arp_with_the_kernel() {
     assert!(neigh.contains(&ours), "kernel neighbour entry {neigh:?} lacks {ours}");
 }
 
-/// The pingpong programs' TCP exchange: `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, the GID's 16
-/// bytes in hex, in order) with its NUL, 52 bytes each way (`pingpong.c`, `*_pingpong.c`).
-fn pingpong_msg(qpn: u32, psn: u32, gid: &[u8; 16]) -> [u8; 52] {
-    let hex: String = gid.iter().map(|b| format!("{b:02x}")).collect();
-    let s = format!("{:04x}:{:06x}:{:06x}:{hex}", 0, qpn, psn);
-    let mut m = [0u8; 52];
-    m[..s.len()].copy_from_slice(s.as_bytes());
-    m
-}
-
-/// The peer's QPN, PSN and GID from its message.
-fn parse_pingpong_msg(m: &[u8; 52]) -> (u32, u32, [u8; 16]) {
-    let s = std::str::from_utf8(&m[..51]).expect("ASCII");
-    let f: Vec<&str> = s.split(':').collect();
-    assert_eq!(f.len(), 4, "{s:?}");
-    let qpn = u32::from_str_radix(f[1], 16).unwrap();
-    let psn = u32::from_str_radix(f[2], 16).unwrap();
-    let mut gid = [0u8; 16];
-    for (i, g) in gid.iter_mut().enumerate() {
-        *g = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).unwrap();
-    }
-    (qpn, psn, gid)
-}
-
 /// Connect to the pingpong server's TCP port, retrying while it starts.
 fn connect_ctl(port: u16) -> TcpStream {
     let addr = format!("{}:{port}", env("WIRE_CTL_PEER"));
@@ -287,12 +264,14 @@ fn ud_pingpong_with_rxe() {
         "18516",
     ]);
     let mut ctl = connect_ctl(18516);
-    ctl.write_all(&pingpong_msg(OUR_QPN, 0, &our_gid)).unwrap();
-    let mut m = [0u8; 52];
+    let ours = pingpong::Dest { lid: 0, qpn: OUR_QPN, psn: 0, gid: our_gid };
+    ctl.write_all(&ours.to_msg()).unwrap();
+    let mut m = [0u8; pingpong::MSG_LEN];
     ctl.read_exact(&mut m).unwrap();
-    let (peer_qpn, _psn, gid) = parse_pingpong_msg(&m);
-    assert_eq!(gid, peer_gid, "the server's GID is its IPv4-mapped address");
-    ctl.write_all(b"done\0").unwrap();
+    let theirs = pingpong::Dest::parse(&m).expect("the server's address");
+    assert_eq!(theirs.gid, peer_gid, "the server's GID is its IPv4-mapped address");
+    let peer_qpn = theirs.qpn;
+    ctl.write_all(pingpong::DONE).unwrap();
     let peer_mac = w.resolve(peer);
 
     let mut psn = 0u32;
