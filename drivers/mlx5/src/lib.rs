@@ -44,6 +44,7 @@ pub mod datapath;
 pub mod device;
 pub mod layout;
 pub mod mr;
+pub mod net;
 pub mod qp;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
