@@ -42,6 +42,7 @@
 pub mod control;
 pub mod datapath;
 pub mod device;
+pub mod eth;
 pub mod layout;
 pub mod mr;
 pub mod net;
@@ -55,6 +56,7 @@ pub mod vfio;
 
 pub use datapath::wqe::{RawRing, SliceRing, WqeBuilder, WqeInfo, WqeShape, WqeSink};
 pub use device::{Mlx5, SharedDma};
+pub use eth::{EthConfig, EthPort, EthStats};
 pub use layout::codes::{CqeOpcode, FmCeSe, SendOpcode, Syndrome};
 pub use layout::cqe::{Cqe, CqeRepr};
 pub use mr::Region;
