@@ -65,6 +65,8 @@ pub struct EthStats {
     pub tx_frames: u64,
     /// Error completions of the SQ.
     pub tx_errors: u64,
+    /// ARP replies dropped because the send ring was full.
+    pub tx_dropped: u64,
     /// The last error completion's syndrome.
     pub last_syndrome: u8,
 }
@@ -327,7 +329,12 @@ impl<'d, M: Mmio, D: Dma, C: Control> EthPort<'d, M, D, C> {
                 }
             }
             if let Some(n) = send {
-                self.send_frame(&reply[..n])?;
+                // A reply that finds the send ring full is dropped (the requester asks
+                // again), as a netdev drops on a full queue.
+                match self.send_frame(&reply[..n]) {
+                    Err(Error::QueueFull { .. }) => self.stats.tx_dropped += 1,
+                    r => r?,
+                }
             }
         }
         if let Some(tx) = self.tx.as_mut() {

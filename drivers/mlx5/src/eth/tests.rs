@@ -280,3 +280,15 @@ fn resolution_asks_learns_and_gives_up() {
         assert_eq!(p.resolve(lost, &clock), Ok(PEER));
     });
 }
+
+#[test]
+fn a_seam_without_the_ethernet_path_says_so() {
+    let dma = HeapDma::new();
+    let dev = Mlx5::open(
+        MemBar::new(0x4000 + 64 * 4096),
+        SharedDma(dma.clone()),
+        crate::testing::NullControl::with_bf(9),
+    )
+    .unwrap();
+    assert!(matches!(dev.eth_port(&EthConfig::default()), Err(Error::Unsupported(_))));
+}
