@@ -14,6 +14,26 @@
 //! the receive path while it waits, [`Error::Unreachable`] after the retries). Nothing here
 //! allocates after creation; the neighbour table is fixed-size ([`Arp`]).
 //!
+//! ```no_run
+//! use std::net::Ipv4Addr;
+//! use rdma_pmd_hal::{Clock, StdClock};
+//! use rdma_pmd_mlx5::{EthConfig, Mlx5, SharedDma};
+//! # let model = rdma_pmd_mlx5_model::Model::new();
+//! # let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())?;
+//! // `dev` over the firmware seam (`FwControl`, on VFIO or bare metal): the device model's
+//! // direct seam has no Ethernet path, so this example only compiles.
+//! let mut eth = dev.eth_port(&EthConfig::default())?;
+//! eth.add_address(Ipv4Addr::new(192, 0, 2, 1))?;
+//! let clock = StdClock::default();
+//! let peer = eth.resolve(Ipv4Addr::new(192, 0, 2, 2), &clock)?; // or Error::Unreachable
+//! # let _ = peer;
+//! loop {
+//!     eth.poll_eth(clock.now_ns())?; // answer ARP while the QPs run
+//! #   break;
+//! }
+//! # Ok::<(), rdma_pmd::Error>(())
+//! ```
+//!
 //! Untested on real hardware: the command images follow the kernel's and are checked against
 //! `mlx5_ifc.h`, and the rings against mlx5dv.h, but no ConnectX has run them (see
 //! `drivers/mlx5/ETH.md`).
