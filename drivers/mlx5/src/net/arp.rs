@@ -114,8 +114,12 @@ pub enum ArpError {
     SenderMismatch,
     /// The frame came from our own MAC (our broadcast looped back).
     FromUs,
-    /// Addressed to another station (neither our MAC nor broadcast).
+    /// Addressed to another station (neither our MAC nor broadcast), or asking for an
+    /// address that is not ours.
     NotForUs,
+    /// Another station claims one of our addresses as its own (RFC 5227's conflict): not
+    /// learned, not answered.
+    Conflict(Ipv4Addr),
 }
 
 impl fmt::Display for ArpError {
@@ -135,6 +139,7 @@ impl fmt::Display for ArpError {
             ArpError::SenderMismatch => write!(f, "Ethernet source differs from the ARP sender"),
             ArpError::FromUs => write!(f, "our own frame"),
             ArpError::NotForUs => write!(f, "frame for another station"),
+            ArpError::Conflict(ip) => write!(f, "another station claims our {ip}"),
         }
     }
 }

@@ -7,7 +7,8 @@
 //! sender ("merge"); then, if its target is one of our addresses, the sender is added when
 //! it was not merged, and a request is answered. Anything else is dropped and counted
 //! ([`ArpStats`]). Static entries are never overwritten; a sender of 0.0.0.0 (an RFC 5227
-//! probe) is answered but not learned.
+//! probe) is answered but not learned; a sender claiming one of our addresses (a conflict,
+//! or a gratuitous ARP for it) is neither learned nor answered.
 //!
 //! Resolving ([`Arp::poll_resolve`]) is a step of the caller's loop, never a wait: it answers
 //! a MAC, or a request frame to send, or "pending"; after `retries` requests, each given
@@ -89,12 +90,14 @@ pub struct ArpStats {
     pub requests_sent: u64,
     /// Entries added or refreshed from the wire.
     pub learned: u64,
-    /// Frames dropped as malformed (every [`ArpError`] but the three below).
+    /// Frames dropped as malformed (every [`ArpError`] but `NotForUs`, `FromUs` and `Conflict`).
     pub malformed: u64,
     /// Frames dropped as meant for another station or address.
     pub not_for_us: u64,
     /// Our own frames seen again.
     pub from_us: u64,
+    /// Frames whose sender claimed one of our addresses.
+    pub conflicts: u64,
     /// Senders not learned because the table was full of static and unresolved entries.
     pub table_full: u64,
     /// Resolutions that ended unreachable.
@@ -306,6 +309,9 @@ impl<const N: usize, const A: usize> Arp<N, A> {
         if r.eth_dst != self.mac && r.eth_dst != super::arp::BROADCAST {
             return Err(ArpError::NotForUs);
         }
+        if self.addrs.contains(&r.sender_ip) {
+            return Err(ArpError::Conflict(r.sender_ip));
+        }
         Ok(r)
     }
 
@@ -313,6 +319,7 @@ impl<const N: usize, const A: usize> Arp<N, A> {
         match e {
             ArpError::NotForUs => self.stats.not_for_us += 1,
             ArpError::FromUs => self.stats.from_us += 1,
+            ArpError::Conflict(_) => self.stats.conflicts += 1,
             _ => self.stats.malformed += 1,
         }
     }

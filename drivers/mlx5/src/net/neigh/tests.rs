@@ -183,6 +183,12 @@ fn probes_are_answered_not_learned_and_addresses_are_checked() {
     let probe = frame(ArpRepr::request(PEER, Ipv4Addr::UNSPECIFIED, OUR_IP));
     assert_eq!(a.on_frame(&probe, 0, &mut out), Ok(Handled::Reply(60)));
     assert!(a.neighbours().is_empty());
+    // Another station claiming our address (a gratuitous ARP for it): neither learned nor
+    // answered.
+    let claim = frame(ArpRepr::request(PEER, OUR_IP, OUR_IP));
+    assert_eq!(a.on_frame(&claim, 0, &mut out), Err(ArpError::Conflict(OUR_IP)));
+    assert!(a.neighbours().is_empty());
+    assert_eq!(a.stats().conflicts, 1);
     assert!(a.add_address(Ipv4Addr::new(224, 0, 0, 1)).is_err());
     a.add_address(Ipv4Addr::new(10, 0, 0, 7)).unwrap();
     assert!(a.add_address(Ipv4Addr::new(10, 0, 0, 8)).is_err(), "two addresses at most");
@@ -223,6 +229,6 @@ proptest! {
         let s = a.stats();
         let n = (frames.len() + arpish.len()) as u64;
         prop_assert_eq!(s.received, n);
-        prop_assert!(s.malformed + s.not_for_us + s.from_us <= n);
+        prop_assert!(s.malformed + s.not_for_us + s.from_us + s.conflicts <= n);
     }
 }
