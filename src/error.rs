@@ -13,6 +13,7 @@
 //! | bad argument, unknown key, out of bounds | `EINVAL` | verbs' argument checks |
 //! | region still in use | `EBUSY` | `ibv_dereg_mr` on an MR still bound (kernel `ib_dereg_mr`) |
 //! | a bounded wait ran out | `ETIMEDOUT` | |
+//! | a peer's address did not resolve | `EHOSTUNREACH` | kernel `net/core/neighbour.c` (`neigh_invalidate`: a failed entry's queued packets) |
 //! | a firmware command failed ([`FirmwareFault`]) | the driver's, for its status | mlx5: `mlx5_vfio.c` `cmd_status_to_err` |
 //! | the device broke its contract ([`DeviceFault`]) | `EIO` (see [`DeviceFault::errno`]) | |
 //!
@@ -42,6 +43,7 @@ impl Errno {
     pub const EOPNOTSUPP: Errno = Errno(95);
     pub const ENOTCONN: Errno = Errno(107);
     pub const ETIMEDOUT: Errno = Errno(110);
+    pub const EHOSTUNREACH: Errno = Errno(113);
 }
 
 impl fmt::Display for Errno {
@@ -105,6 +107,9 @@ pub enum Error {
     Unsupported(&'static str),
     /// A bounded wait ran out.
     Timeout(&'static str),
+    /// No link-layer address could be found for this IP address: address resolution (ARP)
+    /// got no answer within its retries, as the kernel's neighbour code reports `EHOSTUNREACH`.
+    Unreachable(core::net::IpAddr),
     /// A backend call failed, carried as the errno it returned.
     Device(Errno),
     /// A firmware command was executed and refused: which command, the status and syndrome
@@ -242,6 +247,7 @@ impl Error {
             Error::RegionBusy { .. } => Errno::EBUSY,
             Error::Unsupported(_) => Errno::EOPNOTSUPP,
             Error::Timeout(_) => Errno::ETIMEDOUT,
+            Error::Unreachable(_) => Errno::EHOSTUNREACH,
             Error::Device(e) => *e,
             Error::Firmware(f) => f.errno,
             Error::Fault(d) => d.errno(),
@@ -299,6 +305,7 @@ impl fmt::Display for Error {
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Timeout(what) => write!(f, "timed out waiting for {what}"),
+            Error::Unreachable(ip) => write!(f, "{ip} unreachable: address resolution unanswered"),
             Error::Device(e) => write!(f, "device error ({e})"),
             Error::Firmware(c) => write!(f, "firmware: {c}"),
             Error::Fault(d) => write!(f, "device fault: {d}"),
@@ -387,6 +394,8 @@ mod tests {
         assert_eq!(Error::NotConnected.errno().0, 22);
         assert_eq!(Error::RegionBusy { in_flight: 1 }.errno().0, 16);
         assert_eq!(Error::Timeout("x").errno().0, 110);
+        let ip = core::net::IpAddr::V4(core::net::Ipv4Addr::new(192, 0, 2, 1));
+        assert_eq!(Error::Unreachable(ip).errno().0, 113);
         assert_eq!(Error::TooManyInFlight.errno().0, 12);
         assert_eq!(Error::Fault(DeviceFault::NoReceivePosted).errno(), Errno::EIO);
     }

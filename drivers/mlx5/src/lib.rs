@@ -11,6 +11,7 @@
 //! | [`layout`] | every byte layout shared with the HCA, each stated once: WQE segments, CQE, doorbell values, codes, and the command layouts generated from the kernel's `mlx5_ifc.h` ([`layout::ifc`]) |
 //! | [`datapath`] | one module per direction: the send queue (post, retire), the WQE encoder, the doorbell, completion queue rings, the receive queue |
 //! | [`device`], [`qp`], [`mr`] | lifecycle: the opened device, queue pairs and their states, registered regions |
+//! | [`eth`], [`net`] | the Ethernet (raw packet) port and the ARP it answers and sends: frames the HCA does not handle itself |
 //! | [`control`] | the control path: the [`control::Control`] seam, the command interface ([`control::cmd`]), HCA bring-up ([`control::bringup`]) and the firmware-backed seam ([`control::fw::FwControl`]) |
 //! | [`testing`] (`testing` feature) | the fakes of the data path's seams: a null control seam, a CQE writer |
 //! | `vectors` (`std` feature) | reader and runner for the conformance vector format |
@@ -42,8 +43,10 @@
 pub mod control;
 pub mod datapath;
 pub mod device;
+pub mod eth;
 pub mod layout;
 pub mod mr;
+pub mod net;
 pub mod qp;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -54,6 +57,7 @@ pub mod vfio;
 
 pub use datapath::wqe::{RawRing, SliceRing, WqeBuilder, WqeInfo, WqeShape, WqeSink};
 pub use device::{Mlx5, SharedDma};
+pub use eth::{EthConfig, EthPort, EthStats};
 pub use layout::codes::{CqeOpcode, FmCeSe, SendOpcode, Syndrome};
 pub use layout::cqe::{Cqe, CqeRepr};
 pub use mr::Region;

@@ -251,3 +251,36 @@ fn reads_sends_receives_and_atomics_allocate_nothing() {
     });
     assert_eq!(n, 0, "allocations on the data path");
 }
+
+#[test]
+fn arp_and_the_neighbour_table_allocate_nothing() {
+    use rdma_pmd::Mac;
+    use rdma_pmd_mlx5::net::{Arp, ArpRepr, NeighConfig};
+    use std::net::Ipv4Addr;
+    let us = Mac([0x02, 0, 0, 0, 0, 1]);
+    let our_ip = Ipv4Addr::new(10, 0, 0, 1);
+    let mut arp: Arp<4, 2> = Arp::new(us, NeighConfig::default());
+    arp.add_address(our_ip).unwrap();
+    let mut out = [0u8; 60];
+    let mut frames = [[0u8; 60]; 8];
+    for (i, f) in frames.iter_mut().enumerate() {
+        let peer = Mac([0x02, 0, 0, 0, 1, i as u8]);
+        ArpRepr::request(peer, Ipv4Addr::new(10, 0, 1, i as u8), our_ip).emit(f).unwrap();
+    }
+    let ((), n) = counted(|| {
+        let mut t = 0;
+        // Requests for us (answered, learned, the table evicting), junk, and a resolution
+        // that runs out of retries.
+        for f in &frames {
+            let _ = arp.on_frame(f, t, &mut out);
+            let _ = arp.on_frame(&f[..30], t, &mut out);
+            t += 1;
+        }
+        let target = Ipv4Addr::new(10, 0, 9, 9);
+        while arp.poll_resolve(target, t, &mut out).is_ok() {
+            t += 100_000_000;
+        }
+        assert!(arp.lookup(Ipv4Addr::new(10, 0, 1, 7), t).is_some());
+    });
+    assert_eq!(n, 0, "the ARP path allocated");
+}

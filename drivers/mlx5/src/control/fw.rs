@@ -23,6 +23,7 @@ use rdma_pmd::{Error, Gid, Mac, QpNum};
 
 use crate::control::bringup::{self, Hca, HcaCaps, HcaError, FW_PAGE};
 use crate::control::cmd::Pas;
+use crate::control::eth::{self, EthCreate, EthObject, InlineMode};
 use crate::control::{
     port_addr, udp_sport_for, Access, Control, CqParams, Cqn, DeviceCaps, Mkey, MkeyParams, Path,
     Pdn, PortMtu, QpParams, Service, Transition, Translation, Uar, DEFAULT_HOP_LIMIT,
@@ -548,6 +549,104 @@ impl Control for FwControl<'_, '_> {
             Err(e) => return Err(e),
         };
         Ok(port_addr::choose_mtu(pmtu, vport))
+    }
+
+    /// The Ethernet offload capabilities (current values), then, where they defer to it, the
+    /// NIC vport context (`mlx5_query_min_inline`).
+    fn eth_inline(&mut self) -> Result<(u64, InlineMode), Error> {
+        let op_mod = eth::CAP_ETHERNET_OFFLOADS << 1 | 1;
+        let q: [u8; query_hca_cap_in::SIZE] = bringup::input(consts::CMD_OP_QUERY_HCA_CAP, op_mod);
+        let mut out = [0u8; query_hca_cap_out::SIZE];
+        self.run("QUERY_HCA_CAP", &q, Pas::None, &mut out)?;
+        let cap = ifc::get(
+            &out,
+            per_protocol_networking_offload_caps::WQE_INLINE_MODE
+                .within(query_hca_cap_out::CAPABILITY),
+        );
+        let mut vport = 0;
+        if cap == eth::CAP_INLINE_MODE_VPORT_CONTEXT {
+            let mut vout = [0u8; query_nic_vport_context_out::SIZE];
+            let vc = port_addr::query_nic_vport_context_cmd();
+            self.run("QUERY_NIC_VPORT_CONTEXT", &vc, Pas::None, &mut vout)?;
+            let f = nic_vport_context::MIN_WQE_INLINE_MODE
+                .within(query_nic_vport_context_out::NIC_VPORT_CONTEXT);
+            vport = ifc::get(&vout, f) as u8;
+        }
+        Ok((cap, eth::min_inline(cap, vport)))
+    }
+
+    fn eth_create(&mut self, what: &EthCreate) -> Result<EthObject, Error> {
+        use eth::*;
+        let caps = *self.hca.caps();
+        let mut out = [0u8; 16];
+        let num = |out: &[u8; 16], f: ifc::Field| ifc::get(out, f) as u32;
+        Ok(match *what {
+            EthCreate::TransportDomain => {
+                let c = alloc_transport_domain_cmd();
+                self.run("ALLOC_TRANSPORT_DOMAIN", &c, Pas::None, &mut out)?;
+                EthObject::TransportDomain(Tdn(num(
+                    &out,
+                    alloc_transport_domain_out::TRANSPORT_DOMAIN,
+                )))
+            }
+            EthCreate::Tis(td) => {
+                self.run("CREATE_TIS", &create_tis_cmd(td), Pas::None, &mut out)?;
+                EthObject::Tis(Tisn(num(&out, create_tis_out::TISN)))
+            }
+            EthCreate::Sq(p) => {
+                let (c, pas) = create_sq_cmd(&p, &caps)?;
+                self.run("CREATE_SQ", &c, pas, &mut out)?;
+                EthObject::Sq(Sqn(num(&out, create_sq_out::SQN)))
+            }
+            EthCreate::Rq(p) => {
+                let (c, pas) = create_rq_cmd(&p, &caps)?;
+                self.run("CREATE_RQ", &c, pas, &mut out)?;
+                EthObject::Rq(Rqn(num(&out, create_rq_out::RQN)))
+            }
+            EthCreate::Tir { td, rq } => {
+                self.run("CREATE_TIR", &create_tir_cmd(td, rq), Pas::None, &mut out)?;
+                EthObject::Tir(Tirn(num(&out, create_tir_out::TIRN)))
+            }
+            EthCreate::FlowTable { level, log_size } => {
+                let c = create_flow_table_cmd(level, log_size);
+                self.run("CREATE_FLOW_TABLE", &c, Pas::None, &mut out)?;
+                let id = num(&out, create_flow_table_out::TABLE_ID);
+                EthObject::FlowTable(FlowTableId(id))
+            }
+            EthCreate::EthertypeGroup { table, start, end } => {
+                let c = create_flow_group_cmd(table, start, end)?;
+                self.run("CREATE_FLOW_GROUP", &c, Pas::None, &mut out)?;
+                let group = FlowGroupId(num(&out, create_flow_group_out::GROUP_ID));
+                EthObject::FlowGroup { table, group }
+            }
+            EthCreate::EthertypeEntry { table, group, index, ethertype, tir } => {
+                let c = set_fte_cmd(table, group, index, ethertype, tir);
+                self.run("SET_FLOW_TABLE_ENTRY", &c, Pas::None, &mut out)?;
+                EthObject::FlowEntry { table, index }
+            }
+            EthCreate::Root(table) => {
+                self.run("SET_FLOW_TABLE_ROOT", &set_root_cmd(Some(table)), Pas::None, &mut out)?;
+                EthObject::Root(table)
+            }
+        })
+    }
+
+    fn eth_ready(&mut self, queue: EthObject) -> Result<(), Error> {
+        let mut out = [0u8; 16];
+        match queue {
+            EthObject::Sq(sq) => {
+                self.run("MODIFY_SQ", &eth::modify_sq_rdy_cmd(sq), Pas::None, &mut out)
+            }
+            EthObject::Rq(rq) => {
+                self.run("MODIFY_RQ", &eth::modify_rq_rdy_cmd(rq), Pas::None, &mut out)
+            }
+            _ => Err(Error::InvalidArgument("only an SQ or an RQ becomes ready")),
+        }
+    }
+
+    fn eth_destroy(&mut self, what: EthObject) -> Result<(), Error> {
+        let (c, len) = eth::destroy_cmd(what);
+        self.run(eth::destroy_step(what), &c[..len], Pas::None, &mut [0u8; 16])
     }
 }
 

@@ -15,6 +15,7 @@ use core::net::IpAddr;
 
 use rdma_pmd::{BusAddr, Error, Gid, Lkey, Mac, QpNum, Rkey};
 
+pub use eth::{EthCreate, EthObject, InlineMode};
 pub use port_addr::{MtuSource, PortMtu};
 
 bitflags::bitflags! {
@@ -343,6 +344,27 @@ pub trait Control {
     fn port_mtu(&mut self) -> Result<PortMtu, Error> {
         Err(Error::Unsupported("port MTU on this control seam"))
     }
+    /// The inline mode an Ethernet SQ must honour, and the capability it came from
+    /// (`per_protocol_networking_offload_caps.wqe_inline_mode`, then the NIC vport context's
+    /// `min_wqe_inline_mode` where that capability defers to it).
+    fn eth_inline(&mut self) -> Result<(u64, InlineMode), Error> {
+        Err(Error::Unsupported("Ethernet path on this control seam"))
+    }
+    /// Create one object of the Ethernet (raw packet) path ([`eth`]).
+    fn eth_create(&mut self, what: &EthCreate) -> Result<EthObject, Error> {
+        let _ = what;
+        Err(Error::Unsupported("Ethernet path on this control seam"))
+    }
+    /// Move an Ethernet SQ or RQ from RST to RDY (`MODIFY_SQ` / `MODIFY_RQ`).
+    fn eth_ready(&mut self, queue: EthObject) -> Result<(), Error> {
+        let _ = queue;
+        Err(Error::Unsupported("Ethernet path on this control seam"))
+    }
+    /// Destroy an Ethernet-path object (a root is disconnected).
+    fn eth_destroy(&mut self, what: EthObject) -> Result<(), Error> {
+        let _ = what;
+        Err(Error::Unsupported("Ethernet path on this control seam"))
+    }
 }
 
 /// A control seam lent by exclusive reference, so its owner keeps it (and what it recorded)
@@ -399,10 +421,23 @@ impl<C: Control + ?Sized> Control for &mut C {
     fn port_mtu(&mut self) -> Result<PortMtu, Error> {
         (**self).port_mtu()
     }
+    fn eth_inline(&mut self) -> Result<(u64, InlineMode), Error> {
+        (**self).eth_inline()
+    }
+    fn eth_create(&mut self, what: &EthCreate) -> Result<EthObject, Error> {
+        (**self).eth_create(what)
+    }
+    fn eth_ready(&mut self, queue: EthObject) -> Result<(), Error> {
+        (**self).eth_ready(queue)
+    }
+    fn eth_destroy(&mut self, what: EthObject) -> Result<(), Error> {
+        (**self).eth_destroy(what)
+    }
 }
 
 pub mod bringup;
 pub mod cmd;
+pub mod eth;
 pub mod fw;
 pub mod init_seg;
 pub mod port_addr;

@@ -7,8 +7,10 @@
 //! | [`wqe`] | the WQE encoder and the ring sinks it stores through |
 //! | [`cq`] | completion queue rings: ownership, the from-device barrier, the consumer-index doorbell record |
 //! | [`recv`] | the receive queue: receive WQEs, and responder CQEs turned into completions |
+//! | [`eth`] | the Ethernet (raw packet) rings: an SQ of frames, a cyclic RQ of frame buffers |
 
 pub mod cq;
+pub mod eth;
 pub mod recv;
 pub mod send;
 pub mod wqe;

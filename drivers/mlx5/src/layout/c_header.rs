@@ -7,7 +7,7 @@ use std::string::String;
 use std::vec::Vec;
 
 use super::cqe::field as cqe;
-use super::wqe::{atomic, av, ctrl, data, raddr, DATAGRAM_LEN};
+use super::wqe::{atomic, av, ctrl, data, eth, raddr, DATAGRAM_LEN};
 
 /// `(C expression, our value)`.
 fn table() -> Vec<(&'static str, usize)> {
@@ -37,6 +37,14 @@ fn table() -> Vec<(&'static str, usize)> {
         ("offsetof(struct mlx5_wqe_av, grh_gid_fl)", av::GRH_GID_FL),
         ("offsetof(struct mlx5_wqe_av, rgid)", av::RGID),
         ("offsetof(struct mlx5_cqe64, flags_rqpn)", cqe::FLAGS_RQPN),
+        ("offsetof(struct mlx5_cqe64, hds_ip_ext)", cqe::HDS_IP_EXT),
+        ("offsetof(struct mlx5_cqe64, l4_hdr_type_etc)", cqe::L4_HDR_TYPE_ETC),
+        ("offsetof(struct mlx5_cqe64, vlan_info)", cqe::VLAN_INFO),
+        ("offsetof(struct mlx5_wqe_eth_seg, cs_flags)", eth::CS_FLAGS),
+        ("offsetof(struct mlx5_wqe_eth_seg, mss)", eth::MSS),
+        ("offsetof(struct mlx5_wqe_eth_seg, inline_hdr_sz)", eth::INLINE_HDR_SZ),
+        ("offsetof(struct mlx5_wqe_eth_seg, inline_hdr_start)", eth::INLINE_HDR_START),
+        ("offsetof(struct mlx5_wqe_eth_seg, inline_hdr)", eth::INLINE_HDR_START + 2),
         ("offsetof(struct mlx5_cqe64, srqn_uidx)", cqe::SRQN_UIDX),
         ("offsetof(struct mlx5_cqe64, imm_inval_pkey)", cqe::IMM_INVAL_PKEY),
         ("offsetof(struct mlx5_cqe64, byte_cnt)", cqe::BYTE_CNT),

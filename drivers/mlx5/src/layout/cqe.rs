@@ -29,6 +29,9 @@ use super::{be, view};
 
 pub(crate) mod field {
     pub const FLAGS_RQPN: usize = 24;
+    pub const HDS_IP_EXT: usize = 28;
+    pub const L4_HDR_TYPE_ETC: usize = 29;
+    pub const VLAN_INFO: usize = 30;
     pub const SRQN_UIDX: usize = 32;
     pub const IMM_INVAL_PKEY: usize = 36;
     pub const BYTE_CNT: usize = 44;
@@ -124,6 +127,34 @@ impl<T: AsRef<[u8]>> Cqe<T> {
     #[inline]
     pub fn imm_inval_pkey(&self) -> u32 {
         be::get32(self.b(), field::IMM_INVAL_PKEY)
+    }
+
+    /// `hds_ip_ext` (byte 28) of a raw packet's CQE: `MLX5_CQE_L2_OK` (bit 0), `_L3_OK`
+    /// (bit 1), `_L4_OK` (bit 2), where the RQ checks checksums.
+    #[inline]
+    pub fn hds_ip_ext(&self) -> u8 {
+        self.b()[field::HDS_IP_EXT]
+    }
+
+    /// `l4_hdr_type_etc` (byte 29) of a raw packet's CQE: L4 header type in bits 6..4, L3
+    /// header type in bits 3..2 (kernel `get_cqe_l3_hdr_type`), and bit 0 set when the
+    /// device stripped a VLAN tag into [`vlan_info`](Self::vlan_info)
+    /// (`MLX5_CQE_VLAN_STRIPPED`).
+    #[inline]
+    pub fn l4_hdr_type_etc(&self) -> u8 {
+        self.b()[field::L4_HDR_TYPE_ETC]
+    }
+
+    /// Whether the device stripped a VLAN tag from the frame.
+    #[inline]
+    pub fn vlan_stripped(&self) -> bool {
+        self.l4_hdr_type_etc() & 1 != 0
+    }
+
+    /// `vlan_info` (bytes 30..32, big-endian): the stripped tag's TCI.
+    #[inline]
+    pub fn vlan_info(&self) -> u16 {
+        be::get16(self.b(), field::VLAN_INFO)
     }
 
     /// `byte_cnt` (bytes 44..48, big-endian).

@@ -494,6 +494,78 @@ impl DatagramSeg {
     }
 }
 
+/// Byte offsets of the Ethernet segment (`struct mlx5_wqe_eth_seg`, mlx5dv.h and the
+/// kernel's `include/linux/mlx5/qp.h`): software parser offsets and flags at 0..4 and 5 (the
+/// driver sets none), checksum flags at 4, LSO `mss` at 6..8, flow table metadata at 8..12,
+/// the inline header's size at 12..14 and its first two bytes at 14..16; the rest of the
+/// inline header continues in the following 16-byte units of the WQE.
+pub mod eth {
+    /// `cs_flags` (`MLX5_ETH_WQE_L3_CSUM` 0x40, `_L4_CSUM` 0x80).
+    pub const CS_FLAGS: usize = 4;
+    /// `mss` (big-endian; LSO only).
+    pub const MSS: usize = 6;
+    /// `inline_hdr_sz` (big-endian).
+    pub const INLINE_HDR_SZ: usize = 12;
+    /// `inline_hdr_start[2]`.
+    pub const INLINE_HDR_START: usize = 14;
+}
+
+/// Bytes of the inline header that fit in the Ethernet segment itself (the kernel's
+/// `INL_HDR_START_SZ`).
+pub const ETH_INLINE_START: usize = 2;
+
+/// The L2 header the kernel inlines when the inline mode asks for L2 or more of a frame
+/// without an IP header (`MLX5E_MIN_INLINE`: `ETH_HLEN + VLAN_HLEN`).
+pub const ETH_MIN_INLINE: usize = 18;
+
+view!(
+    /// An Ethernet segment.
+    EthSeg,
+    SEG_LEN,
+    "an Ethernet segment"
+);
+
+impl<T: AsRef<[u8]>> EthSeg<T> {
+    /// `cs_flags`.
+    pub fn cs_flags(&self) -> u8 {
+        self.as_bytes()[eth::CS_FLAGS]
+    }
+    /// `mss` (bytes 6..8, big-endian).
+    pub fn mss(&self) -> u16 {
+        be::get16(self.as_bytes(), eth::MSS)
+    }
+    /// `inline_hdr_sz` (bytes 12..14, big-endian): the inline header's whole length.
+    pub fn inline_hdr_sz(&self) -> u16 {
+        be::get16(self.as_bytes(), eth::INLINE_HDR_SZ)
+    }
+    /// The inline header's first two bytes.
+    pub fn inline_hdr_start(&self) -> [u8; ETH_INLINE_START] {
+        let b = self.as_bytes();
+        [b[eth::INLINE_HDR_START], b[eth::INLINE_HDR_START + 1]]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> EthSeg<T> {
+    /// Set `inline_hdr_sz` and the first two bytes of the header (`header[..2]`, or fewer).
+    pub fn set_inline_hdr(&mut self, header: &[u8]) {
+        let b = self.as_bytes_mut();
+        be::set16(b, eth::INLINE_HDR_SZ, header.len() as u16);
+        let n = header.len().min(ETH_INLINE_START);
+        b[eth::INLINE_HDR_START..eth::INLINE_HDR_START + n].copy_from_slice(&header[..n]);
+    }
+}
+
+impl EthSeg<[u8; SEG_LEN]> {
+    /// The Ethernet segment of a frame sent without offloads (no checksum, no LSO, no
+    /// software parser) whose first `header.len()` bytes are inline: what `mlx5e_sq_xmit`
+    /// writes for such a frame.
+    pub fn encode(header: &[u8]) -> [u8; SEG_LEN] {
+        let mut s = EthSeg::new_unchecked([0u8; SEG_LEN]);
+        s.set_inline_hdr(header);
+        s.into_inner()
+    }
+}
+
 /// Index (in 32-bit words) of the receive queue's doorbell record (`MLX5_RCV_DBR`).
 pub const RCV_DBR: usize = 0;
 /// Index (in 32-bit words) of the send queue's doorbell record (`MLX5_SND_DBR`): byte offset 4

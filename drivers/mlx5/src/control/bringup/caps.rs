@@ -70,6 +70,8 @@ pub struct HcaCaps {
     pub qp_ts_format: u8,
     /// `cmd_hca_cap.sq_ts_format` (the timestamp formats a QP may use when RoCE is off).
     pub sq_ts_format: u8,
+    /// `cmd_hca_cap.rq_ts_format` (the timestamp formats an Ethernet RQ may use).
+    pub rq_ts_format: u8,
     /// `cmd_hca_cap.cqe_version` in effect (1: CQEs carry the QP's `user_index`).
     pub cqe_version: u8,
     /// `cmd_hca_cap.num_vhca_ports`: non-zero when commands name a port (`vhca_port_num` of
@@ -119,6 +121,7 @@ impl HcaCaps {
             roce_sw_udp_sport: false,
             qp_ts_format: 0,
             sq_ts_format: g(cmd_hca_cap::SQ_TS_FORMAT),
+            rq_ts_format: g(cmd_hca_cap::RQ_TS_FORMAT),
             cqe_version: g(cmd_hca_cap::CQE_VERSION),
             num_vhca_ports: g(cmd_hca_cap::NUM_VHCA_PORTS),
             release_all_pages: g(cmd_hca_cap::RELEASE_ALL_PAGES) != 0,

@@ -7,7 +7,7 @@ use super::*;
 use crate::control::bringup::{bitmap_words, HcaConfig, PagePool};
 use crate::control::cmd::CmdConfig;
 use crate::control::{calc_flow_label, flow_label_to_udp_sport};
-use crate::testing::fw::{default_state, script};
+use crate::testing::fw::{default_state, only_fields, script};
 
 struct Ticks(Cell<u64>);
 impl Clock for Ticks {
@@ -22,21 +22,6 @@ use crate::testing::fw::example_caps as caps;
 
 fn g(buf: &[u8], f: ifc::Field, outer: ifc::Field) -> u64 {
     ifc::get(buf, f.within(outer))
-}
-
-/// Every set bit of `buf` lies inside one of `fields`: reserved bits are clear, as firmware
-/// requires (delivery status "reserved fields not cleared").
-fn only_fields(buf: &[u8], fields: &[ifc::Field]) {
-    for bit in 0..buf.len() * 8 {
-        let set = buf[bit / 8] & (0x80 >> (bit % 8)) != 0;
-        let covered =
-            fields.iter().any(|f| (f.bit as usize..(f.bit + f.width) as usize).contains(&bit));
-        assert!(
-            !set || covered,
-            "bit {bit:#x} (byte {:#x}) set outside the fields written",
-            bit / 8
-        );
-    }
 }
 
 #[test]

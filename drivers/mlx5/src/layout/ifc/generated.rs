@@ -205,6 +205,7 @@ pub mod cmd_hca_cap {
     pub const CQE_VERSION: Field = Field::new(0x1fc, 0x4);
     pub const NUM_VHCA_PORTS: Field = Field::new(0x610, 0x8);
     pub const SQ_TS_FORMAT: Field = Field::new(0x440, 0x2);
+    pub const RQ_TS_FORMAT: Field = Field::new(0x442, 0x2);
     pub const FL_RC_QP_WHEN_ROCE_DISABLED: Field = Field::new(0x248, 0x1);
     pub const LOG_MAX_CQ_SZ: Field = Field::new(0xc8, 0x8);
     pub const LOG_MAX_CQ: Field = Field::new(0xdb, 0x5);
@@ -753,6 +754,7 @@ pub mod nic_vport_context {
     pub const SIZE_BITS: u32 = 0x800;
     /// Size in bytes.
     pub const SIZE: usize = 256;
+    pub const MIN_WQE_INLINE_MODE: Field = Field::new(0x5, 0x3);
     pub const ROCE_EN: Field = Field::new(0x1f, 0x1);
     pub const MTU: Field = Field::new(0x130, 0x10);
     pub const PERMANENT_ADDRESS: Field = Field::new(0x7a0, 0x40);
@@ -892,6 +894,544 @@ pub mod pmtu_reg {
     pub const OPER_MTU: Field = Field::new(0x60, 0x10);
 }
 
+/// `struct mlx5_ifc_per_protocol_networking_offload_caps_bits`.
+pub mod per_protocol_networking_offload_caps {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x800;
+    /// Size in bytes.
+    pub const SIZE: usize = 256;
+    pub const WQE_INLINE_MODE: Field = Field::new(0x12, 0x2);
+}
+
+/// `struct mlx5_ifc_alloc_transport_domain_in_bits`.
+pub mod alloc_transport_domain_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+}
+
+/// `struct mlx5_ifc_alloc_transport_domain_out_bits`.
+pub mod alloc_transport_domain_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const TRANSPORT_DOMAIN: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_dealloc_transport_domain_in_bits`.
+pub mod dealloc_transport_domain_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const TRANSPORT_DOMAIN: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_tisc_bits`.
+pub mod tisc {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x500;
+    /// Size in bytes.
+    pub const SIZE: usize = 160;
+    pub const PRIO: Field = Field::new(0xc, 0x4);
+    pub const TRANSPORT_DOMAIN: Field = Field::new(0x128, 0x18);
+    pub const PD: Field = Field::new(0x168, 0x18);
+}
+
+/// `struct mlx5_ifc_create_tis_in_bits`.
+pub mod create_tis_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x600;
+    /// Size in bytes.
+    pub const SIZE: usize = 192;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const CTX: Field = Field::new(0x100, 0x500);
+}
+
+/// `struct mlx5_ifc_create_tis_out_bits`.
+pub mod create_tis_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const TISN: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_destroy_tis_in_bits`.
+pub mod destroy_tis_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const TISN: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_wq_bits`.
+pub mod wq {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x600;
+    /// Size in bytes.
+    pub const SIZE: usize = 192;
+    pub const WQ_TYPE: Field = Field::new(0x0, 0x4);
+    pub const END_PADDING_MODE: Field = Field::new(0x5, 0x2);
+    pub const PD: Field = Field::new(0x48, 0x18);
+    pub const UAR_PAGE: Field = Field::new(0x68, 0x18);
+    pub const DBR_ADDR: Field = Field::new(0x80, 0x40);
+    pub const LOG_WQ_STRIDE: Field = Field::new(0x10c, 0x4);
+    pub const LOG_WQ_PG_SZ: Field = Field::new(0x113, 0x5);
+    pub const LOG_WQ_SZ: Field = Field::new(0x11b, 0x5);
+    pub const PAS: Field = Field::new(0x600, 0x40);
+    pub const PAS_COUNT: usize = 0;
+}
+
+/// `struct mlx5_ifc_sqc_bits`.
+pub mod sqc {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x780;
+    /// Size in bytes.
+    pub const SIZE: usize = 240;
+    pub const RLKY: Field = Field::new(0x0, 0x1);
+    pub const FRE: Field = Field::new(0x2, 0x1);
+    pub const FLUSH_IN_ERROR_EN: Field = Field::new(0x3, 0x1);
+    pub const MIN_WQE_INLINE_MODE: Field = Field::new(0x5, 0x3);
+    pub const STATE: Field = Field::new(0x8, 0x4);
+    pub const TS_FORMAT: Field = Field::new(0x1a, 0x2);
+    pub const USER_INDEX: Field = Field::new(0x28, 0x18);
+    pub const CQN: Field = Field::new(0x48, 0x18);
+    pub const TIS_LST_SZ: Field = Field::new(0x100, 0x10);
+    pub const TIS_NUM_0: Field = Field::new(0x168, 0x18);
+    pub const WQ: Field = Field::new(0x180, 0x600);
+}
+
+/// `struct mlx5_ifc_create_sq_in_bits`.
+pub mod create_sq_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x880;
+    /// Size in bytes.
+    pub const SIZE: usize = 272;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const CTX: Field = Field::new(0x100, 0x780);
+}
+
+/// `struct mlx5_ifc_create_sq_out_bits`.
+pub mod create_sq_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const SQN: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_modify_sq_in_bits`.
+pub mod modify_sq_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x880;
+    /// Size in bytes.
+    pub const SIZE: usize = 272;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const SQ_STATE: Field = Field::new(0x40, 0x4);
+    pub const SQN: Field = Field::new(0x48, 0x18);
+    pub const MODIFY_BITMASK: Field = Field::new(0x80, 0x40);
+    pub const CTX: Field = Field::new(0x100, 0x780);
+}
+
+/// `struct mlx5_ifc_destroy_sq_in_bits`.
+pub mod destroy_sq_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const SQN: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_rqc_bits`.
+pub mod rqc {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x780;
+    /// Size in bytes.
+    pub const SIZE: usize = 240;
+    pub const RLKY: Field = Field::new(0x0, 0x1);
+    pub const VSD: Field = Field::new(0x3, 0x1);
+    pub const MEM_RQ_TYPE: Field = Field::new(0x4, 0x4);
+    pub const STATE: Field = Field::new(0x8, 0x4);
+    pub const FLUSH_IN_ERROR_EN: Field = Field::new(0xd, 0x1);
+    pub const TS_FORMAT: Field = Field::new(0x1a, 0x2);
+    pub const USER_INDEX: Field = Field::new(0x28, 0x18);
+    pub const CQN: Field = Field::new(0x48, 0x18);
+    pub const COUNTER_SET_ID: Field = Field::new(0x60, 0x8);
+    pub const WQ: Field = Field::new(0x180, 0x600);
+}
+
+/// `struct mlx5_ifc_create_rq_in_bits`.
+pub mod create_rq_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x880;
+    /// Size in bytes.
+    pub const SIZE: usize = 272;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const CTX: Field = Field::new(0x100, 0x780);
+}
+
+/// `struct mlx5_ifc_create_rq_out_bits`.
+pub mod create_rq_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const RQN: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_modify_rq_in_bits`.
+pub mod modify_rq_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x880;
+    /// Size in bytes.
+    pub const SIZE: usize = 272;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const RQ_STATE: Field = Field::new(0x40, 0x4);
+    pub const RQN: Field = Field::new(0x48, 0x18);
+    pub const MODIFY_BITMASK: Field = Field::new(0x80, 0x40);
+    pub const CTX: Field = Field::new(0x100, 0x780);
+}
+
+/// `struct mlx5_ifc_destroy_rq_in_bits`.
+pub mod destroy_rq_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const RQN: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_tirc_bits`.
+pub mod tirc {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x780;
+    /// Size in bytes.
+    pub const SIZE: usize = 240;
+    pub const DISP_TYPE: Field = Field::new(0x20, 0x4);
+    pub const INLINE_RQN: Field = Field::new(0xe8, 0x18);
+    pub const RX_HASH_FN: Field = Field::new(0x120, 0x4);
+    pub const SELF_LB_BLOCK: Field = Field::new(0x126, 0x2);
+    pub const TRANSPORT_DOMAIN: Field = Field::new(0x128, 0x18);
+}
+
+/// `struct mlx5_ifc_create_tir_in_bits`.
+pub mod create_tir_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x880;
+    /// Size in bytes.
+    pub const SIZE: usize = 272;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const CTX: Field = Field::new(0x100, 0x780);
+}
+
+/// `struct mlx5_ifc_create_tir_out_bits`.
+pub mod create_tir_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const ICM_ADDRESS_63_40: Field = Field::new(0x8, 0x18);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const ICM_ADDRESS_39_32: Field = Field::new(0x40, 0x8);
+    pub const TIRN: Field = Field::new(0x48, 0x18);
+    pub const ICM_ADDRESS_31_0: Field = Field::new(0x60, 0x20);
+}
+
+/// `struct mlx5_ifc_destroy_tir_in_bits`.
+pub mod destroy_tir_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const TIRN: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_flow_table_context_bits`.
+pub mod flow_table_context {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x140;
+    /// Size in bytes.
+    pub const SIZE: usize = 40;
+    pub const TABLE_MISS_ACTION: Field = Field::new(0x4, 0x4);
+    pub const LEVEL: Field = Field::new(0x8, 0x8);
+    pub const LOG_SIZE: Field = Field::new(0x18, 0x8);
+    pub const TABLE_MISS_ID: Field = Field::new(0x28, 0x18);
+}
+
+/// `struct mlx5_ifc_create_flow_table_in_bits`.
+pub mod create_flow_table_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x200;
+    /// Size in bytes.
+    pub const SIZE: usize = 64;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const UID: Field = Field::new(0x10, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const OTHER_VPORT: Field = Field::new(0x40, 0x1);
+    pub const VPORT_NUMBER: Field = Field::new(0x50, 0x10);
+    pub const TABLE_TYPE: Field = Field::new(0x80, 0x8);
+    pub const FLOW_TABLE_CONTEXT: Field = Field::new(0xc0, 0x140);
+}
+
+/// `struct mlx5_ifc_create_flow_table_out_bits`.
+pub mod create_flow_table_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const ICM_ADDRESS_63_40: Field = Field::new(0x8, 0x18);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const ICM_ADDRESS_39_32: Field = Field::new(0x40, 0x8);
+    pub const TABLE_ID: Field = Field::new(0x48, 0x18);
+    pub const ICM_ADDRESS_31_0: Field = Field::new(0x60, 0x20);
+}
+
+/// `struct mlx5_ifc_destroy_flow_table_in_bits`.
+pub mod destroy_flow_table_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x200;
+    /// Size in bytes.
+    pub const SIZE: usize = 64;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const OTHER_VPORT: Field = Field::new(0x40, 0x1);
+    pub const VPORT_NUMBER: Field = Field::new(0x50, 0x10);
+    pub const TABLE_TYPE: Field = Field::new(0x80, 0x8);
+    pub const TABLE_ID: Field = Field::new(0xa8, 0x18);
+}
+
+/// `struct mlx5_ifc_fte_match_set_lyr_2_4_bits`.
+pub mod fte_match_set_lyr_2_4 {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x200;
+    /// Size in bytes.
+    pub const SIZE: usize = 64;
+    pub const SMAC_47_16: Field = Field::new(0x0, 0x20);
+    pub const SMAC_15_0: Field = Field::new(0x20, 0x10);
+    pub const ETHERTYPE: Field = Field::new(0x30, 0x10);
+    pub const DMAC_47_16: Field = Field::new(0x40, 0x20);
+    pub const DMAC_15_0: Field = Field::new(0x60, 0x10);
+    pub const CVLAN_TAG: Field = Field::new(0x90, 0x1);
+    pub const SVLAN_TAG: Field = Field::new(0x91, 0x1);
+}
+
+/// `struct mlx5_ifc_fte_match_param_bits`.
+pub mod fte_match_param {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x1000;
+    /// Size in bytes.
+    pub const SIZE: usize = 512;
+    pub const OUTER_HEADERS: Field = Field::new(0x0, 0x200);
+}
+
+/// `struct mlx5_ifc_create_flow_group_in_bits`.
+pub mod create_flow_group_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x2000;
+    /// Size in bytes.
+    pub const SIZE: usize = 1024;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const OTHER_VPORT: Field = Field::new(0x40, 0x1);
+    pub const VPORT_NUMBER: Field = Field::new(0x50, 0x10);
+    pub const TABLE_TYPE: Field = Field::new(0x80, 0x8);
+    pub const GROUP_TYPE: Field = Field::new(0x8c, 0x4);
+    pub const TABLE_ID: Field = Field::new(0xa8, 0x18);
+    pub const SOURCE_ESWITCH_OWNER_VHCA_ID_VALID: Field = Field::new(0xc0, 0x1);
+    pub const START_FLOW_INDEX: Field = Field::new(0xe0, 0x20);
+    pub const END_FLOW_INDEX: Field = Field::new(0x120, 0x20);
+    pub const MATCH_DEFINER_ID: Field = Field::new(0x150, 0x10);
+    pub const MATCH_CRITERIA_ENABLE: Field = Field::new(0x1f8, 0x8);
+    pub const MATCH_CRITERIA: Field = Field::new(0x200, 0x1000);
+}
+
+/// `struct mlx5_ifc_create_flow_group_out_bits`.
+pub mod create_flow_group_out {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x80;
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+    pub const STATUS: Field = Field::new(0x0, 0x8);
+    pub const SYNDROME: Field = Field::new(0x20, 0x20);
+    pub const GROUP_ID: Field = Field::new(0x48, 0x18);
+}
+
+/// `struct mlx5_ifc_destroy_flow_group_in_bits`.
+pub mod destroy_flow_group_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x200;
+    /// Size in bytes.
+    pub const SIZE: usize = 64;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const OTHER_VPORT: Field = Field::new(0x40, 0x1);
+    pub const VPORT_NUMBER: Field = Field::new(0x50, 0x10);
+    pub const TABLE_TYPE: Field = Field::new(0x80, 0x8);
+    pub const TABLE_ID: Field = Field::new(0xa8, 0x18);
+    pub const GROUP_ID: Field = Field::new(0xc0, 0x20);
+}
+
+/// `struct mlx5_ifc_flow_context_bits`.
+pub mod flow_context {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x1800;
+    /// Size in bytes.
+    pub const SIZE: usize = 768;
+    pub const GROUP_ID: Field = Field::new(0x20, 0x20);
+    pub const FLOW_TAG: Field = Field::new(0x48, 0x18);
+    pub const ACTION: Field = Field::new(0x70, 0x10);
+    pub const DESTINATION_LIST_SIZE: Field = Field::new(0x88, 0x18);
+    pub const MATCH_VALUE: Field = Field::new(0x200, 0x1000);
+    pub const DESTINATION: Field = Field::new(0x1800, 0x80);
+    pub const DESTINATION_COUNT: usize = 0;
+}
+
+/// `struct mlx5_ifc_dest_format_struct_bits`.
+pub mod dest_format_struct {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x40;
+    /// Size in bytes.
+    pub const SIZE: usize = 8;
+    pub const DESTINATION_TYPE: Field = Field::new(0x0, 0x8);
+    pub const DESTINATION_ID: Field = Field::new(0x8, 0x18);
+    pub const DESTINATION_ESWITCH_OWNER_VHCA_ID_VALID: Field = Field::new(0x20, 0x1);
+    pub const PACKET_REFORMAT: Field = Field::new(0x21, 0x1);
+    pub const DESTINATION_ESWITCH_OWNER_VHCA_ID: Field = Field::new(0x30, 0x10);
+}
+
+/// `struct mlx5_ifc_set_fte_in_bits`.
+pub mod set_fte_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x1a00;
+    /// Size in bytes.
+    pub const SIZE: usize = 832;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const OTHER_VPORT: Field = Field::new(0x40, 0x1);
+    pub const VPORT_NUMBER: Field = Field::new(0x50, 0x10);
+    pub const TABLE_TYPE: Field = Field::new(0x80, 0x8);
+    pub const TABLE_ID: Field = Field::new(0xa8, 0x18);
+    pub const IGNORE_FLOW_LEVEL: Field = Field::new(0xc0, 0x1);
+    pub const MODIFY_ENABLE_MASK: Field = Field::new(0xd8, 0x8);
+    pub const FLOW_INDEX: Field = Field::new(0x100, 0x20);
+    pub const FLOW_CONTEXT: Field = Field::new(0x200, 0x1800);
+}
+
+/// `struct mlx5_ifc_delete_fte_in_bits`.
+pub mod delete_fte_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x200;
+    /// Size in bytes.
+    pub const SIZE: usize = 64;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const OTHER_VPORT: Field = Field::new(0x40, 0x1);
+    pub const VPORT_NUMBER: Field = Field::new(0x50, 0x10);
+    pub const TABLE_TYPE: Field = Field::new(0x80, 0x8);
+    pub const TABLE_ID: Field = Field::new(0xa8, 0x18);
+    pub const FLOW_INDEX: Field = Field::new(0x100, 0x20);
+}
+
+/// `struct mlx5_ifc_set_flow_table_root_in_bits`.
+pub mod set_flow_table_root_in {
+    use super::Field;
+    /// Size in bits.
+    pub const SIZE_BITS: u32 = 0x200;
+    /// Size in bytes.
+    pub const SIZE: usize = 64;
+    pub const OPCODE: Field = Field::new(0x0, 0x10);
+    pub const OP_MOD: Field = Field::new(0x30, 0x10);
+    pub const OTHER_VPORT: Field = Field::new(0x40, 0x1);
+    pub const VPORT_NUMBER: Field = Field::new(0x50, 0x10);
+    pub const TABLE_TYPE: Field = Field::new(0x80, 0x8);
+    pub const TABLE_OF_OTHER_VPORT: Field = Field::new(0x8f, 0x1);
+    pub const TABLE_VPORT_NUMBER: Field = Field::new(0x90, 0x10);
+    pub const TABLE_ID: Field = Field::new(0xa8, 0x18);
+    pub const UNDERLAY_QPN: Field = Field::new(0xc8, 0x18);
+    pub const TABLE_ESWITCH_OWNER_VHCA_ID_VALID: Field = Field::new(0xe0, 0x1);
+    pub const TABLE_ESWITCH_OWNER_VHCA_ID: Field = Field::new(0xf0, 0x10);
+}
+
 /// Enum constants of the header (`MLX5_` dropped).
 pub mod consts {
     pub const CMD_OP_QUERY_HCA_CAP: u16 = 0x100;
@@ -946,6 +1486,35 @@ pub mod consts {
     pub const TIMESTAMP_FORMAT_CAP_REAL_TIME: u16 = 0x1;
     pub const MKC_ACCESS_MODE_PA: u16 = 0x0;
     pub const MKC_ACCESS_MODE_MTT: u16 = 0x1;
+    pub const CMD_OP_ALLOC_TRANSPORT_DOMAIN: u16 = 0x816;
+    pub const CMD_OP_DEALLOC_TRANSPORT_DOMAIN: u16 = 0x817;
+    pub const CMD_OP_CREATE_TIS: u16 = 0x912;
+    pub const CMD_OP_DESTROY_TIS: u16 = 0x914;
+    pub const CMD_OP_CREATE_SQ: u16 = 0x904;
+    pub const CMD_OP_MODIFY_SQ: u16 = 0x905;
+    pub const CMD_OP_DESTROY_SQ: u16 = 0x906;
+    pub const CMD_OP_CREATE_RQ: u16 = 0x908;
+    pub const CMD_OP_MODIFY_RQ: u16 = 0x909;
+    pub const CMD_OP_DESTROY_RQ: u16 = 0x90a;
+    pub const CMD_OP_CREATE_TIR: u16 = 0x900;
+    pub const CMD_OP_DESTROY_TIR: u16 = 0x902;
+    pub const CMD_OP_CREATE_FLOW_TABLE: u16 = 0x930;
+    pub const CMD_OP_DESTROY_FLOW_TABLE: u16 = 0x931;
+    pub const CMD_OP_CREATE_FLOW_GROUP: u16 = 0x933;
+    pub const CMD_OP_DESTROY_FLOW_GROUP: u16 = 0x934;
+    pub const CMD_OP_SET_FLOW_TABLE_ENTRY: u16 = 0x936;
+    pub const CMD_OP_DELETE_FLOW_TABLE_ENTRY: u16 = 0x938;
+    pub const CMD_OP_SET_FLOW_TABLE_ROOT: u16 = 0x92f;
+    pub const SQC_STATE_RST: u16 = 0x0;
+    pub const SQC_STATE_RDY: u16 = 0x1;
+    pub const RQC_STATE_RST: u16 = 0x0;
+    pub const RQC_STATE_RDY: u16 = 0x1;
+    pub const WQ_WQ_TYPE_WQ_CYCLIC: u16 = 0x1;
+    pub const TIRC_DISP_TYPE_DIRECT: u16 = 0x0;
+    pub const FLOW_TABLE_TYPE_NIC_RX: u16 = 0x0;
+    pub const FLOW_CONTEXT_ACTION_FWD_DEST: u16 = 0x4;
+    pub const IFC_FLOW_DESTINATION_TYPE_TIR: u16 = 0x2;
+    pub const CREATE_FLOW_GROUP_IN_MATCH_CRITERIA_ENABLE_OUTER_HEADERS: u16 = 0x0;
 }
 
 /// Every emitted field as (layout, member, field), for the header check.
@@ -1011,6 +1580,7 @@ pub const FIELDS: &[(&str, &str, Field)] = &[
     ("cmd_hca_cap", "cqe_version", cmd_hca_cap::CQE_VERSION),
     ("cmd_hca_cap", "num_vhca_ports", cmd_hca_cap::NUM_VHCA_PORTS),
     ("cmd_hca_cap", "sq_ts_format", cmd_hca_cap::SQ_TS_FORMAT),
+    ("cmd_hca_cap", "rq_ts_format", cmd_hca_cap::RQ_TS_FORMAT),
     ("cmd_hca_cap", "fl_rc_qp_when_roce_disabled", cmd_hca_cap::FL_RC_QP_WHEN_ROCE_DISABLED),
     ("cmd_hca_cap", "log_max_cq_sz", cmd_hca_cap::LOG_MAX_CQ_SZ),
     ("cmd_hca_cap", "log_max_cq", cmd_hca_cap::LOG_MAX_CQ),
@@ -1247,6 +1817,7 @@ pub const FIELDS: &[(&str, &str, Field)] = &[
     ("qp_2rst_in", "op_mod", qp_2rst_in::OP_MOD),
     ("qp_2rst_in", "qpn", qp_2rst_in::QPN),
     ("modify_nic_vport_field_select", "roce_en", modify_nic_vport_field_select::ROCE_EN),
+    ("nic_vport_context", "min_wqe_inline_mode", nic_vport_context::MIN_WQE_INLINE_MODE),
     ("nic_vport_context", "roce_en", nic_vport_context::ROCE_EN),
     ("nic_vport_context", "mtu", nic_vport_context::MTU),
     ("nic_vport_context", "permanent_address", nic_vport_context::PERMANENT_ADDRESS),
@@ -1292,6 +1863,209 @@ pub const FIELDS: &[(&str, &str, Field)] = &[
     ("pmtu_reg", "max_mtu", pmtu_reg::MAX_MTU),
     ("pmtu_reg", "admin_mtu", pmtu_reg::ADMIN_MTU),
     ("pmtu_reg", "oper_mtu", pmtu_reg::OPER_MTU),
+    ("per_protocol_networking_offload_caps", "wqe_inline_mode", per_protocol_networking_offload_caps::WQE_INLINE_MODE),
+    ("alloc_transport_domain_in", "opcode", alloc_transport_domain_in::OPCODE),
+    ("alloc_transport_domain_in", "uid", alloc_transport_domain_in::UID),
+    ("alloc_transport_domain_in", "op_mod", alloc_transport_domain_in::OP_MOD),
+    ("alloc_transport_domain_out", "status", alloc_transport_domain_out::STATUS),
+    ("alloc_transport_domain_out", "syndrome", alloc_transport_domain_out::SYNDROME),
+    ("alloc_transport_domain_out", "transport_domain", alloc_transport_domain_out::TRANSPORT_DOMAIN),
+    ("dealloc_transport_domain_in", "opcode", dealloc_transport_domain_in::OPCODE),
+    ("dealloc_transport_domain_in", "uid", dealloc_transport_domain_in::UID),
+    ("dealloc_transport_domain_in", "op_mod", dealloc_transport_domain_in::OP_MOD),
+    ("dealloc_transport_domain_in", "transport_domain", dealloc_transport_domain_in::TRANSPORT_DOMAIN),
+    ("tisc", "prio", tisc::PRIO),
+    ("tisc", "transport_domain", tisc::TRANSPORT_DOMAIN),
+    ("tisc", "pd", tisc::PD),
+    ("create_tis_in", "opcode", create_tis_in::OPCODE),
+    ("create_tis_in", "uid", create_tis_in::UID),
+    ("create_tis_in", "op_mod", create_tis_in::OP_MOD),
+    ("create_tis_in", "ctx", create_tis_in::CTX),
+    ("create_tis_out", "status", create_tis_out::STATUS),
+    ("create_tis_out", "syndrome", create_tis_out::SYNDROME),
+    ("create_tis_out", "tisn", create_tis_out::TISN),
+    ("destroy_tis_in", "opcode", destroy_tis_in::OPCODE),
+    ("destroy_tis_in", "uid", destroy_tis_in::UID),
+    ("destroy_tis_in", "op_mod", destroy_tis_in::OP_MOD),
+    ("destroy_tis_in", "tisn", destroy_tis_in::TISN),
+    ("wq", "wq_type", wq::WQ_TYPE),
+    ("wq", "end_padding_mode", wq::END_PADDING_MODE),
+    ("wq", "pd", wq::PD),
+    ("wq", "uar_page", wq::UAR_PAGE),
+    ("wq", "dbr_addr", wq::DBR_ADDR),
+    ("wq", "log_wq_stride", wq::LOG_WQ_STRIDE),
+    ("wq", "log_wq_pg_sz", wq::LOG_WQ_PG_SZ),
+    ("wq", "log_wq_sz", wq::LOG_WQ_SZ),
+    ("wq", "pas", wq::PAS),
+    ("sqc", "rlky", sqc::RLKY),
+    ("sqc", "fre", sqc::FRE),
+    ("sqc", "flush_in_error_en", sqc::FLUSH_IN_ERROR_EN),
+    ("sqc", "min_wqe_inline_mode", sqc::MIN_WQE_INLINE_MODE),
+    ("sqc", "state", sqc::STATE),
+    ("sqc", "ts_format", sqc::TS_FORMAT),
+    ("sqc", "user_index", sqc::USER_INDEX),
+    ("sqc", "cqn", sqc::CQN),
+    ("sqc", "tis_lst_sz", sqc::TIS_LST_SZ),
+    ("sqc", "tis_num_0", sqc::TIS_NUM_0),
+    ("sqc", "wq", sqc::WQ),
+    ("create_sq_in", "opcode", create_sq_in::OPCODE),
+    ("create_sq_in", "uid", create_sq_in::UID),
+    ("create_sq_in", "op_mod", create_sq_in::OP_MOD),
+    ("create_sq_in", "ctx", create_sq_in::CTX),
+    ("create_sq_out", "status", create_sq_out::STATUS),
+    ("create_sq_out", "syndrome", create_sq_out::SYNDROME),
+    ("create_sq_out", "sqn", create_sq_out::SQN),
+    ("modify_sq_in", "opcode", modify_sq_in::OPCODE),
+    ("modify_sq_in", "uid", modify_sq_in::UID),
+    ("modify_sq_in", "op_mod", modify_sq_in::OP_MOD),
+    ("modify_sq_in", "sq_state", modify_sq_in::SQ_STATE),
+    ("modify_sq_in", "sqn", modify_sq_in::SQN),
+    ("modify_sq_in", "modify_bitmask", modify_sq_in::MODIFY_BITMASK),
+    ("modify_sq_in", "ctx", modify_sq_in::CTX),
+    ("destroy_sq_in", "opcode", destroy_sq_in::OPCODE),
+    ("destroy_sq_in", "uid", destroy_sq_in::UID),
+    ("destroy_sq_in", "op_mod", destroy_sq_in::OP_MOD),
+    ("destroy_sq_in", "sqn", destroy_sq_in::SQN),
+    ("rqc", "rlky", rqc::RLKY),
+    ("rqc", "vsd", rqc::VSD),
+    ("rqc", "mem_rq_type", rqc::MEM_RQ_TYPE),
+    ("rqc", "state", rqc::STATE),
+    ("rqc", "flush_in_error_en", rqc::FLUSH_IN_ERROR_EN),
+    ("rqc", "ts_format", rqc::TS_FORMAT),
+    ("rqc", "user_index", rqc::USER_INDEX),
+    ("rqc", "cqn", rqc::CQN),
+    ("rqc", "counter_set_id", rqc::COUNTER_SET_ID),
+    ("rqc", "wq", rqc::WQ),
+    ("create_rq_in", "opcode", create_rq_in::OPCODE),
+    ("create_rq_in", "uid", create_rq_in::UID),
+    ("create_rq_in", "op_mod", create_rq_in::OP_MOD),
+    ("create_rq_in", "ctx", create_rq_in::CTX),
+    ("create_rq_out", "status", create_rq_out::STATUS),
+    ("create_rq_out", "syndrome", create_rq_out::SYNDROME),
+    ("create_rq_out", "rqn", create_rq_out::RQN),
+    ("modify_rq_in", "opcode", modify_rq_in::OPCODE),
+    ("modify_rq_in", "uid", modify_rq_in::UID),
+    ("modify_rq_in", "op_mod", modify_rq_in::OP_MOD),
+    ("modify_rq_in", "rq_state", modify_rq_in::RQ_STATE),
+    ("modify_rq_in", "rqn", modify_rq_in::RQN),
+    ("modify_rq_in", "modify_bitmask", modify_rq_in::MODIFY_BITMASK),
+    ("modify_rq_in", "ctx", modify_rq_in::CTX),
+    ("destroy_rq_in", "opcode", destroy_rq_in::OPCODE),
+    ("destroy_rq_in", "uid", destroy_rq_in::UID),
+    ("destroy_rq_in", "op_mod", destroy_rq_in::OP_MOD),
+    ("destroy_rq_in", "rqn", destroy_rq_in::RQN),
+    ("tirc", "disp_type", tirc::DISP_TYPE),
+    ("tirc", "inline_rqn", tirc::INLINE_RQN),
+    ("tirc", "rx_hash_fn", tirc::RX_HASH_FN),
+    ("tirc", "self_lb_block", tirc::SELF_LB_BLOCK),
+    ("tirc", "transport_domain", tirc::TRANSPORT_DOMAIN),
+    ("create_tir_in", "opcode", create_tir_in::OPCODE),
+    ("create_tir_in", "uid", create_tir_in::UID),
+    ("create_tir_in", "op_mod", create_tir_in::OP_MOD),
+    ("create_tir_in", "ctx", create_tir_in::CTX),
+    ("create_tir_out", "status", create_tir_out::STATUS),
+    ("create_tir_out", "icm_address_63_40", create_tir_out::ICM_ADDRESS_63_40),
+    ("create_tir_out", "syndrome", create_tir_out::SYNDROME),
+    ("create_tir_out", "icm_address_39_32", create_tir_out::ICM_ADDRESS_39_32),
+    ("create_tir_out", "tirn", create_tir_out::TIRN),
+    ("create_tir_out", "icm_address_31_0", create_tir_out::ICM_ADDRESS_31_0),
+    ("destroy_tir_in", "opcode", destroy_tir_in::OPCODE),
+    ("destroy_tir_in", "uid", destroy_tir_in::UID),
+    ("destroy_tir_in", "op_mod", destroy_tir_in::OP_MOD),
+    ("destroy_tir_in", "tirn", destroy_tir_in::TIRN),
+    ("flow_table_context", "table_miss_action", flow_table_context::TABLE_MISS_ACTION),
+    ("flow_table_context", "level", flow_table_context::LEVEL),
+    ("flow_table_context", "log_size", flow_table_context::LOG_SIZE),
+    ("flow_table_context", "table_miss_id", flow_table_context::TABLE_MISS_ID),
+    ("create_flow_table_in", "opcode", create_flow_table_in::OPCODE),
+    ("create_flow_table_in", "uid", create_flow_table_in::UID),
+    ("create_flow_table_in", "op_mod", create_flow_table_in::OP_MOD),
+    ("create_flow_table_in", "other_vport", create_flow_table_in::OTHER_VPORT),
+    ("create_flow_table_in", "vport_number", create_flow_table_in::VPORT_NUMBER),
+    ("create_flow_table_in", "table_type", create_flow_table_in::TABLE_TYPE),
+    ("create_flow_table_in", "flow_table_context", create_flow_table_in::FLOW_TABLE_CONTEXT),
+    ("create_flow_table_out", "status", create_flow_table_out::STATUS),
+    ("create_flow_table_out", "icm_address_63_40", create_flow_table_out::ICM_ADDRESS_63_40),
+    ("create_flow_table_out", "syndrome", create_flow_table_out::SYNDROME),
+    ("create_flow_table_out", "icm_address_39_32", create_flow_table_out::ICM_ADDRESS_39_32),
+    ("create_flow_table_out", "table_id", create_flow_table_out::TABLE_ID),
+    ("create_flow_table_out", "icm_address_31_0", create_flow_table_out::ICM_ADDRESS_31_0),
+    ("destroy_flow_table_in", "opcode", destroy_flow_table_in::OPCODE),
+    ("destroy_flow_table_in", "op_mod", destroy_flow_table_in::OP_MOD),
+    ("destroy_flow_table_in", "other_vport", destroy_flow_table_in::OTHER_VPORT),
+    ("destroy_flow_table_in", "vport_number", destroy_flow_table_in::VPORT_NUMBER),
+    ("destroy_flow_table_in", "table_type", destroy_flow_table_in::TABLE_TYPE),
+    ("destroy_flow_table_in", "table_id", destroy_flow_table_in::TABLE_ID),
+    ("fte_match_set_lyr_2_4", "smac_47_16", fte_match_set_lyr_2_4::SMAC_47_16),
+    ("fte_match_set_lyr_2_4", "smac_15_0", fte_match_set_lyr_2_4::SMAC_15_0),
+    ("fte_match_set_lyr_2_4", "ethertype", fte_match_set_lyr_2_4::ETHERTYPE),
+    ("fte_match_set_lyr_2_4", "dmac_47_16", fte_match_set_lyr_2_4::DMAC_47_16),
+    ("fte_match_set_lyr_2_4", "dmac_15_0", fte_match_set_lyr_2_4::DMAC_15_0),
+    ("fte_match_set_lyr_2_4", "cvlan_tag", fte_match_set_lyr_2_4::CVLAN_TAG),
+    ("fte_match_set_lyr_2_4", "svlan_tag", fte_match_set_lyr_2_4::SVLAN_TAG),
+    ("fte_match_param", "outer_headers", fte_match_param::OUTER_HEADERS),
+    ("create_flow_group_in", "opcode", create_flow_group_in::OPCODE),
+    ("create_flow_group_in", "op_mod", create_flow_group_in::OP_MOD),
+    ("create_flow_group_in", "other_vport", create_flow_group_in::OTHER_VPORT),
+    ("create_flow_group_in", "vport_number", create_flow_group_in::VPORT_NUMBER),
+    ("create_flow_group_in", "table_type", create_flow_group_in::TABLE_TYPE),
+    ("create_flow_group_in", "group_type", create_flow_group_in::GROUP_TYPE),
+    ("create_flow_group_in", "table_id", create_flow_group_in::TABLE_ID),
+    ("create_flow_group_in", "source_eswitch_owner_vhca_id_valid", create_flow_group_in::SOURCE_ESWITCH_OWNER_VHCA_ID_VALID),
+    ("create_flow_group_in", "start_flow_index", create_flow_group_in::START_FLOW_INDEX),
+    ("create_flow_group_in", "end_flow_index", create_flow_group_in::END_FLOW_INDEX),
+    ("create_flow_group_in", "match_definer_id", create_flow_group_in::MATCH_DEFINER_ID),
+    ("create_flow_group_in", "match_criteria_enable", create_flow_group_in::MATCH_CRITERIA_ENABLE),
+    ("create_flow_group_in", "match_criteria", create_flow_group_in::MATCH_CRITERIA),
+    ("create_flow_group_out", "status", create_flow_group_out::STATUS),
+    ("create_flow_group_out", "syndrome", create_flow_group_out::SYNDROME),
+    ("create_flow_group_out", "group_id", create_flow_group_out::GROUP_ID),
+    ("destroy_flow_group_in", "opcode", destroy_flow_group_in::OPCODE),
+    ("destroy_flow_group_in", "op_mod", destroy_flow_group_in::OP_MOD),
+    ("destroy_flow_group_in", "other_vport", destroy_flow_group_in::OTHER_VPORT),
+    ("destroy_flow_group_in", "vport_number", destroy_flow_group_in::VPORT_NUMBER),
+    ("destroy_flow_group_in", "table_type", destroy_flow_group_in::TABLE_TYPE),
+    ("destroy_flow_group_in", "table_id", destroy_flow_group_in::TABLE_ID),
+    ("destroy_flow_group_in", "group_id", destroy_flow_group_in::GROUP_ID),
+    ("flow_context", "group_id", flow_context::GROUP_ID),
+    ("flow_context", "flow_tag", flow_context::FLOW_TAG),
+    ("flow_context", "action", flow_context::ACTION),
+    ("flow_context", "destination_list_size", flow_context::DESTINATION_LIST_SIZE),
+    ("flow_context", "match_value", flow_context::MATCH_VALUE),
+    ("flow_context", "destination", flow_context::DESTINATION),
+    ("dest_format_struct", "destination_type", dest_format_struct::DESTINATION_TYPE),
+    ("dest_format_struct", "destination_id", dest_format_struct::DESTINATION_ID),
+    ("dest_format_struct", "destination_eswitch_owner_vhca_id_valid", dest_format_struct::DESTINATION_ESWITCH_OWNER_VHCA_ID_VALID),
+    ("dest_format_struct", "packet_reformat", dest_format_struct::PACKET_REFORMAT),
+    ("dest_format_struct", "destination_eswitch_owner_vhca_id", dest_format_struct::DESTINATION_ESWITCH_OWNER_VHCA_ID),
+    ("set_fte_in", "opcode", set_fte_in::OPCODE),
+    ("set_fte_in", "op_mod", set_fte_in::OP_MOD),
+    ("set_fte_in", "other_vport", set_fte_in::OTHER_VPORT),
+    ("set_fte_in", "vport_number", set_fte_in::VPORT_NUMBER),
+    ("set_fte_in", "table_type", set_fte_in::TABLE_TYPE),
+    ("set_fte_in", "table_id", set_fte_in::TABLE_ID),
+    ("set_fte_in", "ignore_flow_level", set_fte_in::IGNORE_FLOW_LEVEL),
+    ("set_fte_in", "modify_enable_mask", set_fte_in::MODIFY_ENABLE_MASK),
+    ("set_fte_in", "flow_index", set_fte_in::FLOW_INDEX),
+    ("set_fte_in", "flow_context", set_fte_in::FLOW_CONTEXT),
+    ("delete_fte_in", "opcode", delete_fte_in::OPCODE),
+    ("delete_fte_in", "op_mod", delete_fte_in::OP_MOD),
+    ("delete_fte_in", "other_vport", delete_fte_in::OTHER_VPORT),
+    ("delete_fte_in", "vport_number", delete_fte_in::VPORT_NUMBER),
+    ("delete_fte_in", "table_type", delete_fte_in::TABLE_TYPE),
+    ("delete_fte_in", "table_id", delete_fte_in::TABLE_ID),
+    ("delete_fte_in", "flow_index", delete_fte_in::FLOW_INDEX),
+    ("set_flow_table_root_in", "opcode", set_flow_table_root_in::OPCODE),
+    ("set_flow_table_root_in", "op_mod", set_flow_table_root_in::OP_MOD),
+    ("set_flow_table_root_in", "other_vport", set_flow_table_root_in::OTHER_VPORT),
+    ("set_flow_table_root_in", "vport_number", set_flow_table_root_in::VPORT_NUMBER),
+    ("set_flow_table_root_in", "table_type", set_flow_table_root_in::TABLE_TYPE),
+    ("set_flow_table_root_in", "table_of_other_vport", set_flow_table_root_in::TABLE_OF_OTHER_VPORT),
+    ("set_flow_table_root_in", "table_vport_number", set_flow_table_root_in::TABLE_VPORT_NUMBER),
+    ("set_flow_table_root_in", "table_id", set_flow_table_root_in::TABLE_ID),
+    ("set_flow_table_root_in", "underlay_qpn", set_flow_table_root_in::UNDERLAY_QPN),
+    ("set_flow_table_root_in", "table_eswitch_owner_vhca_id_valid", set_flow_table_root_in::TABLE_ESWITCH_OWNER_VHCA_ID_VALID),
+    ("set_flow_table_root_in", "table_eswitch_owner_vhca_id", set_flow_table_root_in::TABLE_ESWITCH_OWNER_VHCA_ID),
 ];
 
 /// Every emitted layout size in bits, for the header check.
@@ -1355,6 +2129,43 @@ pub const SIZES: &[(&str, u32)] = &[
     ("query_roce_address_out", query_roce_address_out::SIZE_BITS),
     ("access_register_out", access_register_out::SIZE_BITS),
     ("pmtu_reg", pmtu_reg::SIZE_BITS),
+    ("per_protocol_networking_offload_caps", per_protocol_networking_offload_caps::SIZE_BITS),
+    ("alloc_transport_domain_in", alloc_transport_domain_in::SIZE_BITS),
+    ("alloc_transport_domain_out", alloc_transport_domain_out::SIZE_BITS),
+    ("dealloc_transport_domain_in", dealloc_transport_domain_in::SIZE_BITS),
+    ("tisc", tisc::SIZE_BITS),
+    ("create_tis_in", create_tis_in::SIZE_BITS),
+    ("create_tis_out", create_tis_out::SIZE_BITS),
+    ("destroy_tis_in", destroy_tis_in::SIZE_BITS),
+    ("wq", wq::SIZE_BITS),
+    ("sqc", sqc::SIZE_BITS),
+    ("create_sq_in", create_sq_in::SIZE_BITS),
+    ("create_sq_out", create_sq_out::SIZE_BITS),
+    ("modify_sq_in", modify_sq_in::SIZE_BITS),
+    ("destroy_sq_in", destroy_sq_in::SIZE_BITS),
+    ("rqc", rqc::SIZE_BITS),
+    ("create_rq_in", create_rq_in::SIZE_BITS),
+    ("create_rq_out", create_rq_out::SIZE_BITS),
+    ("modify_rq_in", modify_rq_in::SIZE_BITS),
+    ("destroy_rq_in", destroy_rq_in::SIZE_BITS),
+    ("tirc", tirc::SIZE_BITS),
+    ("create_tir_in", create_tir_in::SIZE_BITS),
+    ("create_tir_out", create_tir_out::SIZE_BITS),
+    ("destroy_tir_in", destroy_tir_in::SIZE_BITS),
+    ("flow_table_context", flow_table_context::SIZE_BITS),
+    ("create_flow_table_in", create_flow_table_in::SIZE_BITS),
+    ("create_flow_table_out", create_flow_table_out::SIZE_BITS),
+    ("destroy_flow_table_in", destroy_flow_table_in::SIZE_BITS),
+    ("fte_match_set_lyr_2_4", fte_match_set_lyr_2_4::SIZE_BITS),
+    ("fte_match_param", fte_match_param::SIZE_BITS),
+    ("create_flow_group_in", create_flow_group_in::SIZE_BITS),
+    ("create_flow_group_out", create_flow_group_out::SIZE_BITS),
+    ("destroy_flow_group_in", destroy_flow_group_in::SIZE_BITS),
+    ("flow_context", flow_context::SIZE_BITS),
+    ("dest_format_struct", dest_format_struct::SIZE_BITS),
+    ("set_fte_in", set_fte_in::SIZE_BITS),
+    ("delete_fte_in", delete_fte_in::SIZE_BITS),
+    ("set_flow_table_root_in", set_flow_table_root_in::SIZE_BITS),
 ];
 
 /// Every emitted enum constant with its header name, for the header check.
@@ -1411,4 +2222,33 @@ pub const CONSTS: &[(&str, u16)] = &[
     ("MLX5_TIMESTAMP_FORMAT_CAP_REAL_TIME", consts::TIMESTAMP_FORMAT_CAP_REAL_TIME),
     ("MLX5_MKC_ACCESS_MODE_PA", consts::MKC_ACCESS_MODE_PA),
     ("MLX5_MKC_ACCESS_MODE_MTT", consts::MKC_ACCESS_MODE_MTT),
+    ("MLX5_CMD_OP_ALLOC_TRANSPORT_DOMAIN", consts::CMD_OP_ALLOC_TRANSPORT_DOMAIN),
+    ("MLX5_CMD_OP_DEALLOC_TRANSPORT_DOMAIN", consts::CMD_OP_DEALLOC_TRANSPORT_DOMAIN),
+    ("MLX5_CMD_OP_CREATE_TIS", consts::CMD_OP_CREATE_TIS),
+    ("MLX5_CMD_OP_DESTROY_TIS", consts::CMD_OP_DESTROY_TIS),
+    ("MLX5_CMD_OP_CREATE_SQ", consts::CMD_OP_CREATE_SQ),
+    ("MLX5_CMD_OP_MODIFY_SQ", consts::CMD_OP_MODIFY_SQ),
+    ("MLX5_CMD_OP_DESTROY_SQ", consts::CMD_OP_DESTROY_SQ),
+    ("MLX5_CMD_OP_CREATE_RQ", consts::CMD_OP_CREATE_RQ),
+    ("MLX5_CMD_OP_MODIFY_RQ", consts::CMD_OP_MODIFY_RQ),
+    ("MLX5_CMD_OP_DESTROY_RQ", consts::CMD_OP_DESTROY_RQ),
+    ("MLX5_CMD_OP_CREATE_TIR", consts::CMD_OP_CREATE_TIR),
+    ("MLX5_CMD_OP_DESTROY_TIR", consts::CMD_OP_DESTROY_TIR),
+    ("MLX5_CMD_OP_CREATE_FLOW_TABLE", consts::CMD_OP_CREATE_FLOW_TABLE),
+    ("MLX5_CMD_OP_DESTROY_FLOW_TABLE", consts::CMD_OP_DESTROY_FLOW_TABLE),
+    ("MLX5_CMD_OP_CREATE_FLOW_GROUP", consts::CMD_OP_CREATE_FLOW_GROUP),
+    ("MLX5_CMD_OP_DESTROY_FLOW_GROUP", consts::CMD_OP_DESTROY_FLOW_GROUP),
+    ("MLX5_CMD_OP_SET_FLOW_TABLE_ENTRY", consts::CMD_OP_SET_FLOW_TABLE_ENTRY),
+    ("MLX5_CMD_OP_DELETE_FLOW_TABLE_ENTRY", consts::CMD_OP_DELETE_FLOW_TABLE_ENTRY),
+    ("MLX5_CMD_OP_SET_FLOW_TABLE_ROOT", consts::CMD_OP_SET_FLOW_TABLE_ROOT),
+    ("MLX5_SQC_STATE_RST", consts::SQC_STATE_RST),
+    ("MLX5_SQC_STATE_RDY", consts::SQC_STATE_RDY),
+    ("MLX5_RQC_STATE_RST", consts::RQC_STATE_RST),
+    ("MLX5_RQC_STATE_RDY", consts::RQC_STATE_RDY),
+    ("MLX5_WQ_WQ_TYPE_WQ_CYCLIC", consts::WQ_WQ_TYPE_WQ_CYCLIC),
+    ("MLX5_TIRC_DISP_TYPE_DIRECT", consts::TIRC_DISP_TYPE_DIRECT),
+    ("MLX5_FLOW_TABLE_TYPE_NIC_RX", consts::FLOW_TABLE_TYPE_NIC_RX),
+    ("MLX5_FLOW_CONTEXT_ACTION_FWD_DEST", consts::FLOW_CONTEXT_ACTION_FWD_DEST),
+    ("MLX5_IFC_FLOW_DESTINATION_TYPE_TIR", consts::IFC_FLOW_DESTINATION_TYPE_TIR),
+    ("MLX5_CREATE_FLOW_GROUP_IN_MATCH_CRITERIA_ENABLE_OUTER_HEADERS", consts::CREATE_FLOW_GROUP_IN_MATCH_CRITERIA_ENABLE_OUTER_HEADERS),
 ];

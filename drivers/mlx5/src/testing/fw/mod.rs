@@ -241,3 +241,18 @@ impl BarHandler for FakeFw {
         }
     }
 }
+
+/// Every set bit of `buf` lies inside one of `fields`: reserved bits are clear, as firmware
+/// requires (delivery status "reserved fields not cleared").
+pub fn only_fields(buf: &[u8], fields: &[crate::layout::ifc::Field]) {
+    for bit in 0..buf.len() * 8 {
+        let set = buf[bit / 8] & (0x80 >> (bit % 8)) != 0;
+        let covered =
+            fields.iter().any(|f| (f.bit as usize..(f.bit + f.width) as usize).contains(&bit));
+        assert!(
+            !set || covered,
+            "bit {bit:#x} (byte {:#x}) set outside the fields written",
+            bit / 8
+        );
+    }
+}

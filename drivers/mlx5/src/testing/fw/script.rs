@@ -84,6 +84,12 @@ pub struct State {
     pub roce_caps: Vec<(Field, u64)>,
     /// The `roce_addr_layout` every `QUERY_ROCE_ADDRESS` answers (empty: a zeroed entry).
     pub roce_address: Vec<u8>,
+    /// The permanent MAC and `min_wqe_inline_mode` `QUERY_NIC_VPORT_CONTEXT` answers.
+    pub vport_mac: [u8; 6],
+    /// `min_wqe_inline_mode` of the NIC vport context.
+    pub vport_min_inline: u8,
+    /// `wqe_inline_mode` of the Ethernet offload capabilities.
+    pub eth_inline_cap: u64,
     /// After each `MANAGE_PAGES`, ask for one page, then offer one back, forever.
     pub ping_pong: bool,
     /// The DMA space (set by [`script`]), for writing events.
@@ -193,6 +199,7 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
             let pt = st.port_type;
             let overrides = st.caps.clone();
             let roce_overrides = st.roce_caps.clone();
+            let eth_inline = st.eth_inline_cap;
             reply(s.outlen, |o| {
                 let cap = &mut o[query_hca_cap_out::CAPABILITY.byte()..];
                 if ty == 0 {
@@ -205,8 +212,43 @@ fn answer(st: &mut State, s: &Seen) -> Reply {
                     for &(f, v) in &roce_overrides {
                         ifc::set(cap, f, v);
                     }
+                } else if ty == 1 {
+                    let f = per_protocol_networking_offload_caps::WQE_INLINE_MODE;
+                    ifc::set(cap, f, eth_inline);
                 }
             })
+        }
+        op if op == consts::CMD_OP_QUERY_NIC_VPORT_CONTEXT => {
+            let (mac, min_inline) = (st.vport_mac, st.vport_min_inline);
+            reply(s.outlen, |o| {
+                let x = query_nic_vport_context_out::NIC_VPORT_CONTEXT;
+                let at = nic_vport_context::PERMANENT_ADDRESS.within(x).byte();
+                o[at + 2..at + 8].copy_from_slice(&mac);
+                ifc::set(o, nic_vport_context::MIN_WQE_INLINE_MODE.within(x), min_inline as u64);
+            })
+        }
+        // The Ethernet path's objects get fixed numbers, one per kind, so a test can tell
+        // which object a later command names.
+        op if op == consts::CMD_OP_ALLOC_TRANSPORT_DOMAIN => {
+            reply(s.outlen, |o| ifc::set(o, alloc_transport_domain_out::TRANSPORT_DOMAIN, 0x21))
+        }
+        op if op == consts::CMD_OP_CREATE_TIS => {
+            reply(s.outlen, |o| ifc::set(o, create_tis_out::TISN, 0x22))
+        }
+        op if op == consts::CMD_OP_CREATE_SQ => {
+            reply(s.outlen, |o| ifc::set(o, create_sq_out::SQN, 0x23))
+        }
+        op if op == consts::CMD_OP_CREATE_RQ => {
+            reply(s.outlen, |o| ifc::set(o, create_rq_out::RQN, 0x24))
+        }
+        op if op == consts::CMD_OP_CREATE_TIR => {
+            reply(s.outlen, |o| ifc::set(o, create_tir_out::TIRN, 0x25))
+        }
+        op if op == consts::CMD_OP_CREATE_FLOW_TABLE => {
+            reply(s.outlen, |o| ifc::set(o, create_flow_table_out::TABLE_ID, 0x26))
+        }
+        op if op == consts::CMD_OP_CREATE_FLOW_GROUP => {
+            reply(s.outlen, |o| ifc::set(o, create_flow_group_out::GROUP_ID, 0x27))
         }
         op if op == consts::CMD_OP_ALLOC_UAR => {
             let uar = st.uar_index;
@@ -269,6 +311,7 @@ pub fn example_caps() -> HcaCaps {
         roce_sw_udp_sport: true,
         qp_ts_format: 0,
         sq_ts_format: 0,
+        rq_ts_format: 0,
         cqe_version: 1,
         num_vhca_ports: 0,
         release_all_pages: false,
