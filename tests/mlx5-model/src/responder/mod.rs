@@ -11,6 +11,7 @@
 //! answered with `Resp::Ack`: UD is unreliable, and the sender completes whether or not
 //! the datagram was accepted; a drop is counted and logged at the receiving model.
 
+pub(crate) mod check;
 pub(crate) mod rc;
 pub(crate) mod recv;
 pub(crate) mod ud;
