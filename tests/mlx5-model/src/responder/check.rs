@@ -21,9 +21,6 @@
 //! PSNs are 24-bit and compared modulo 2^24 with a signed 24-bit difference (rxe
 //! `psn_compare`).
 
-// Until the packet transport applies them (next step), only the tests call these.
-#![allow(dead_code)]
-
 use crate::objects::{Mkey, Rights};
 use crate::roce::bth::{Opcode, Operation, Position};
 use crate::roce::ext::{AtomicEth, NakCode, Reth};
@@ -211,6 +208,21 @@ pub enum Response {
 }
 
 impl Refusal {
+    /// A short name for the log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::PsnAhead { .. } => "psn ahead",
+            Refusal::MissingFirst => "missing first",
+            Refusal::MissingLast => "missing last",
+            Refusal::NotEnabled(_) => "operation not enabled",
+            Refusal::NoReadAtomicResources => "no read/atomic resources",
+            Refusal::NoReceive => "no receive wqe",
+            Refusal::Length(_) => "length",
+            Refusal::Rkey(_) => "rkey",
+            Refusal::MisalignedAtomic => "misaligned atomic",
+        }
+    }
+
     /// What the responder answers (rxe `rxe_responder`'s error states, RC).
     pub fn response(self) -> Response {
         match self {
