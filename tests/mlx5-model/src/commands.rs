@@ -235,10 +235,12 @@ impl Shared {
                 npsn: 0,
                 retry_cnt: 0,
                 rnr_retry: 0,
+                ack_timeout: 0,
+                req: Default::default(),
+                resp: Default::default(),
                 sq_pi: 0,
                 rq_ci: 0,
                 pending: Default::default(),
-                rnr: None,
                 gen,
             },
         );
@@ -319,6 +321,7 @@ impl Shared {
                 qp.route = route;
                 qp.mtu = 128 << mtu;
                 qp.epsn = rq_psn;
+                qp.resp = Default::default();
                 qp.state = QpState::Rtr;
             }
             QpCmd::RtrToRts { sq_psn, timeout, retry_cnt, rnr_retry } => {
@@ -331,11 +334,13 @@ impl Shared {
                 qp.npsn = sq_psn;
                 qp.retry_cnt = retry_cnt;
                 qp.rnr_retry = rnr_retry;
+                qp.ack_timeout = timeout;
+                qp.req = Default::default();
+                qp.req.una = sq_psn;
                 qp.state = QpState::Rts;
             }
             QpCmd::ToErr => {
                 qp.state = QpState::Error;
-                qp.rnr = None;
                 flush_on_error(self, qp, qpn, &mut dev.ready);
                 drop(guard);
                 self.kick();
@@ -346,7 +351,8 @@ impl Shared {
                 qp.state = QpState::Reset;
                 qp.sq_pi = 0;
                 qp.rq_ci = 0;
-                qp.rnr = None;
+                qp.req = Default::default();
+                qp.resp = Default::default();
                 qp.rights = Rights::default();
                 qp.qkey = 0;
                 qp.gen = next_gen;

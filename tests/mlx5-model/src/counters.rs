@@ -258,32 +258,36 @@ pub enum Reason {
     },
     /// Note, datagram dropped: the destination GID and MAC lead to no port.
     DatagramNoRoute,
-    /// Fatal (0x15): the request's PSN is not the one the responder expects.
-    PsnMismatch {
-        /// PSN sent.
-        sent: u32,
-        /// PSN expected.
-        expected: u32,
-    },
-    /// Fatal (0x15): a packet exceeded the responder's path MTU.
-    MtuExceeded {
-        /// Requester MTU in bytes.
-        requester: u32,
-        /// Responder MTU in bytes.
-        responder: u32,
-    },
-    /// Fatal (0x15): the path leads nowhere (unknown GID, wrong MAC, no wire, model gone).
-    NoRoute,
-    /// Fatal (0x15): the target QP does not exist or is not in RTR/RTS.
-    TargetNotReady {
-        /// The target QPN.
+    /// Fatal (0x15): the local ACK timer expired `retry_cnt` + 1 times (or sequence NAKs
+    /// used the retries up) with no progress: the requests were never acknowledged.
+    RetryExceeded {
+        /// The remote QPN.
         qpn: u32,
     },
-    /// Fatal (0x15): the responder's path or remote QPN does not lead back, so the ACK is lost
-    /// (the data has been written).
-    AckLost {
+    /// Fatal (0x12): the responder answered NAK "invalid request".
+    NakInvalidRequest {
+        /// The NAK's PSN.
+        psn: u32,
+    },
+    /// Fatal (0x13): the responder answered NAK "remote access error".
+    NakRemoteAccess {
+        /// The NAK's PSN.
+        psn: u32,
+    },
+    /// Fatal (0x14): the responder answered NAK "remote operational error".
+    NakRemoteOperational {
+        /// The NAK's PSN.
+        psn: u32,
+    },
+    /// Note at the responder: a request packet refused with an invalid request NAK (opcode
+    /// sequence, length, no resources) and the QP moved to ERR.
+    RequestRefused {
         /// The responder QP.
         qpn: u32,
+        /// The packet's PSN.
+        psn: u32,
+        /// The check that failed.
+        what: &'static str,
     },
     /// Fatal (0x16): no receive WQE at the responder and RNR retries ran out.
     RnrRetryExceeded {
@@ -417,12 +421,10 @@ impl Reason {
             | RecvNoLocalWrite { .. }
             | RecvBadLkey { .. }
             | RecvMalformed { .. } => Syndrome::RemoteOp,
-            ServiceMismatch { .. }
-            | PsnMismatch { .. }
-            | MtuExceeded { .. }
-            | NoRoute
-            | TargetNotReady { .. }
-            | AckLost { .. } => Syndrome::TransportRetryExc,
+            ServiceMismatch { .. } | RetryExceeded { .. } => Syndrome::TransportRetryExc,
+            NakInvalidRequest { .. } => Syndrome::RemoteInvalReq,
+            NakRemoteAccess { .. } => Syndrome::RemoteAccess,
+            NakRemoteOperational { .. } => Syndrome::RemoteOp,
             RnrRetryExceeded { .. } => Syndrome::RnrRetryExc,
             _ => return None,
         })
@@ -485,11 +487,10 @@ impl Reason {
             RecvMalformed { .. } => 0x3e,
             RemoteDmaFault { .. } => 0x3f,
             RecvWqeFault { .. } => 0x38,
-            PsnMismatch { .. } => 0x40,
-            MtuExceeded { .. } => 0x41,
-            NoRoute => 0x42,
-            TargetNotReady { .. } => 0x43,
-            AckLost { .. } => 0x44,
+            RetryExceeded { .. } => 0x40,
+            NakInvalidRequest { .. } => 0x41,
+            NakRemoteAccess { .. } => 0x42,
+            NakRemoteOperational { .. } => 0x43,
             ServiceMismatch { .. } => 0x45,
             RnrRetryExceeded { .. } => 0x50,
             _ => 0,
@@ -604,6 +605,38 @@ pub struct Counters {
     pub validation_failures: u64,
     /// Doorbells ignored (QP not in RTS, unknown QP, wrong UAR).
     pub ignored_doorbells: u64,
+    /// RoCE frames built and sent (loopback included).
+    pub frames_sent: u64,
+    /// Frames received from the port or the loopback queue.
+    pub frames_received: u64,
+    /// Frames dropped before or at a QP (malformed ones too; the link's drop counters say why).
+    pub frames_dropped: u64,
+    /// Frames that were not IPv4/IPv6 (left for the Ethernet receive path).
+    pub frames_non_roce: u64,
+    /// Packets that could not be built (a model bug if ever non-zero).
+    pub frames_unbuildable: u64,
+    /// Frames the port refused (or no port to send on).
+    pub frames_send_failed: u64,
+    /// Receive calls the port failed.
+    pub frames_recv_failed: u64,
+    /// RoCE frames not for one of this port's GIDs.
+    pub drop_not_ours: u64,
+    /// RoCE frames for no QP that could take them (DestQP, transport, state).
+    pub drop_no_qp: u64,
+    /// RC frames whose IP addresses are not the QP's path.
+    pub drop_address: u64,
+    /// Frames with a P_Key other than 0xffff.
+    pub drop_pkey: u64,
+    /// Responses for no outstanding request.
+    pub drop_unexpected: u64,
+    /// Request packets sent again (go-back-N after a NAK, a timeout or an RNR wait).
+    pub retransmits: u64,
+    /// Local ACK timeouts.
+    pub ack_timeouts: u64,
+    /// NAKs this model sent as responder (sequence, invalid request, remote access, remote operational).
+    pub naks_sent: u64,
+    /// Duplicate request packets this model received as responder.
+    pub duplicates: u64,
 }
 
 impl Counters {
@@ -640,6 +673,22 @@ pub(crate) struct Stats {
     pub cq_overflows: AtomicU64,
     pub validation_failures: AtomicU64,
     pub ignored_doorbells: AtomicU64,
+    pub frames_sent: AtomicU64,
+    pub frames_received: AtomicU64,
+    pub frames_dropped: AtomicU64,
+    pub frames_non_roce: AtomicU64,
+    pub frames_unbuildable: AtomicU64,
+    pub frames_send_failed: AtomicU64,
+    pub frames_recv_failed: AtomicU64,
+    pub drop_not_ours: AtomicU64,
+    pub drop_no_qp: AtomicU64,
+    pub drop_address: AtomicU64,
+    pub drop_pkey: AtomicU64,
+    pub drop_unexpected: AtomicU64,
+    pub retransmits: AtomicU64,
+    pub ack_timeouts: AtomicU64,
+    pub naks_sent: AtomicU64,
+    pub duplicates: AtomicU64,
     pub by_syndrome: Mutex<BTreeMap<u8, u64>>,
     pub log: Mutex<Vec<Violation>>,
     pub events: Mutex<Vec<Event>>,
@@ -699,6 +748,22 @@ impl Stats {
             cq_overflows: g(&self.cq_overflows),
             validation_failures: g(&self.validation_failures),
             ignored_doorbells: g(&self.ignored_doorbells),
+            frames_sent: g(&self.frames_sent),
+            frames_received: g(&self.frames_received),
+            frames_dropped: g(&self.frames_dropped),
+            frames_non_roce: g(&self.frames_non_roce),
+            frames_unbuildable: g(&self.frames_unbuildable),
+            frames_send_failed: g(&self.frames_send_failed),
+            frames_recv_failed: g(&self.frames_recv_failed),
+            drop_not_ours: g(&self.drop_not_ours),
+            drop_no_qp: g(&self.drop_no_qp),
+            drop_address: g(&self.drop_address),
+            drop_pkey: g(&self.drop_pkey),
+            drop_unexpected: g(&self.drop_unexpected),
+            retransmits: g(&self.retransmits),
+            ack_timeouts: g(&self.ack_timeouts),
+            naks_sent: g(&self.naks_sent),
+            duplicates: g(&self.duplicates),
         }
     }
 }

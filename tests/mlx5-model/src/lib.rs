@@ -45,7 +45,8 @@
 //!   `validate` stage); each lkey (exists, PD, bounds, translation, and local write where the
 //!   HCA writes: READ destinations, atomic results); at the RC responder the QP's and the
 //!   rkey's right for the operation (`rwe`/`rw`, `rre`/`rr`, `rae`/`a`), PD, bounds,
-//!   translation, atomic alignment, PSN, MTU and the return path ([`responder`]);
+//!   translation, atomic alignment, PSN, opcode sequence and packet lengths, in the order
+//!   of rxe's responder (`responder::check`, applied by [`transport`]);
 //! * receive WQEs: their scatter lists, each entry's lkey (with local write) as data reaches
 //!   it, room for the whole message ([`responder`]'s `recv`); a datagram's Q_Key and its
 //!   destination QP (1 = the port's GSI QP);
@@ -78,11 +79,19 @@
 //!
 //! ## Modelling choices (not hardware facts)
 //!
-//! * Delivery is synchronous and lossless; "retry exceeded" (0x15) is reported at once for a
-//!   request that could never be acknowledged (no route, target QP not ready or of another
-//!   transport, PSN or MTU mismatch, ACK path broken).
-//! * Messages, not packets: a READ response or a SEND arrives whole; a receive too short for
-//!   a message is refused before any of it is written, and a READ or atomic whose local
+//! * The transport is packets ([`transport`]): RC messages are cut by the path MTU into
+//!   RoCE v2 frames with 24-bit PSNs, acknowledged (coalesced ACKs, NAKs, RNR NAKs), and
+//!   retransmitted go-back-N on a sequence NAK, an RNR wait or the local ACK timeout, whose
+//!   length the model bounds to a few tens of milliseconds ([`transport::timer`]) so that
+//!   "retry exceeded" (0x15) arrives quickly. A request that reaches nobody (no route, a
+//!   target QP not ready or of another transport, an ACK path that does not lead back) is
+//!   retried `retry_cnt` times and then completes with 0x15, as on a network.
+//! * The requester learns a remote error from the NAK only: `vendor_err` says which NAK
+//!   (invalid request, remote access, remote operational); the responder's log names the
+//!   check that failed.
+//! * A SEND is scattered into its receive WQE when its last packet arrives (a WRITE is placed
+//!   packet by packet), so a receive too short for a message is refused before any of it is
+//!   written; a READ or atomic whose local
 //!   buffer lacks local write fails before the request is sent (real hardware may have
 //!   written part of the message, or sent the request, first; the CQEs are the same).
 //! * Atomics are big-endian: the responder's 8 bytes are read and written as a big-endian
@@ -117,13 +126,14 @@ mod objects;
 pub mod peers;
 pub mod responder;
 pub mod roce;
+pub mod transport;
 mod wire;
 pub mod wqe;
 
 pub use codes::{CqeOpcode, SendOpcode, Syndrome};
 pub use counters::{Counters, Event, Reason, Violation};
 pub use direct::ModelControl;
-pub use model::{CqeFault, Gid, Model, ModelConfig, UAR_PAGE};
+pub use model::{CqeFault, Gid, Model, ModelConfig, PortSlot, UAR_PAGE};
 pub use objects::{ModelCaps, QpState};
 pub use wire::Wire;
 

@@ -11,6 +11,8 @@ use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use crate::bar::Handler;
 use crate::counters::{Counters, Event, Reason, Stats, Violation};
 use crate::objects::{Device, ModelCaps, QpState};
+use crate::roce::{DropCounters, Port};
+use crate::transport::Link;
 use crate::wire::Wire;
 
 /// Bytes of one UAR page (the system page size the model reports).
@@ -37,6 +39,10 @@ pub struct ModelConfig {
     pub gids: Vec<Gid>,
     /// The wire to attach the port to (RoCE v2 between models).
     pub wire: Option<Wire>,
+    /// Any other port to send and receive the model's frames on (a [`crate::roce::FaultPort`]
+    /// or [`crate::roce::PcapTap`] around a hub port, a [`crate::roce::port::PacketSocket`]);
+    /// exclusive with `wire`. See [`ModelConfig::with_port`].
+    pub port: Option<PortSlot>,
     /// The DMA space to use; `None` = a fresh [`HeapDma`].
     pub dma: Option<Arc<HeapDma>>,
 }
@@ -48,8 +54,39 @@ impl Default for ModelConfig {
             uar_pages: 64,
             gids: Vec::new(),
             wire: None,
+            port: None,
             dma: None,
         }
+    }
+}
+
+impl ModelConfig {
+    /// This configuration with the model's frames on `port` instead of a wire.
+    pub fn with_port(mut self, port: impl Port + 'static) -> ModelConfig {
+        self.port = Some(PortSlot::new(Box::new(port)));
+        self
+    }
+}
+
+/// A port handed to [`ModelConfig`], taken by the model it builds (a configuration is
+/// `Clone`; the port goes to the first model built from it, a second one fails).
+#[derive(Clone)]
+pub struct PortSlot(Arc<Mutex<Option<Box<dyn Port>>>>);
+
+impl PortSlot {
+    /// Hold `port` for a model.
+    pub fn new(port: Box<dyn Port>) -> PortSlot {
+        PortSlot(Arc::new(Mutex::new(Some(port))))
+    }
+
+    fn take(&self) -> Option<Box<dyn Port>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl std::fmt::Debug for PortSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PortSlot")
     }
 }
 
@@ -63,6 +100,8 @@ pub(crate) struct Shared {
     pub stats: Stats,
     pub gids: Vec<Gid>,
     pub wire: Option<Wire>,
+    /// The port and the loopback queue.
+    pub link: Mutex<Link>,
     pub start: Instant,
     /// Doorbells (and flush requests) not yet fully processed.
     pub outstanding: AtomicU64,
@@ -94,6 +133,11 @@ pub enum CqeFault {
 impl Shared {
     pub fn dev(&self) -> MutexGuard<'_, Device> {
         self.dev.lock().expect("model state poisoned")
+    }
+
+    /// The link. Never taken before the device lock while the link is held.
+    pub fn link(&self) -> MutexGuard<'_, Link> {
+        self.link.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Wake the engine.
@@ -166,6 +210,7 @@ impl Model {
             stats: Stats::default(),
             gids,
             wire: cfg.wire.clone(),
+            link: Mutex::new(Link::default()),
             start: Instant::now(),
             outstanding: AtomicU64::new(0),
             work: AtomicBool::new(false),
@@ -175,9 +220,17 @@ impl Model {
             fw: OnceLock::new(),
             cqe_fault: Mutex::new(None),
         });
-        if let Some(w) = &cfg.wire {
-            w.attach(&shared)?;
-        }
+        let port: Option<Box<dyn Port>> = match (&cfg.wire, &cfg.port) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidArgument("a model takes a wire or a port, not both"))
+            }
+            (Some(w), None) => Some(Box::new(w.attach(&shared)?)),
+            (None, Some(p)) => {
+                Some(p.take().ok_or(Error::InvalidArgument("the port was taken already"))?)
+            }
+            (None, None) => None,
+        };
+        shared.link().port = port;
         let bar = MemBar::with_handler(
             cfg.uar_pages as usize * UAR_PAGE,
             Arc::new(Handler(shared.clone())),
@@ -189,6 +242,27 @@ impl Model {
             .map_err(|_| Error::Device(Errno::EAGAIN))?;
         let _ = shared.thread.set(thread.thread().clone());
         Ok(Model { shared, bar, thread: Some(thread) })
+    }
+
+    /// A model whose port is the Linux interface `ifname`, through an `AF_PACKET` socket
+    /// ([`crate::roce::port::PacketSocket`], all EtherTypes; needs `CAP_NET_RAW`), with the
+    /// GID table `gids` — for a test against the kernel's rxe over a veth pair: give the
+    /// model's end of the pair an address-less role, put the model's GID (`::ffff:a.b.c.d`)
+    /// and a MAC different from the veth's own in `gids`, and tell the kernel side the
+    /// model's MAC for a.b.c.d (a static neighbour entry: the model does not answer ARP
+    /// yet; non-RoCE frames reach [`crate::transport`]'s `non_roce` hook and are counted).
+    /// Frames the host sends out of `ifname` are not taken as received.
+    #[cfg(target_os = "linux")]
+    pub fn on_interface(ifname: &str, gids: Vec<Gid>) -> Result<Model, Error> {
+        if gids.is_empty() {
+            return Err(Error::InvalidArgument("a model on an interface needs its GID table"));
+        }
+        let sock = crate::roce::port::PacketSocket::open(ifname, None).map_err(|e| match e {
+            crate::roce::PortError::NoInterface => Error::InvalidArgument("no such interface"),
+            crate::roce::PortError::Io { errno, .. } => Error::Device(Errno(errno)),
+            _ => Error::Device(Errno::EIO),
+        })?;
+        Model::with_config(ModelConfig { gids, ..Default::default() }.with_port(sock))
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -203,6 +277,12 @@ impl Model {
     /// The DMA space the device reaches; the driver allocates its rings and buffers here.
     pub fn dma(&self) -> Arc<HeapDma> {
         self.shared.dma.clone()
+    }
+
+    /// Frames dropped on receive before reaching a QP because they did not parse, by reason
+    /// (the counters' `drop_*` fields count the well-formed ones).
+    pub fn frame_drops(&self) -> DropCounters {
+        self.shared.link().drops.clone()
     }
 
     /// The port's GID table.

@@ -2,7 +2,6 @@
 //! assembly state. Everything here lives under the model's device lock.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::Instant;
 
 /// Device limits the model enforces and reports (`QUERY_HCA_CAP` general capabilities).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,14 +140,6 @@ pub(crate) struct Doorbell {
     pub touched: bool,
 }
 
-/// An RNR wait: the head WQE is retried at `next`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RnrWait {
-    pub next: Instant,
-    /// Retries left; `None` = unlimited (`rnr_retry` = 7).
-    pub left: Option<u8>,
-}
-
 /// The transport service of a QP (`qpc.st`, `MLX5_QPC_ST_*` of `mlx5_ifc.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Service {
@@ -206,12 +197,17 @@ pub(crate) struct Qp {
     pub npsn: u32,
     pub retry_cnt: u8,
     pub rnr_retry: u8,
+    /// The local ACK timeout field (4.096 µs × 2^`ack_timeout`; see [`crate::transport::timer`]).
+    pub ack_timeout: u8,
+    /// The requester's outstanding WQEs and timers.
+    pub req: crate::transport::ReqState,
+    /// The responder's message in progress, MSN and saved atomics.
+    pub resp: crate::transport::RespState,
     /// The HCA's send counter (next WQEBB to execute), 16 bits like the WQE index.
     pub sq_pi: u16,
     /// The HCA's receive counter (next receive WQE to consume).
     pub rq_ci: u16,
     pub pending: VecDeque<Doorbell>,
-    pub rnr: Option<RnrWait>,
     /// Changes on reset and destroy, so that an in-flight result is dropped.
     pub gen: u64,
 }

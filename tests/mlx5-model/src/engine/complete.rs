@@ -13,7 +13,7 @@ use crate::model::Shared;
 use crate::objects::{Cq, Device, QpState};
 
 /// The `REQ` CQE of the acknowledged, signaled request `req` on QP `qpn`.
-pub(super) fn req_cqe(sh: &Shared, dev: &mut Device, qpn: u32, req: &Request) {
+pub(crate) fn req_cqe(sh: &Shared, dev: &mut Device, qpn: u32, req: &Request) {
     let mut c = CqeRepr::new(CqeOpcode::Req, qpn);
     c.wqe_counter = req.idx;
     c.s_wqe_opcode = req.opcode;
@@ -24,6 +24,32 @@ pub(super) fn req_cqe(sh: &Shared, dev: &mut Device, qpn: u32, req: &Request) {
             bump(&sh.stats.req_cqes);
         }
     }
+}
+
+/// The oldest outstanding WQE of QP `qpn` failed with `r` (a NAK, retries exhausted, a
+/// response that could not be placed): its error CQE, a flush CQE for every other
+/// outstanding WQE in order, and the QP to ERR (the engine flushes the rest).
+///
+/// `note`: whether to log `r` here (a NAK from this same model is not: the responder's entry
+/// already names the cause, and a failure is logged once per model).
+pub(crate) fn fail_inflight(sh: &Shared, dev: &mut Device, qpn: u32, r: Reason, note: bool) {
+    let Some(qp) = dev.qps.get_mut(&qpn) else { return };
+    let mut rest = std::mem::take(&mut qp.req.inflight);
+    qp.req = Default::default();
+    let Some(first) = rest.pop_front() else {
+        qp.state = QpState::Error;
+        return;
+    };
+    if note {
+        sh.note(qpn, Some(first.req.idx), r);
+    }
+    let _ = fail_unnoted(sh, dev, qpn, first.req.idx, first.req.opcode, r, 0);
+    let Device { qps, cqs, .. } = dev;
+    let Some(qp) = qps.get_mut(&qpn) else { return };
+    for w in rest {
+        flush_cqe(sh, cqs, qp.spec.send_cq, CqeOpcode::ReqErr, qpn, w.req.idx, w.req.opcode);
+    }
+    sh.kick();
 }
 
 /// Complete the WQE at `idx` in error with `r`'s syndrome, move the QP to ERR and step over
@@ -38,11 +64,23 @@ pub(super) fn fail(
     adv: u32,
 ) -> Prepared {
     sh.note(qpn, Some(idx), r);
+    fail_unnoted(sh, dev, qpn, idx, opcode, r, adv)
+}
+
+/// [`fail`] without the log entry.
+fn fail_unnoted(
+    sh: &Shared,
+    dev: &mut Device,
+    qpn: u32,
+    idx: u16,
+    opcode: u8,
+    r: Reason,
+    adv: u32,
+) -> Prepared {
     bump(&sh.stats.wqes_failed);
     let Device { qps, cqs, .. } = dev;
     let Some(qp) = qps.get_mut(&qpn) else { return Prepared::Failed };
     qp.state = QpState::Error;
-    qp.rnr = None;
     qp.sq_pi = qp.sq_pi.wrapping_add(adv as u16);
     let syndrome = r.syndrome().expect("fatal reasons have a syndrome");
     let mut c = CqeRepr::new(CqeOpcode::ReqErr, qpn);

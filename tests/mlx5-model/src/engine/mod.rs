@@ -49,17 +49,18 @@ use std::time::{Duration, Instant};
 
 use crate::counters::{bump, Reason};
 use crate::model::Shared;
-use crate::objects::{QpState, Route};
+use crate::objects::QpState;
 use crate::responder::Packet;
+use crate::transport::{requester, Addr, Tx};
 
+pub(crate) use complete::{fail_inflight, req_cqe};
 pub(crate) use flush::flush_on_error;
 
 /// Longest park of an idle engine.
 pub const PARK: Duration = Duration::from_millis(1);
 /// Spins after the last work before parking.
 const SPINS: u32 = 256;
-/// Delay between RNR retries (the model's `min_rnr_timer`).
-pub const RNR_DELAY: Duration = Duration::from_millis(1);
+pub use crate::transport::timer::RNR_DELAY;
 
 /// The thread's body.
 pub(crate) fn run(sh: &Arc<Shared>) {
@@ -96,18 +97,18 @@ fn pass(sh: &Arc<Shared>) -> bool {
                 .iter()
                 .filter(|(n, q)| {
                     !dev.ready.contains(n)
-                        && ((q.state == QpState::Error && q.spec.log_rq_size.is_some())
-                            || q.rnr.is_some())
+                        && q.state == QpState::Error
+                        && q.spec.log_rq_size.is_some()
                 })
                 .map(|(n, _)| *n),
         );
         v
     };
-    let mut progress = false;
+    let mut progress = crate::transport::drain(sh);
     for qpn in qpns {
         progress |= service(sh, qpn);
     }
-    progress
+    progress | crate::transport::drain(sh)
 }
 
 /// One doorbell is done with: the model's count of outstanding doorbells drops.
@@ -116,18 +117,20 @@ fn done_doorbell(sh: &Shared) {
 }
 
 /// A WQE ready to go on the wire.
-struct Request {
-    idx: u16,
-    wqebbs: u32,
-    opcode: u8,
-    signaled: bool,
-    gen: u64,
-    route: Route,
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub idx: u16,
+    pub wqebbs: u32,
+    pub opcode: u8,
+    pub signaled: bool,
+    pub gen: u64,
+    /// The packets' addresses (the QP's path, or a datagram's address vector).
+    pub addr: Addr,
     /// The requester CQE's `byte_cnt`: bytes sent, read, or 8 for an atomic.
-    byte_cnt: u32,
+    pub byte_cnt: u32,
     /// Where a READ's data or an atomic's original value goes: (bus address, length).
-    scatter: Vec<(u64, u64)>,
-    packet: Packet,
+    pub scatter: Vec<(u64, u64)>,
+    pub packet: Packet,
 }
 
 /// What fetching and validating the WQE at the QP's counter gave.
@@ -172,6 +175,11 @@ fn service(sh: &Arc<Shared>, qpn: u32) -> bool {
                 return progress;
             };
             let covered = u32::from(db.target.wrapping_sub(qp.sq_pi));
+            if covered == 0 && !qp.req.inflight.is_empty() && qp.pending.len() == 1 {
+                // Everything under the last doorbell is on the wire: it stays outstanding
+                // (the model is not quiet) until the acknowledgements complete its WQEs.
+                return progress;
+            }
             if covered == 0 {
                 let db = qp.pending.pop_front().expect("front exists");
                 drop(guard);
@@ -192,17 +200,16 @@ fn service(sh: &Arc<Shared>, qpn: u32) -> bool {
                 progress = true;
                 continue;
             }
-            if let Some(r) = qp.rnr {
-                if Instant::now() < r.next {
-                    return progress;
-                }
+            if !qp.req.may_start() {
+                return progress;
             }
-            fetch::prepare(sh, dev, qpn, covered)
+            let mut tx = Tx::default();
+            if let Prepared::Send(req) = fetch::prepare(sh, dev, qpn, covered) {
+                requester::post(sh, dev, qpn, *req, &mut tx);
+            }
+            tx
         };
         progress = true;
-        if let Prepared::Send(req) = prepared {
-            let resp = execute::deliver(sh, &req);
-            execute::finish(sh, qpn, &req, resp);
-        }
+        prepared.flush(sh);
     }
 }

@@ -164,7 +164,6 @@ pub(crate) fn fail(
     r: Reason,
 ) {
     qp.state = QpState::Error;
-    qp.rnr = None;
     let Some(syndrome) = r.receiver_syndrome() else { return };
     qp.rq_ci = qp.rq_ci.wrapping_add(1);
     let mut c = CqeRepr::new(CqeOpcode::RespErr, qpn);

@@ -21,7 +21,7 @@
 //! (see [`super::recv`]).
 
 use super::recv::{self, Done};
-use super::{Op, Packet, Resp};
+use super::{Op, Packet};
 use crate::codes::CqeOpcode;
 use crate::counters::{bump, Reason};
 use crate::model::Shared;
@@ -35,16 +35,15 @@ pub const DEFAULT_PKEY: u32 = 0xffff;
 const GRH_PRESENT: u8 = 1 << 4;
 
 /// A datagram dropped at this model for `r`.
-pub(crate) fn drop_datagram(sh: &Shared, qpn: u32, r: Reason) -> Resp {
+pub(crate) fn drop_datagram(sh: &Shared, qpn: u32, r: Reason) {
     bump(&sh.stats.datagrams_dropped);
     sh.note(qpn, None, r);
-    Resp::Ack
 }
 
 /// Deliver datagram `p` to model `sh`.
-pub(crate) fn deliver(sh: &Shared, p: &Packet) -> Resp {
+pub(crate) fn deliver(sh: &Shared, p: &Packet) {
     let Op::Datagram { qkey, imm, grh, l3 } = p.op else {
-        return Resp::Fail(Reason::ServiceMismatch { qpn: p.dst_qpn });
+        return drop_datagram(sh, p.dst_qpn, Reason::ServiceMismatch { qpn: p.dst_qpn });
     };
     let mut guard = sh.dev();
     let Device { qps, cqs, mkeys, .. } = &mut *guard;
@@ -93,5 +92,4 @@ pub(crate) fn deliver(sh: &Shared, p: &Packet) -> Resp {
     };
     recv::complete(sh, cqs, qp, qpn, w.idx, d);
     bump(&sh.stats.datagrams_delivered);
-    Resp::Ack
 }

@@ -7,6 +7,7 @@ mod hostile;
 mod control;
 mod datagram;
 mod errors;
+mod faults;
 mod imm;
 mod vectors;
 mod verbs;

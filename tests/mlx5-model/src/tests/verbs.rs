@@ -47,10 +47,22 @@ fn expect_req(s: &mut Rc, opcode: u8, byte_cnt: u32) -> Cqe {
     c
 }
 
+/// The requester's error CQE: `syndrome`, and the vendor code of what the requester knows
+/// (a NAK's class for a remote error; `r` itself for a local one). A remote error's detailed
+/// reason `r` is in the log, written by the responder.
 fn expect_req_err(s: &mut Rc, syndrome: u8, r: Reason) -> Cqe {
     let c = poll(&mut s.cq_a);
-    assert_eq!((c.opcode(), c.syndrome()), (13, syndrome), "{:?}", s.env.model.violations());
-    assert_eq!(c.vendor_err(), r.vendor_code(), "{:?}", s.env.model.violations());
+    let v = s.env.model.violations();
+    assert_eq!((c.opcode(), c.syndrome()), (13, syndrome), "{v:?}");
+    let nak = match syndrome {
+        0x12 => Some(Reason::NakInvalidRequest { psn: 0 }),
+        0x13 => Some(Reason::NakRemoteAccess { psn: 0 }),
+        0x14 => Some(Reason::NakRemoteOperational { psn: 0 }),
+        _ => None,
+    };
+    assert_eq!(c.vendor_err(), nak.unwrap_or(r).vendor_code(), "{v:?}");
+    let d = std::mem::discriminant(&r);
+    assert!(v.iter().any(|v| std::mem::discriminant(&v.reason) == d), "{r:?} not in {v:?}");
     c
 }
 
@@ -242,9 +254,18 @@ fn rkeys_and_qps_without_the_right_are_remote_access_errors() {
             ),
         };
         s.env.ring(&mut s.a, &w);
-        expect_req_err(&mut s, 0x13, why);
+        // An R_Key without the right is a remote access error; a QP that does not enable
+        // the operation answers "invalid request" (rxe `check_op_valid`:
+        // RESPST_ERR_UNSUPPORTED_OPCODE, class C, AETH_NAK_INVALID_REQ).
+        let qp_lacks = case >= 2;
+        expect_req_err(&mut s, if qp_lacks { 0x12 } else { 0x13 }, why);
         assert_eq!(s.env.model.qp_state(s.b.qpn), Some(QpState::Error), "case {case}");
-        assert!(s.env.model.events().contains(&Event::QpAccessError { qpn: s.b.qpn }));
+        let ev = if qp_lacks {
+            Event::QpRequestError { qpn: s.b.qpn }
+        } else {
+            Event::QpAccessError { qpn: s.b.qpn }
+        };
+        assert!(s.env.model.events().contains(&ev), "case {case}");
     }
 }
 

@@ -1,0 +1,42 @@
+//! The requester's timers: the local ACK timeout and the RNR wait.
+//!
+//! The QP's local ACK timeout is 4.096 µs × 2^`timeout` (IBTA vol 1 §9.7.6.1.3, the
+//! `timeout` of `ibv_modify_qp(3)`; 0 means infinite). The model bounds it to
+//! [`ACK_TIMEOUT_MIN`, `ACK_TIMEOUT_MAX`] so that tests stay quick: with the usual 14
+//! (67 ms) a lost packet costs [`ACK_TIMEOUT_MAX`] and a retry-exceeded test
+//! (`retry_cnt` + 1 timeouts) well under a second; the lower bound keeps the engine's 1 ms
+//! park from firing a retransmission before an answer could arrive. Both are modelling
+//! choices, not hardware values.
+
+use std::time::Duration;
+
+/// The shortest local ACK timeout the model waits.
+pub const ACK_TIMEOUT_MIN: Duration = Duration::from_millis(4);
+/// The longest local ACK timeout the model waits (also for `timeout` = 0, "infinite").
+pub const ACK_TIMEOUT_MAX: Duration = Duration::from_millis(40);
+/// The model's RNR wait (the responder's `min_rnr_timer` is not modelled).
+pub const RNR_DELAY: Duration = Duration::from_millis(1);
+
+/// The local ACK timeout for the QP field `timeout` (5 bits), bounded as the module says.
+pub fn ack_timeout(timeout: u8) -> Duration {
+    if timeout == 0 {
+        return ACK_TIMEOUT_MAX;
+    }
+    let ns = 4096u64.checked_shl(u32::from(timeout.min(31))).unwrap_or(u64::MAX);
+    Duration::from_nanos(ns).clamp(ACK_TIMEOUT_MIN, ACK_TIMEOUT_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_4_096_us_times_a_power_of_two_bounded() {
+        assert_eq!(ack_timeout(0), ACK_TIMEOUT_MAX);
+        assert_eq!(ack_timeout(1), ACK_TIMEOUT_MIN, "8.192 µs is below the floor");
+        assert_eq!(ack_timeout(10), Duration::from_nanos(4096 << 10).max(ACK_TIMEOUT_MIN));
+        assert_eq!(ack_timeout(13), Duration::from_nanos(4096 << 13), "33.5 ms is in range");
+        assert_eq!(ack_timeout(14), ACK_TIMEOUT_MAX);
+        assert_eq!(ack_timeout(31), ACK_TIMEOUT_MAX);
+    }
+}
