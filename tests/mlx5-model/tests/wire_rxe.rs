@@ -174,7 +174,7 @@ fn gid_index(dev: &str, gid: &[u8; 16]) -> u32 {
 
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
-fn arp_with_the_kernel() {
+fn on_wire_arp_with_the_kernel() {
     let mut w = Wire::open("arp_with_the_kernel");
     let ns = netns_name();
     let peer = ip("WIRE_PEER");
@@ -240,7 +240,7 @@ fn finish(child: Child, what: &str) {
 /// receive buffer it was given, each reply must carry the bytes of our last message.
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
-fn ud_pingpong_with_rxe() {
+fn on_wire_ud_pingpong_with_rxe() {
     const SIZE: usize = 1000;
     const ITERS: u32 = 20;
     const OUR_QPN: u32 = 0x00_4d01;

@@ -45,6 +45,9 @@ pub fn bench_poll(args: &[String]) -> bool {
 
 /// Tier `model`: the end-to-end tests of the mlx5 driver on the device model, and the device
 /// model's own tests, in release mode with the ignored (long) tests included: the soak.
+/// The names of the wire tier's tests start with this (`xtask/src/tiers/wire.rs`).
+const WIRE_TESTS: &str = "on_wire_";
+
 pub fn run() -> Outcome {
     let (ok, out) = util::run_capture(util::cargo().args([
         "test",
@@ -56,6 +59,9 @@ pub fn run() -> Outcome {
         "--tests",
         "--",
         "--include-ignored",
+        // The wire tier's tests need its guest (a veth pair, rxe in a namespace).
+        "--skip",
+        WIRE_TESTS,
     ]));
     let mut o = Outcome::from_libtest(ok, &out);
     // The demo itself, briefly: it verifies every byte and fails on any model violation.

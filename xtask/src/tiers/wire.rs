@@ -6,10 +6,15 @@
 //! what arrives on it belongs to the model's `AF_PACKET` socket, MAC and IPv4 address 10.3.0.1
 //! included) to `wp` (10.3.0.2, with the rxe device `rxep`); and a control link `cm` (10.9.0.1)
 //! to `cp` (10.9.0.2) for the TCP exchanges the pingpong programs make before they talk RoCE.
-//! The tests (`tests/mlx5-model/tests/wire_rxe.rs`) run one at a time, each saving a pcap of
-//! the frames on our end; the guest prints the pcaps in base64 on the console, and they land in
-//! `target/wire/pcap/`. Where the host has `tshark` (it is installed when running as root),
-//! every frame must dissect with no malformed packet.
+//! First the project's C verbs peer (`examples/c/wire_peer.c`) runs its plan between two more
+//! rxe devices (namespaces `sa` and `sb`), so that it is known good before it judges us. Then the
+//! tests, one at a time, each saving a pcap of the frames on our end: the model's packet layer
+//! alone (`tests/mlx5-model/tests/wire_rxe.rs`: ARP with the kernel, `ibv_ud_pingpong`), and the
+//! mlx5 driver on the model (`drivers/mlx5/tests/wire.rs`: `ibv_rc_pingpong` in both roles, the
+//! C peer's plan in both directions, a wrong rkey). Their names start with `on_wire_`, which the
+//! `model` tier skips. The guest prints the pcaps, gzipped and in base64, on the console, and
+//! they land in `target/wire/pcap/`. Where the host has `tshark` (it is installed when running
+//! as root), every frame must dissect with no malformed packet.
 //!
 //! Not run natively on a host with rxe: the tier needs a namespace and a veth pair it owns.
 
@@ -88,30 +93,40 @@ done
 /// The tests' view of [`NET_SETUP`].
 const TEST_ENV: &str = "export WIRE_IF=wm WIRE_ADDR=10.3.0.1 WIRE_PEER=10.3.0.2 \
                         WIRE_PEER_NETNS=/run/netns/peer WIRE_PEER_DEV=rxep \
-                        WIRE_CTL_PEER=10.9.0.2 WIRE_PCAP_DIR=/t/pcap RUST_BACKTRACE=1";
+                        WIRE_CTL_PEER=10.9.0.2 WIRE_CTL_ADDR=10.9.0.1 WIRE_PCAP_DIR=/t/pcap RUST_BACKTRACE=1";
 
-/// After the tests: each pcap between markers, in base64.
+/// After the tests: each pcap between markers, gzipped and in base64, with the kernel's console
+/// messages off so that none lands inside one.
 const DUMP_PCAPS: &str = r#"
+dmesg -n 1
 for f in /t/pcap/*.pcap; do
   [ -f "$f" ] || continue
   echo "XTASK-PCAP-BEGIN ${f##*/}"
-  base64 "$f"
+  gzip -c "$f" | base64
   echo "XTASK-PCAP-END"
 done
 "#;
 
-fn build_tests() -> Result<PathBuf, String> {
+fn build_tests() -> Result<Vec<PathBuf>, String> {
+    // Release: the model computes an ICRC per frame and moves MiB-sized messages under TCG.
     let out = util::cargo()
-        .args(["test", "-p", "rdma-pmd-mlx5-model", "--test", "wire_rxe", "--no-run"])
-        .args(["--message-format=json-render-diagnostics"])
+        .args(["test", "--release", "--no-run", "--message-format=json-render-diagnostics"])
+        .args(["-p", "rdma-pmd-mlx5-model", "--test", "wire_rxe"])
+        .args(["-p", "rdma-pmd-mlx5", "--test", "wire"])
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cargo: {e}"))?;
     if !out.status.success() {
         return Err("building the wire tests failed".into());
     }
-    rxe::executable_of(&String::from_utf8_lossy(&out.stdout), "wire_rxe")
-        .ok_or_else(|| "cargo reported no wire_rxe test executable".into())
+    let json = String::from_utf8_lossy(&out.stdout);
+    ["wire_rxe", "wire"]
+        .iter()
+        .map(|t| {
+            rxe::executable_of(&json, t)
+                .ok_or_else(|| format!("cargo reported no {t} test executable"))
+        })
+        .collect()
 }
 
 /// Compile `examples/c/wire_peer.c` against the host's rdma-core; returns the binary.
@@ -151,16 +166,16 @@ fn save_pcaps(out: &str, dir: &Path) -> Vec<PathBuf> {
             .collect::<Vec<_>>()
             .join("\n");
         let path = dir.join(name);
-        let b64_path = dir.join(format!("{name}.b64"));
+        let b64_path = dir.join(format!("{name}.gz.b64"));
         let ok = std::fs::write(&b64_path, b64).is_ok()
-            && Command::new("base64")
-                .arg("-d")
+            && Command::new("sh")
+                .arg("-c")
+                .arg("base64 -d \"$1\" | gzip -dc > \"$2\"")
+                .arg("sh")
                 .arg(&b64_path)
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .and_then(|o| std::fs::write(&path, o.stdout).ok())
-                .is_some();
+                .arg(&path)
+                .status()
+                .is_ok_and(|s| s.success());
         let _ = std::fs::remove_file(&b64_path);
         if ok {
             saved.push(path);
@@ -187,14 +202,21 @@ fn tshark() -> bool {
     util::have("tshark")
 }
 
+/// tshark's arguments for our captures: RPC-over-RDMA's heuristic dissector claims any RC
+/// SEND payload it likes (a 1-byte SEND makes it throw "Malformed Packet: RPCoRDMA"), and no
+/// peer here speaks it.
+const TSHARK_ARGS: &[&str] = &["--disable-protocol", "rpcordma"];
+
 /// Dissect one capture: true when every frame dissects and none is malformed.
 fn dissect(pcap: &Path) -> bool {
     let all = Command::new("tshark")
+        .args(TSHARK_ARGS)
         .arg("-r")
         .arg(pcap)
         .args(["-T", "fields", "-e", "frame.number"])
         .output();
     let bad = Command::new("tshark")
+        .args(TSHARK_ARGS)
         .arg("-r")
         .arg(pcap)
         .args(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
@@ -218,7 +240,7 @@ fn dissect(pcap: &Path) -> bool {
 }
 
 pub fn run() -> Outcome {
-    let bin = match build_tests() {
+    let bins = match build_tests() {
         Ok(b) => b,
         Err(e) => {
             eprintln!("xtask: wire: {e}");
@@ -237,11 +259,15 @@ pub fn run() -> Outcome {
         }
     };
     let script = format!(
-        "{NET_SETUP}\n{C_PEER_SELF_CHECK}\n{TEST_ENV}\n{}{DUMP_PCAPS}",
-        rxe::per_test_script("/t/wire-tests", "")
+        "{NET_SETUP}\n{C_PEER_SELF_CHECK}\n{TEST_ENV}\n{}{}{DUMP_PCAPS}",
+        rxe::per_test_script("/t/wire-model-tests", ""),
+        rxe::per_test_script("/t/wire-driver-tests", "")
     );
-    let files =
-        vec![GuestFile::dynamic(&bin, "/t/wire-tests"), GuestFile::dynamic(&peer, "/t/wire_peer")];
+    let files = vec![
+        GuestFile::dynamic(&bins[0], "/t/wire-model-tests"),
+        GuestFile::dynamic(&bins[1], "/t/wire-driver-tests"),
+        GuestFile::dynamic(&peer, "/t/wire_peer"),
+    ];
     let g = rxe::guest_without_net("wire", files, script);
     let serial = match g.boot(Duration::from_secs(900)) {
         Ok(s) => s,
