@@ -5,7 +5,9 @@
 //! documented layouts, not from the driver's code), executes the verbs a ConnectX executes —
 //! RC RDMA WRITE (WITH IMMEDIATE), SEND (WITH IMMEDIATE) into posted receive WQEs, RDMA READ,
 //! 8-byte compare-and-swap and fetch-and-add, and UD and GSI (QP1) datagrams — and writes
-//! CQEs back the way the hardware does. Everything it refuses or finds odd is counted and
+//! CQEs back the way the hardware does. Its Ethernet path ([`eth`]) sends the frames of
+//! Ethernet SQs out of a port and steers received frames through NIC RX flow tables into
+//! RQs, so a driver can speak ARP through it. Everything it refuses or finds odd is counted and
 //! logged with a reason, so tests can assert that the driver did exactly what it claims.
 //!
 //! The model exists to examine the driver, so it is written from the documented hardware
@@ -110,6 +112,7 @@ pub mod cq;
 pub mod cqe;
 pub mod direct;
 pub mod engine;
+pub mod eth;
 pub mod fw;
 pub mod grh;
 mod model;
