@@ -51,7 +51,10 @@
 //! * receive WQEs: their scatter lists, each entry's lkey (with local write) as data reaches
 //!   it, room for the whole message ([`responder`]'s `recv`); a datagram's Q_Key and its
 //!   destination QP (1 = the port's GSI QP);
-//! * CQ consumer index (overflow) ([`cq`]); command fields ([`commands`]).
+//! * CQ consumer index (overflow) ([`cq`]); command fields ([`commands`]);
+//! * Ethernet send WQEs: opcode, WQE index, SQN, DS, no offload the model does not
+//!   advertise, the inline headers the SQ's inline mode needs, each lkey; receive WQEs: each
+//!   lkey with local write, room for the frame ([`eth`]).
 //!
 //! Fatal findings complete the WQE with the error CQE the HCA would write (syndromes in
 //! [`Syndrome`]; the `vendor_err` byte says which check, [`Reason::vendor_code`]) and move the

@@ -37,6 +37,9 @@ const INLINE_SZ: usize = 28;
 const INLINE_START: usize = 30;
 /// Inline bytes that fit in the eth segment itself (`INL_HDR_START_SZ`, `en/txrx.h`).
 const INLINE_IN_SEG: usize = 2;
+/// The longest frame an SQ builds: a 9216-byte jumbo payload, the header and a tag (the
+/// model gathers nothing longer, whatever the data segments claim).
+pub const MAX_FRAME: usize = 9216 + super::headers::ETH_HLEN + super::headers::VLAN_HLEN;
 
 /// Whether `qpn` is one of the model's SQs.
 pub(crate) fn is_sq(dev: &Device, qpn: u32) -> bool {
@@ -168,6 +171,9 @@ fn build(sh: &Shared, dev: &Device, sqn: u32, sq: &Sq) -> Result<(Vec<u8>, u16, 
             return Err(Fault::ZeroLength);
         }
         let len = u64::from(d.byte_count_raw());
+        if frame.len() as u64 + len > MAX_FRAME as u64 {
+            return Err(Fault::FrameLength(frame.len() + len as usize));
+        }
         let mk = lkey(dev, d.lkey(), sq.pd, d.addr(), len, false)?;
         let bus = mk.bus(d.addr());
         let at = frame.len();

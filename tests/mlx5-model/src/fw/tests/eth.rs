@@ -424,6 +424,96 @@ fn frames_arriving_at_the_port_are_polled_and_steered() {
     assert_eq!(got, vec![Delivery::Received { rqn, wqe_counter: 0, byte_cnt: 42 }]);
 }
 
+#[test]
+fn without_vsd_a_vlan_tag_is_stripped_and_reported_and_a_short_wqe_drops() {
+    let mut e = Eth::new();
+    let (inp, ring, dbr) = e.rq_input(3);
+    let mut inp = inp;
+    set_in(&mut inp, ifc::create_rq_in::CTX, ifc::rqc::VSD, 0);
+    let rqn = ifc::create_rq_out::RQN.get(&e.d.ok(&inp, 16)) as u32;
+    assert_eq!(e.modify(Opcode::ModifyRq, rqn, WQ_STATE_RST, WQ_STATE_RDY).0, CmdStatus::Ok);
+    let tirn = e.create_tir(rqn);
+    let ft = e.create_ft();
+    let fg = e.create_fg(ft, 0, 0);
+    e.d.ok(&Eth::fte_input(ft, fg, 0, 0x0806, OUR_MAC, tirn), 16);
+    e.set_root(ft);
+    post_recv(&mut e, ring, dbr, 1);
+    // A tagged ARP reply (VID 7, priority 3): steering sees the EtherType after the tag.
+    let plain = arp(2, PEER_MAC, OUR_MAC, [10, 0, 0, 2], [10, 0, 0, 1]);
+    let mut tagged = plain[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x60, 0x07]);
+    tagged.extend_from_slice(&plain[12..]);
+    let got = e.d.model.receive_frame(&tagged);
+    assert_eq!(got, Delivery::Received { rqn, wqe_counter: 0, byte_cnt: 42 });
+    let cqe = e.cqe(0);
+    assert_eq!(cqe[29], 0x01, "VLAN stripped, no L3/L4");
+    assert_eq!(u16::from_be_bytes([cqe[30], cqe[31]]), 0x6007, "vlan_info");
+    let mut buf = vec![0u8; 42];
+    assert!(e.d.dma.read(BusAddr(e.buf + 4096), &mut buf));
+    assert_eq!(buf, plain, "written without its tag");
+    // A 300-byte frame does not fit a 256-byte WQE: dropped, the WQE left posted.
+    let mut seg = [0u8; 16];
+    seg[0..4].copy_from_slice(&256u32.to_be_bytes());
+    seg[4..8].copy_from_slice(&e.key.to_be_bytes());
+    seg[8..16].copy_from_slice(&(VA + 4096).to_be_bytes());
+    assert!(e.d.dma.write(BusAddr(ring + 16), &seg));
+    assert!(e.d.dma.write(BusAddr(dbr), &2u32.to_be_bytes()));
+    let mut big = plain.clone();
+    big.resize(300, 0);
+    assert_eq!(e.d.model.receive_frame(&big), Delivery::BadWqe { rqn });
+    let f = e.d.model.eth_faults();
+    assert_eq!(f[0].fault, crate::eth::Fault::RecvTooSmall { room: 256, len: 300 });
+    assert_eq!(
+        e.d.model.receive_frame(&plain),
+        Delivery::Received { rqn, wqe_counter: 1, byte_cnt: 42 },
+        "the WQE the long frame could not use takes the next one"
+    );
+}
+
+#[test]
+fn a_send_wqe_naming_a_bad_lkey_or_another_sq_fails() {
+    let mut e = Eth::new();
+    let hub = Hub::new();
+    e.d.model.attach_eth_port(Box::new(hub.port(Mac(OUR_MAC))));
+    let (sqn, ring, dbr) = e.ready_sq();
+    let req = arp(1, OUR_MAC, [0xff; 6], [10, 0, 0, 1], [10, 0, 0, 2]);
+    let key = e.key;
+    e.key = 0xdead_0077;
+    post_send(&mut e, sqn, ring, dbr, 0, &req, 18);
+    let cqe = e.cqe(0);
+    assert_eq!((cqe[63] >> 4, cqe[55]), (0xd, 0x04), "REQ_ERR, LOCAL_PROT_ERR");
+    assert_eq!(e.d.model.eth_faults()[0].fault, crate::eth::Fault::Lkey(0xdead_0077));
+    e.key = key;
+    // Recover, then a WQE whose control segment names another SQ.
+    assert_eq!(e.modify(Opcode::ModifySq, sqn, WQ_STATE_ERR, WQ_STATE_RST).0, CmdStatus::Ok);
+    assert_eq!(e.modify(Opcode::ModifySq, sqn, WQ_STATE_RST, WQ_STATE_RDY).0, CmdStatus::Ok);
+    post_send(&mut e, sqn + 1, ring, dbr, 0, &req, 18);
+    // That doorbell named SQ + 1, which does not exist: ignored. Rung for the right SQ,
+    // the WQE's control segment still names the other one.
+    assert_eq!(e.d.model.eth_counters().send_errors, 1);
+    let mut head = [0u8; 8];
+    head[0..4].copy_from_slice(&0x0au32.to_be_bytes());
+    head[4..8].copy_from_slice(&(sqn << 8 | 4).to_be_bytes());
+    e.d.bar.write_bytes8(e.uar as usize * crate::UAR_PAGE + crate::uar::BF_BASE, head);
+    let cqe = e.cqe(1);
+    assert_eq!((cqe[63] >> 4, cqe[55]), (0xd, 0x02), "REQ_ERR, LOCAL_QP_OP_ERR");
+    assert_eq!(e.d.model.eth_faults()[1].fault, crate::eth::Fault::Sqn(sqn + 1));
+    assert_eq!(hub.stats().sent, 0);
+}
+
+#[test]
+fn a_send_wqe_gathering_more_than_a_jumbo_frame_fails_with_local_length() {
+    let mut e = Eth::new();
+    let (sqn, ring, dbr) = e.ready_sq();
+    let mut big = arp(1, OUR_MAC, [0xff; 6], [10, 0, 0, 1], [10, 0, 0, 2]);
+    big.resize(crate::eth::send::MAX_FRAME + 1, 0x5a);
+    post_send(&mut e, sqn, ring, dbr, 0, &big, 18);
+    let cqe = e.cqe(0);
+    assert_eq!((cqe[63] >> 4, cqe[55]), (0xd, 0x01), "REQ_ERR, LOCAL_LENGTH_ERR");
+    let f = e.d.model.eth_faults()[0].fault;
+    assert_eq!(f, crate::eth::Fault::FrameLength(crate::eth::send::MAX_FRAME + 1));
+}
+
 /// One command with one field changed: the status and syndrome it gets.
 fn with(e: &mut Eth, mut inp: Vec<u8>, f: Field, v: u64) -> (CmdStatus, u32) {
     f.set(&mut inp, v);
