@@ -5,19 +5,19 @@
 //!
 //! | stage | module | what it does |
 //! |---|---|---|
-//! | objects | this module | [`Tables`]: transport domains, TISs, SQs, RQs, TIRs, flow tables (groups, entries), the NIC RX root |
+//! | objects | this module | `Tables`: transport domains, TISs, SQs, RQs, TIRs, flow tables (groups, entries), the NIC RX root |
 //! | parse | `headers` | L2 (one VLAN tag), IPv4/IPv6, UDP/TCP: the match set, inline lengths, CQE header types |
 //! | send | `send` | an SQ doorbell: fetch each Ethernet send WQE (control, eth segment with the inline headers, data segments by lkey), build the frame, send it out of the port, a `REQ` CQE when asked; a bad WQE completes in error and the SQ goes to ERR |
-//! | receive | `recv` | [`deliver`]: a frame that is not RoCE v2 goes through the NIC RX root table; the first matching entry's TIR names the RQ, whose next WQE gets the frame and whose CQ a `RESP_SEND` CQE |
+//! | receive | `recv` | `deliver`: a frame that is not RoCE v2 goes through the NIC RX root table; the first matching entry's TIR names the RQ, whose next WQE gets the frame and whose CQ a `RESP_SEND` CQE |
 //!
-//! The commands creating these objects are in [`crate::fw::resources`] (`eth.rs`); this
+//! The commands creating these objects are in `fw::resources::eth`; this
 //! module only executes.
 //!
 //! # Hooks
 //!
 //! * Send: `bar::doorbell` hands a doorbell whose `qpn_ds` names an SQ to
 //!   `send::doorbell` (SQ and QP numbers share one space, as on the HCA).
-//! * Receive: [`deliver`] takes one frame. Whatever receives frames from the model's port
+//! * Receive: `deliver` takes one frame. Whatever receives frames from the model's port
 //!   calls it for each frame that is not RoCE v2 ([`Headers::is_roce_v2`]); until the RDMA
 //!   transport moves onto a port, the model's own port is polled with
 //!   [`Model::poll_eth_port`] and frames can be handed in with [`Model::receive_frame`].
@@ -91,7 +91,7 @@ pub struct EthCounters {
     pub send_errors: u64,
     /// Frames the port refused (or no port attached).
     pub port_errors: u64,
-    /// Frames handed to [`deliver`].
+    /// Frames handed to `deliver`.
     pub frames_received: u64,
     /// Frames written into an RQ.
     pub frames_delivered: u64,
@@ -322,7 +322,7 @@ impl Model {
         self.shared().dev().eth.port = PortSlot(Some(port));
     }
 
-    /// Hand one received frame to the Ethernet receive path ([`deliver`]).
+    /// Hand one received frame to the Ethernet receive path (`deliver`).
     pub fn receive_frame(&self, frame: &[u8]) -> Delivery {
         deliver(self.shared(), frame)
     }
