@@ -133,6 +133,10 @@ fn blueflame_block(sh: &Shared, page: u32, o: usize, b: [u8; 64]) {
 
 fn doorbell(sh: &Shared, page: u32, half: u8, head: [u8; 8], bf: Option<Vec<u8>>) {
     let qpn = get32(&head, 4) >> 8;
+    if crate::eth::send::is_sq(&sh.dev(), qpn) {
+        // An Ethernet SQ (the WQEs are read from the ring; a BlueFlame copy adds nothing).
+        return crate::eth::send::doorbell(sh, page, qpn);
+    }
     let mut dev = sh.dev();
     let mut notes = Vec::new();
     if let Some(uar) = dev.uars.get_mut(&page) {

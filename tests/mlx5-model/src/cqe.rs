@@ -4,6 +4,8 @@
 //! | off | size | field |
 //! |---|---|---|
 //! | 24 | 4 | `flags_rqpn`: responder CQEs carry the source QPN in bits 23:0, "GRH present" in 29:28 and the RoCE L3 header type in 25:24 (rdma-core `cq.c` `handle_responder`, kernel `hw/mlx5/cq.c` `handle_responder`) |
+//! | 29 | 1 | `l4_l3_hdr_type`: Ethernet receive CQEs: L4 header type in bits 6:4, L3 header type in 3:2, VLAN stripped in bit 0 (kernel `device.h` `get_cqe_l4_hdr_type`, `cqe_has_vlan`) |
+//! | 30 | 2 | `vlan_info`: the stripped VLAN tag's TCI |
 //! | 32 | 4 | `srqn_uidx` (user index with CQE version 1; the model writes 0) |
 //! | 36 | 4 | `imm_inval_pkey`: the immediate, bytes as they were in the send WQE; for a GSI receive without immediate, the P_Key in bits 15:0 (the kernel's `handle_responder` looks it up for QP1) |
 //! | 44 | 4 | `byte_cnt` |
@@ -52,6 +54,10 @@ pub struct CqeRepr {
     /// Responder CQEs: `flags_rqpn` bits 31:24 (GRH present in bits 5:4 of this byte, the
     /// RoCE L3 header type in bits 1:0).
     pub flags: u8,
+    /// Ethernet receive CQEs: `l4_l3_hdr_type` (byte 29).
+    pub hdr_type: u8,
+    /// Ethernet receive CQEs: `vlan_info` (bytes 30..32), the TCI of a stripped tag.
+    pub vlan_info: u16,
     /// Error CQEs: syndrome.
     pub syndrome: Option<Syndrome>,
     /// Error CQEs: vendor syndrome.
@@ -73,6 +79,8 @@ impl CqeRepr {
             imm: [0; 4],
             rqpn: 0,
             flags: 0,
+            hdr_type: 0,
+            vlan_info: 0,
             syndrome: None,
             vendor_err: 0,
         }
@@ -82,6 +90,8 @@ impl CqeRepr {
     pub fn emit(&self, out: &mut [u8; CQE_LEN]) {
         out.fill(0);
         put32(out, 24, u32::from(self.flags) << 24 | (self.rqpn & 0x00ff_ffff));
+        out[29] = self.hdr_type;
+        put16(out, 30, self.vlan_info);
         put32(out, 32, self.srqn_uidx);
         out[36..40].copy_from_slice(&self.imm);
         match self.syndrome {

@@ -5,7 +5,9 @@
 //! documented layouts, not from the driver's code), executes the verbs a ConnectX executes —
 //! RC RDMA WRITE (WITH IMMEDIATE), SEND (WITH IMMEDIATE) into posted receive WQEs, RDMA READ,
 //! 8-byte compare-and-swap and fetch-and-add, and UD and GSI (QP1) datagrams — and writes
-//! CQEs back the way the hardware does. Everything it refuses or finds odd is counted and
+//! CQEs back the way the hardware does. Its Ethernet path ([`eth`]) sends the frames of
+//! Ethernet SQs out of a port and steers received frames through NIC RX flow tables into
+//! RQs, so a driver can speak ARP through it. Everything it refuses or finds odd is counted and
 //! logged with a reason, so tests can assert that the driver did exactly what it claims.
 //!
 //! The model exists to examine the driver, so it is written from the documented hardware
@@ -50,7 +52,10 @@
 //! * receive WQEs: their scatter lists, each entry's lkey (with local write) as data reaches
 //!   it, room for the whole message ([`responder`]'s `recv`); a datagram's Q_Key and its
 //!   destination QP (1 = the port's GSI QP);
-//! * CQ consumer index (overflow) ([`cq`]); command fields ([`commands`]).
+//! * CQ consumer index (overflow) ([`cq`]); command fields ([`commands`]);
+//! * Ethernet send WQEs: opcode, WQE index, SQN, DS, no offload the model does not
+//!   advertise, the inline headers the SQ's inline mode needs, each lkey; receive WQEs: each
+//!   lkey with local write, room for the frame ([`eth`]).
 //!
 //! Fatal findings complete the WQE with the error CQE the HCA would write (syndromes in
 //! [`Syndrome`]; the `vendor_err` byte says which check, [`Reason::vendor_code`]) and move the
@@ -119,6 +124,7 @@ pub mod cq;
 pub mod cqe;
 pub mod direct;
 pub mod engine;
+pub mod eth;
 pub mod fw;
 pub mod grh;
 mod model;

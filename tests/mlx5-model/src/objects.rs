@@ -287,6 +287,8 @@ pub(crate) struct Device {
     pub next_cqn: u32,
     pub next_qpn: u32,
     pub next_gen: u64,
+    /// The Ethernet objects (SQs and RQs take numbers from `next_qpn`).
+    pub eth: crate::eth::Tables,
 }
 
 impl Device {
@@ -306,6 +308,7 @@ impl Device {
             next_cqn: 1,
             next_qpn: 0x48,
             next_gen: 1,
+            eth: Default::default(),
         }
     }
 }

@@ -118,6 +118,44 @@ fw_code! {
         AccessReg = 0x805 ("MLX5_CMD_OP_ACCESS_REG"),
         /// Do nothing (a liveness probe).
         Nop = 0x80d ("MLX5_CMD_OP_NOP"),
+        /// Allocate a transport domain (groups TIRs and TISs for loopback control).
+        AllocTransportDomain = 0x816 ("MLX5_CMD_OP_ALLOC_TRANSPORT_DOMAIN"),
+        /// Free a transport domain.
+        DeallocTransportDomain = 0x817 ("MLX5_CMD_OP_DEALLOC_TRANSPORT_DOMAIN"),
+        /// Create a transport interface receive (what steering forwards to).
+        CreateTir = 0x900 ("MLX5_CMD_OP_CREATE_TIR"),
+        /// Destroy a TIR.
+        DestroyTir = 0x902 ("MLX5_CMD_OP_DESTROY_TIR"),
+        /// Create an Ethernet send queue (in RST).
+        CreateSq = 0x904 ("MLX5_CMD_OP_CREATE_SQ"),
+        /// Change an SQ's state.
+        ModifySq = 0x905 ("MLX5_CMD_OP_MODIFY_SQ"),
+        /// Destroy an SQ.
+        DestroySq = 0x906 ("MLX5_CMD_OP_DESTROY_SQ"),
+        /// Create an Ethernet receive queue (in RST).
+        CreateRq = 0x908 ("MLX5_CMD_OP_CREATE_RQ"),
+        /// Change an RQ's state.
+        ModifyRq = 0x909 ("MLX5_CMD_OP_MODIFY_RQ"),
+        /// Destroy an RQ.
+        DestroyRq = 0x90a ("MLX5_CMD_OP_DESTROY_RQ"),
+        /// Create a transport interface send (what an SQ sends through).
+        CreateTis = 0x912 ("MLX5_CMD_OP_CREATE_TIS"),
+        /// Destroy a TIS.
+        DestroyTis = 0x914 ("MLX5_CMD_OP_DESTROY_TIS"),
+        /// Create a flow table.
+        CreateFlowTable = 0x930 ("MLX5_CMD_OP_CREATE_FLOW_TABLE"),
+        /// Destroy a flow table.
+        DestroyFlowTable = 0x931 ("MLX5_CMD_OP_DESTROY_FLOW_TABLE"),
+        /// Create a flow group (a range of entries sharing match criteria).
+        CreateFlowGroup = 0x933 ("MLX5_CMD_OP_CREATE_FLOW_GROUP"),
+        /// Destroy a flow group.
+        DestroyFlowGroup = 0x934 ("MLX5_CMD_OP_DESTROY_FLOW_GROUP"),
+        /// Write a flow table entry (match value, action, destinations).
+        SetFlowTableEntry = 0x936 ("MLX5_CMD_OP_SET_FLOW_TABLE_ENTRY"),
+        /// Delete a flow table entry.
+        DeleteFlowTableEntry = 0x938 ("MLX5_CMD_OP_DELETE_FLOW_TABLE_ENTRY"),
+        /// Make a flow table the root of its type.
+        SetFlowTableRoot = 0x92f ("MLX5_CMD_OP_SET_FLOW_TABLE_ROOT"),
     }
 }
 
@@ -217,8 +255,12 @@ fw_code! {
     CapType: u16 {
         /// `cmd_hca_cap`.
         General = 0x0 ("MLX5_SET_HCA_CAP_OP_MOD_GENERAL_DEVICE"),
+        /// `per_protocol_networking_offload_caps` (`MLX5_CAP_ETHERNET_OFFLOADS`, device.h).
+        EthernetOffloads = 0x1 ("MLX5_CAP_ETHERNET_OFFLOADS"),
         /// `roce_cap`.
         Roce = 0x4 ("MLX5_SET_HCA_CAP_OP_MOD_ROCE"),
+        /// `flow_table_nic_cap` (`MLX5_CAP_FLOW_TABLE`, device.h).
+        FlowTable = 0x7 ("MLX5_CAP_FLOW_TABLE"),
     }
 }
 
@@ -256,6 +298,38 @@ pub const CMD_IF_REV: u16 = 5;
 pub const REG_HOST_ENDIANNESS: u16 = 0x7004;
 /// `cmd_hca_cap.port_type` Ethernet (`MLX5_CAP_PORT_TYPE_ETH`, mlx5_ifc.h).
 pub const PORT_TYPE_ETH: u8 = 1;
+/// SQ/RQ states (`sqc.state`, `rqc.state`, `modify_*_in.*_state`; `MLX5_SQC_STATE_*`,
+/// `MLX5_RQC_STATE_*`, mlx5_ifc.h): reset.
+pub const WQ_STATE_RST: u8 = 0;
+/// Ready.
+pub const WQ_STATE_RDY: u8 = 1;
+/// Error.
+pub const WQ_STATE_ERR: u8 = 3;
+/// `wq.wq_type` cyclic (`MLX5_WQ_TYPE_CYCLIC`, mlx5_ifc.h).
+pub const WQ_TYPE_CYCLIC: u8 = 1;
+/// `tirc.disp_type` direct (`MLX5_TIRC_DISP_TYPE_DIRECT`, mlx5_ifc.h).
+pub const TIRC_DISP_TYPE_DIRECT: u8 = 0;
+/// `table_type` NIC receive (`MLX5_FLOW_TABLE_TYPE_NIC_RX`, mlx5_ifc.h).
+pub const FLOW_TABLE_TYPE_NIC_RX: u8 = 0;
+/// `match_criteria_enable` bit of the outer headers
+/// (`MLX5_CREATE_FLOW_GROUP_IN_MATCH_CRITERIA_ENABLE_OUTER_HEADERS`, mlx5_ifc.h).
+pub const MATCH_CRITERIA_OUTER_HEADERS: u8 = 0;
+/// `flow_context.action` forward to the destination list
+/// (`MLX5_FLOW_CONTEXT_ACTION_FWD_DEST`, mlx5_ifc.h).
+pub const FLOW_ACTION_FWD_DEST: u16 = 0x4;
+/// `dest_format_struct.destination_type` TIR (`MLX5_FLOW_CONTEXT_DEST_TYPE_TIR`, device.h).
+pub const FLOW_DEST_TYPE_TIR: u8 = 2;
+/// `min_wqe_inline_mode` values (`MLX5_INLINE_MODE_*`, device.h): no header inline.
+pub const INLINE_MODE_NONE: u8 = 0;
+/// The L2 header inline.
+pub const INLINE_MODE_L2: u8 = 1;
+/// Up to the IP header inline.
+pub const INLINE_MODE_IP: u8 = 2;
+/// Up to the TCP/UDP header inline.
+pub const INLINE_MODE_TCP_UDP: u8 = 3;
+/// `wqe_inline_mode` capability: L2 headers always inline (`MLX5_CAP_INLINE_MODE_L2`,
+/// device.h).
+pub const CAP_INLINE_MODE_L2: u8 = 0;
 /// `qpc.st` RC (`MLX5_QPC_ST_RC`, mlx5_ifc.h).
 pub const QPC_ST_RC: u8 = 0;
 /// `qpc.st` UD (`MLX5_QPC_ST_UD`, mlx5_ifc.h).
@@ -364,4 +438,18 @@ pub mod syndrome {
     pub const MODEL_REFUSED: u32 = 0x4d46_0070;
     /// A fault injected by a test.
     pub const INJECTED: u32 = 0x4d46_00ff;
+    /// An SQ/RQ transition from a state it is not in, or to one the model does not allow.
+    pub const WQ_TRANSITION: u32 = 0x4d46_0080;
+    /// A flow steering command for another vport or another table type than NIC RX.
+    pub const BAD_VPORT_OR_TABLE_TYPE: u32 = 0x4d46_0081;
+    /// Match criteria the model cannot apply (other header sets, unsupported fields).
+    pub const UNSUPPORTED_MATCH: u32 = 0x4d46_0082;
+    /// A match value with bits outside its group's criteria.
+    pub const VALUE_OUTSIDE_CRITERIA: u32 = 0x4d46_0083;
+    /// A flow index outside the table, the group, or already used; overlapping groups.
+    pub const FLOW_INDEX: u32 = 0x4d46_0084;
+    /// A flow table entry action or destination list the model does not execute.
+    pub const UNSUPPORTED_ACTION: u32 = 0x4d46_0085;
+    /// A table or group still holding groups, entries or the root.
+    pub const TABLE_IN_USE: u32 = 0x4d46_0086;
 }

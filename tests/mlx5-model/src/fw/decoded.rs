@@ -328,6 +328,234 @@ decoded! {
         roce_address_index: u16 = ROCE_ADDRESS_INDEX,
         vhca_port_num: u8 = VHCA_PORT_NUM,
     }
+    /// `DEALLOC_TRANSPORT_DOMAIN` input.
+    DeallocTransportDomain = dealloc_transport_domain_in {
+        transport_domain: u32 = TRANSPORT_DOMAIN,
+    }
+    /// `CREATE_TIS` input.
+    CreateTis = create_tis_in {
+        ctx: TisContext = CTX,
+    }
+    /// Transport interface send context.
+    TisContext = tisc {
+        strict_lag_tx_port_affinity: bool = STRICT_LAG_TX_PORT_AFFINITY,
+        tls_en: bool = TLS_EN,
+        lag_tx_port_affinity: u8 = LAG_TX_PORT_AFFINITY,
+        prio: u8 = PRIO,
+        transport_domain: u32 = TRANSPORT_DOMAIN,
+        underlay_qpn: u32 = UNDERLAY_QPN,
+        pd: u32 = PD,
+    }
+    /// `DESTROY_TIS` input.
+    DestroyTis = destroy_tis_in {
+        tisn: u32 = TISN,
+    }
+    /// `CREATE_SQ` input.
+    CreateSq = create_sq_in {
+        ctx: SqContext = CTX,
+        pas: Entries = PAS,
+    }
+    /// Send queue context.
+    SqContext = sqc {
+        rlky: bool = RLKY,
+        cd_master: bool = CD_MASTER,
+        fre: bool = FRE,
+        flush_in_error_en: bool = FLUSH_IN_ERROR_EN,
+        allow_multi_pkt_send_wqe: bool = ALLOW_MULTI_PKT_SEND_WQE,
+        min_wqe_inline_mode: u8 = MIN_WQE_INLINE_MODE,
+        state: u8 = STATE,
+        reg_umr: bool = REG_UMR,
+        allow_swp: bool = ALLOW_SWP,
+        hairpin: bool = HAIRPIN,
+        ts_format: u8 = TS_FORMAT,
+        user_index: u32 = USER_INDEX,
+        cqn: u32 = CQN,
+        packet_pacing_rate_limit_index: u16 = PACKET_PACING_RATE_LIMIT_INDEX,
+        tis_lst_sz: u16 = TIS_LST_SZ,
+        tis_num_0: u32 = TIS_NUM_0,
+        wq: Wq = WQ,
+    }
+    /// Work queue of an SQ or RQ.
+    Wq = wq {
+        wq_type: u8 = WQ_TYPE,
+        wq_signature: bool = WQ_SIGNATURE,
+        end_padding_mode: u8 = END_PADDING_MODE,
+        cd_slave: bool = CD_SLAVE,
+        page_offset: u8 = PAGE_OFFSET,
+        lwm: u16 = LWM,
+        pd: u32 = PD,
+        uar_page: u32 = UAR_PAGE,
+        dbr_addr: u64 = DBR_ADDR,
+        hw_counter: u32 = HW_COUNTER,
+        sw_counter: u32 = SW_COUNTER,
+        log_wq_stride: u8 = LOG_WQ_STRIDE,
+        log_wq_pg_sz: u8 = LOG_WQ_PG_SZ,
+        log_wq_sz: u8 = LOG_WQ_SZ,
+        dbr_umem_valid: bool = DBR_UMEM_VALID,
+        wq_umem_valid: bool = WQ_UMEM_VALID,
+    }
+    /// `MODIFY_SQ` input.
+    ModifySq = modify_sq_in {
+        sq_state: u8 = SQ_STATE,
+        sqn: u32 = SQN,
+        modify_bitmask: u64 = MODIFY_BITMASK,
+        ctx: SqContext = CTX,
+    }
+    /// `DESTROY_SQ` input.
+    DestroySq = destroy_sq_in {
+        sqn: u32 = SQN,
+    }
+    /// `CREATE_RQ` input.
+    CreateRq = create_rq_in {
+        ctx: RqContext = CTX,
+        pas: Entries = PAS,
+    }
+    /// Receive queue context.
+    RqContext = rqc {
+        rlky: bool = RLKY,
+        delay_drop_en: bool = DELAY_DROP_EN,
+        scatter_fcs: bool = SCATTER_FCS,
+        vsd: bool = VSD,
+        mem_rq_type: u8 = MEM_RQ_TYPE,
+        state: u8 = STATE,
+        flush_in_error_en: bool = FLUSH_IN_ERROR_EN,
+        hairpin: bool = HAIRPIN,
+        ts_format: u8 = TS_FORMAT,
+        user_index: u32 = USER_INDEX,
+        cqn: u32 = CQN,
+        counter_set_id: u8 = COUNTER_SET_ID,
+        rmpn: u32 = RMPN,
+        wq: Wq = WQ,
+    }
+    /// `MODIFY_RQ` input.
+    ModifyRq = modify_rq_in {
+        rq_state: u8 = RQ_STATE,
+        rqn: u32 = RQN,
+        modify_bitmask: u64 = MODIFY_BITMASK,
+        ctx: RqContext = CTX,
+    }
+    /// `DESTROY_RQ` input.
+    DestroyRq = destroy_rq_in {
+        rqn: u32 = RQN,
+    }
+    /// `CREATE_TIR` input.
+    CreateTir = create_tir_in {
+        ctx: TirContext = CTX,
+    }
+    /// Transport interface receive context.
+    TirContext = tirc {
+        disp_type: u8 = DISP_TYPE,
+        tls_en: bool = TLS_EN,
+        lro_timeout_period_usecs: u16 = LRO_TIMEOUT_PERIOD_USECS,
+        packet_merge_mask: u8 = PACKET_MERGE_MASK,
+        lro_max_ip_payload_size: u8 = LRO_MAX_IP_PAYLOAD_SIZE,
+        inline_rqn: u32 = INLINE_RQN,
+        rx_hash_symmetric: bool = RX_HASH_SYMMETRIC,
+        tunneled_offload_en: bool = TUNNELED_OFFLOAD_EN,
+        indirect_table: u32 = INDIRECT_TABLE,
+        rx_hash_fn: u8 = RX_HASH_FN,
+        self_lb_block: u8 = SELF_LB_BLOCK,
+        transport_domain: u32 = TRANSPORT_DOMAIN,
+    }
+    /// `DESTROY_TIR` input.
+    DestroyTir = destroy_tir_in {
+        tirn: u32 = TIRN,
+    }
+    /// `CREATE_FLOW_TABLE` input.
+    CreateFlowTable = create_flow_table_in {
+        other_vport: bool = OTHER_VPORT,
+        vport_number: u16 = VPORT_NUMBER,
+        table_type: u8 = TABLE_TYPE,
+        flow_table_context: FlowTableContext = FLOW_TABLE_CONTEXT,
+    }
+    /// Flow table context.
+    FlowTableContext = flow_table_context {
+        reformat_en: bool = REFORMAT_EN,
+        decap_en: bool = DECAP_EN,
+        sw_owner: bool = SW_OWNER,
+        termination_table: bool = TERMINATION_TABLE,
+        table_miss_action: u8 = TABLE_MISS_ACTION,
+        level: u8 = LEVEL,
+        log_size: u8 = LOG_SIZE,
+        table_miss_id: u32 = TABLE_MISS_ID,
+        lag_master_next_table_id: u32 = LAG_MASTER_NEXT_TABLE_ID,
+    }
+    /// `DESTROY_FLOW_TABLE` input.
+    DestroyFlowTable = destroy_flow_table_in {
+        other_vport: bool = OTHER_VPORT,
+        vport_number: u16 = VPORT_NUMBER,
+        table_type: u8 = TABLE_TYPE,
+        table_id: u32 = TABLE_ID,
+    }
+    /// `CREATE_FLOW_GROUP` input. The criteria stay bytes: the model masks the frame's
+    /// headers with them byte for byte.
+    CreateFlowGroup = create_flow_group_in {
+        other_vport: bool = OTHER_VPORT,
+        vport_number: u16 = VPORT_NUMBER,
+        table_type: u8 = TABLE_TYPE,
+        group_type: u8 = GROUP_TYPE,
+        table_id: u32 = TABLE_ID,
+        source_eswitch_owner_vhca_id_valid: bool = SOURCE_ESWITCH_OWNER_VHCA_ID_VALID,
+        start_flow_index: u32 = START_FLOW_INDEX,
+        end_flow_index: u32 = END_FLOW_INDEX,
+        match_definer_id: u16 = MATCH_DEFINER_ID,
+        match_criteria_enable: u8 = MATCH_CRITERIA_ENABLE,
+        match_criteria: [u8; ifc::fte_match_param::SIZE] = MATCH_CRITERIA,
+    }
+    /// `DESTROY_FLOW_GROUP` input.
+    DestroyFlowGroup = destroy_flow_group_in {
+        other_vport: bool = OTHER_VPORT,
+        vport_number: u16 = VPORT_NUMBER,
+        table_type: u8 = TABLE_TYPE,
+        table_id: u32 = TABLE_ID,
+        group_id: u32 = GROUP_ID,
+    }
+    /// `SET_FLOW_TABLE_ENTRY` input. The destination list is read as 64-bit
+    /// `dest_format_struct` entries, the stride `fs_cmd.c` uses without
+    /// `extended_destination`.
+    SetFte = set_fte_in {
+        other_vport: bool = OTHER_VPORT,
+        vport_number: u16 = VPORT_NUMBER,
+        table_type: u8 = TABLE_TYPE,
+        table_id: u32 = TABLE_ID,
+        ignore_flow_level: bool = IGNORE_FLOW_LEVEL,
+        modify_enable_mask: u8 = MODIFY_ENABLE_MASK,
+        flow_index: u32 = FLOW_INDEX,
+        flow_context: FlowContext = FLOW_CONTEXT,
+        destination: Entries = DESTINATION,
+    }
+    /// A flow table entry's context.
+    FlowContext = flow_context {
+        push_vlan: u32 = PUSH_VLAN,
+        group_id: u32 = GROUP_ID,
+        flow_tag: u32 = FLOW_TAG,
+        action: u16 = ACTION,
+        extended_destination: bool = EXTENDED_DESTINATION,
+        destination_list_size: u32 = DESTINATION_LIST_SIZE,
+        flow_counter_list_size: u32 = FLOW_COUNTER_LIST_SIZE,
+        packet_reformat_id: u32 = PACKET_REFORMAT_ID,
+        modify_header_id: u32 = MODIFY_HEADER_ID,
+        match_value: [u8; ifc::fte_match_param::SIZE] = MATCH_VALUE,
+    }
+    /// `DELETE_FLOW_TABLE_ENTRY` input.
+    DeleteFte = delete_fte_in {
+        other_vport: bool = OTHER_VPORT,
+        vport_number: u16 = VPORT_NUMBER,
+        table_type: u8 = TABLE_TYPE,
+        table_id: u32 = TABLE_ID,
+        flow_index: u32 = FLOW_INDEX,
+    }
+    /// `SET_FLOW_TABLE_ROOT` input.
+    SetFlowTableRoot = set_flow_table_root_in {
+        other_vport: bool = OTHER_VPORT,
+        vport_number: u16 = VPORT_NUMBER,
+        table_type: u8 = TABLE_TYPE,
+        table_of_other_vport: bool = TABLE_OF_OTHER_VPORT,
+        table_vport_number: u16 = TABLE_VPORT_NUMBER,
+        table_id: u32 = TABLE_ID,
+        underlay_qpn: u32 = UNDERLAY_QPN,
+        table_eswitch_owner_vhca_id_valid: bool = TABLE_ESWITCH_OWNER_VHCA_ID_VALID,
+    }
     /// `SET_ROCE_ADDRESS` input. The entry stays bytes: the model compares it whole with its
     /// own, reserved bits included.
     SetRoceAddress = set_roce_address_in {

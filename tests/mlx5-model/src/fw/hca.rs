@@ -93,6 +93,10 @@ pub(crate) struct Hca {
     pub gen_cur: Vec<u8>,
     pub roce_max: Vec<u8>,
     pub roce_cur: Vec<u8>,
+    /// Ethernet offload and flow table capabilities: nothing in them is settable, so the
+    /// maximum is the current value ([`super::resources::eth_caps`]).
+    pub eth_caps: Vec<u8>,
+    pub ft_caps: Vec<u8>,
     pub host_endianness: [u8; ifc::register_host_endianness::SIZE],
     pub roce_en: bool,
     pub vport_mtu: u16,
@@ -154,6 +158,27 @@ fn sizes(op: Opcode) -> Option<(usize, usize)> {
         QueryRoceAddress => (query_roce_address_in::SIZE, query_roce_address_out::SIZE),
         SetRoceAddress => (set_roce_address_in::SIZE, set_roce_address_out::SIZE),
         Nop => (nop_in::SIZE, nop_out::SIZE),
+        AllocTransportDomain => (alloc_transport_domain_in::SIZE, alloc_transport_domain_out::SIZE),
+        DeallocTransportDomain => {
+            (dealloc_transport_domain_in::SIZE, dealloc_transport_domain_out::SIZE)
+        }
+        CreateTis => (create_tis_in::SIZE, create_tis_out::SIZE),
+        DestroyTis => (destroy_tis_in::SIZE, destroy_tis_out::SIZE),
+        CreateSq => (create_sq_in::SIZE, create_sq_out::SIZE),
+        ModifySq => (modify_sq_in::SIZE, modify_sq_out::SIZE),
+        DestroySq => (destroy_sq_in::SIZE, destroy_sq_out::SIZE),
+        CreateRq => (create_rq_in::SIZE, create_rq_out::SIZE),
+        ModifyRq => (modify_rq_in::SIZE, modify_rq_out::SIZE),
+        DestroyRq => (destroy_rq_in::SIZE, destroy_rq_out::SIZE),
+        CreateTir => (create_tir_in::SIZE, create_tir_out::SIZE),
+        DestroyTir => (destroy_tir_in::SIZE, destroy_tir_out::SIZE),
+        CreateFlowTable => (create_flow_table_in::SIZE, create_flow_table_out::SIZE),
+        DestroyFlowTable => (destroy_flow_table_in::SIZE, destroy_flow_table_out::SIZE),
+        CreateFlowGroup => (create_flow_group_in::SIZE, create_flow_group_out::SIZE),
+        DestroyFlowGroup => (destroy_flow_group_in::SIZE, destroy_flow_group_out::SIZE),
+        SetFlowTableEntry => (set_fte_in::SIZE, set_fte_out::SIZE),
+        DeleteFlowTableEntry => (delete_fte_in::SIZE, delete_fte_out::SIZE),
+        SetFlowTableRoot => (set_flow_table_root_in::SIZE, set_flow_table_root_out::SIZE),
         Unknown(_) => return None,
     })
 }
@@ -185,6 +210,16 @@ fn general_caps(cfg: &FwConfig, shared: &Shared) -> Vec<u8> {
     set(&mut c, gen::LOG_BF_REG_SIZE, u64::from(mc.log_bf_reg_size));
     set(&mut c, gen::MAX_WQE_SZ_SQ, u64::from(mc.max_wqe_sz_sq));
     set(&mut c, gen::LOG_MAX_PD, u64::from(cfg.log_max_pd));
+    // The Ethernet path (`fw::resources::eth`): what mlx5e's `mlx5e_check_required_hca_cap`
+    // and `fs_core.c` look for.
+    set(&mut c, gen::ETH_NET_OFFLOADS, 1);
+    set(&mut c, gen::NIC_FLOW_TABLE, 1);
+    set(&mut c, gen::LOG_MAX_TRANSPORT_DOMAIN, 4);
+    set(&mut c, gen::LOG_MAX_RQ, 8);
+    set(&mut c, gen::LOG_MAX_SQ, 8);
+    set(&mut c, gen::LOG_MAX_TIR, 8);
+    set(&mut c, gen::LOG_MAX_TIS, 8);
+    set(&mut c, gen::LOG_MAX_TIS_PER_SQ, 0);
     set(&mut c, gen::LOG_UAR_PAGE_SZ, 0);
     set(&mut c, gen::NUM_OF_UARS_PER_PAGE, 1);
     c
@@ -222,6 +257,8 @@ impl Hca {
             gen_max,
             roce_cur: roce_max.clone(),
             roce_max,
+            eth_caps: super::resources::eth_caps::ethernet_offloads(),
+            ft_caps: super::resources::eth_caps::flow_table(),
             host_endianness: [0; ifc::register_host_endianness::SIZE],
             roce_en: false,
             vport_mtu: 1500,
@@ -445,6 +482,8 @@ impl Hca {
         match CapType::from(op_mod >> 1) {
             CapType::General => Ok((&self.gen_max, &self.gen_cur)),
             CapType::Roce => Ok((&self.roce_max, &self.roce_cur)),
+            CapType::EthernetOffloads => Ok((&self.eth_caps, &self.eth_caps)),
+            CapType::FlowTable => Ok((&self.ft_caps, &self.ft_caps)),
             CapType::Unknown(_) => Err(fail(CmdStatus::BadParam, syn::BAD_CAP_TYPE)),
         }
     }
@@ -468,7 +507,7 @@ impl Hca {
         let op_mod = ifc::cmd_in::OP_MOD.get(inp) as u16;
         self.caps_for(op_mod)?;
         if CapType::from(op_mod >> 1) != CapType::General {
-            // Nothing in the RoCE capabilities is settable; the firmware ignores the rest.
+            // Nothing in the other capabilities is settable; the firmware ignores the rest.
             return Ok(());
         }
         let at = i::CAPABILITY.byte();
@@ -507,6 +546,7 @@ impl Hca {
             + self.cqs.len()
             + self.qps.len()
             + self.eqs.len()
+            + self.shared.dev().eth.count()
     }
 
     fn teardown_hca(&mut self, inp: &[u8]) -> Res {

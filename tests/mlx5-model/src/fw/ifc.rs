@@ -214,10 +214,12 @@ ifc! {
         GID_TABLE_SIZE = "gid_table_size" @ 0x170 : 16;
         PKEY_TABLE_SIZE = "pkey_table_size" @ 0x190 : 16;
         PORT_TYPE = "port_type" @ 0x1b6 : 2;
+        NIC_FLOW_TABLE = "nic_flow_table" @ 0x1a6 : 1;
         NUM_PORTS = "num_ports" @ 0x1b8 : 8;
         LOG_MAX_MSG = "log_max_msg" @ 0x1c3 : 5;
         CQE_VERSION = "cqe_version" @ 0x1fc : 4;
         CMDIF_CHECKSUM = "cmdif_checksum" @ 0x210 : 2;
+        ETH_NET_OFFLOADS = "eth_net_offloads" @ 0x21c : 1;
         ROCE = "roce" @ 0x21d : 1;
         UAR_4K = "uar_4k" @ 0x240 : 1;
         FL_RC_QP_WHEN_ROCE_DISABLED = "fl_rc_qp_when_roce_disabled" @ 0x248 : 1;
@@ -225,7 +227,13 @@ ifc! {
         LOG_PG_SZ = "log_pg_sz" @ 0x258 : 8;
         LOG_BF_REG_SIZE = "log_bf_reg_size" @ 0x26b : 5;
         MAX_WQE_SZ_SQ = "max_wqe_sz_sq" @ 0x290 : 16;
+        LOG_MAX_TRANSPORT_DOMAIN = "log_max_transport_domain" @ 0x323 : 5;
         LOG_MAX_PD = "log_max_pd" @ 0x32b : 5;
+        LOG_MAX_RQ = "log_max_rq" @ 0x363 : 5;
+        LOG_MAX_SQ = "log_max_sq" @ 0x36b : 5;
+        LOG_MAX_TIR = "log_max_tir" @ 0x373 : 5;
+        LOG_MAX_TIS = "log_max_tis" @ 0x37b : 5;
+        LOG_MAX_TIS_PER_SQ = "log_max_tis_per_sq" @ 0x39b : 5;
         LOG_UAR_PAGE_SZ = "log_uar_page_sz" @ 0x490 : 16;
         NUM_OF_UARS_PER_PAGE = "num_of_uars_per_page" @ 0x520 : 32;
     }
@@ -579,4 +587,332 @@ ifc! {
         MAC_47_32 = "permanent_address.mac_addr_47_32" @ 0x7b0 : 16;
         MAC_31_0 = "permanent_address.mac_addr_31_0" @ 0x7c0 : 32;
     }
+
+    /// Ethernet offload capabilities (capability type 1).
+    per_protocol_networking_offload_caps = "per_protocol_networking_offload_caps", 256 bytes {
+        CSUM_CAP = "csum_cap" @ 0x0 : 1;
+        VLAN_CAP = "vlan_cap" @ 0x1 : 1;
+        WQE_INLINE_MODE = "wqe_inline_mode" @ 0x12 : 2;
+    }
+    /// NIC flow table capabilities (capability type 7); the NIC RX table properties are
+    /// `flow_table_prop_layout` at [`flow_table_nic_cap::FLOW_TABLE_PROPERTIES_NIC_RECEIVE`].
+    flow_table_nic_cap = "flow_table_nic_cap", 4096 bytes {
+        FLOW_TABLE_PROPERTIES_NIC_RECEIVE = "flow_table_properties_nic_receive" @ 0x200 : 512;
+    }
+    /// Properties of one flow table type.
+    flow_table_prop_layout = "flow_table_prop_layout", 64 bytes {
+        FT_SUPPORT = "ft_support" @ 0x0 : 1;
+        FLOW_MODIFY_EN = "flow_modify_en" @ 0x3 : 1;
+        MODIFY_ROOT = "modify_root" @ 0x4 : 1;
+        LOG_MAX_FT_SIZE = "log_max_ft_size" @ 0x22 : 6;
+        MAX_FT_LEVEL = "max_ft_level" @ 0x38 : 8;
+        LOG_MAX_FT_NUM = "log_max_ft_num" @ 0x78 : 8;
+        LOG_MAX_DESTINATION = "log_max_destination" @ 0x98 : 8;
+        LOG_MAX_FLOW = "log_max_flow" @ 0xb8 : 8;
+    }
+    /// `ALLOC_TRANSPORT_DOMAIN` input.
+    alloc_transport_domain_in = "alloc_transport_domain_in", 16 bytes {}
+    /// `ALLOC_TRANSPORT_DOMAIN` output.
+    alloc_transport_domain_out = "alloc_transport_domain_out", 16 bytes {
+        TRANSPORT_DOMAIN = "transport_domain" @ 0x48 : 24;
+    }
+    /// `DEALLOC_TRANSPORT_DOMAIN` input.
+    dealloc_transport_domain_in = "dealloc_transport_domain_in", 16 bytes {
+        TRANSPORT_DOMAIN = "transport_domain" @ 0x48 : 24;
+    }
+    /// `DEALLOC_TRANSPORT_DOMAIN` output.
+    dealloc_transport_domain_out = "dealloc_transport_domain_out", 16 bytes {}
+    /// `CREATE_TIS` input.
+    create_tis_in = "create_tis_in", 192 bytes {
+        CTX = "ctx" @ 0x100 : 1280;
+    }
+    /// `CREATE_TIS` output.
+    create_tis_out = "create_tis_out", 16 bytes {
+        TISN = "tisn" @ 0x48 : 24;
+    }
+    /// `DESTROY_TIS` input.
+    destroy_tis_in = "destroy_tis_in", 16 bytes {
+        TISN = "tisn" @ 0x48 : 24;
+    }
+    /// `DESTROY_TIS` output.
+    destroy_tis_out = "destroy_tis_out", 16 bytes {}
+    /// Transport interface send context.
+    tisc = "tisc", 160 bytes {
+        STRICT_LAG_TX_PORT_AFFINITY = "strict_lag_tx_port_affinity" @ 0x0 : 1;
+        TLS_EN = "tls_en" @ 0x1 : 1;
+        LAG_TX_PORT_AFFINITY = "lag_tx_port_affinity" @ 0x4 : 4;
+        PRIO = "prio" @ 0xc : 4;
+        TRANSPORT_DOMAIN = "transport_domain" @ 0x128 : 24;
+        UNDERLAY_QPN = "underlay_qpn" @ 0x148 : 24;
+        PD = "pd" @ 0x168 : 24;
+    }
+    /// `CREATE_SQ` input (the PAS list is the context's `wq.pas`).
+    create_sq_in = "create_sq_in", 272 bytes {
+        CTX = "ctx" @ 0x100 : 1920;
+        PAS = "ctx.wq.pas" @ 0x880 : 64;
+    }
+    /// `CREATE_SQ` output.
+    create_sq_out = "create_sq_out", 16 bytes {
+        SQN = "sqn" @ 0x48 : 24;
+    }
+    /// `MODIFY_SQ` input.
+    modify_sq_in = "modify_sq_in", 272 bytes {
+        SQ_STATE = "sq_state" @ 0x40 : 4;
+        SQN = "sqn" @ 0x48 : 24;
+        MODIFY_BITMASK = "modify_bitmask" @ 0x80 : 64;
+        CTX = "ctx" @ 0x100 : 1920;
+    }
+    /// `MODIFY_SQ` output.
+    modify_sq_out = "modify_sq_out", 16 bytes {}
+    /// `DESTROY_SQ` input.
+    destroy_sq_in = "destroy_sq_in", 16 bytes {
+        SQN = "sqn" @ 0x48 : 24;
+    }
+    /// `DESTROY_SQ` output.
+    destroy_sq_out = "destroy_sq_out", 16 bytes {}
+    /// Send queue context.
+    sqc = "sqc", 240 bytes {
+        RLKY = "rlky" @ 0x0 : 1;
+        CD_MASTER = "cd_master" @ 0x1 : 1;
+        FRE = "fre" @ 0x2 : 1;
+        FLUSH_IN_ERROR_EN = "flush_in_error_en" @ 0x3 : 1;
+        ALLOW_MULTI_PKT_SEND_WQE = "allow_multi_pkt_send_wqe" @ 0x4 : 1;
+        MIN_WQE_INLINE_MODE = "min_wqe_inline_mode" @ 0x5 : 3;
+        STATE = "state" @ 0x8 : 4;
+        REG_UMR = "reg_umr" @ 0xc : 1;
+        ALLOW_SWP = "allow_swp" @ 0xd : 1;
+        HAIRPIN = "hairpin" @ 0xe : 1;
+        TS_FORMAT = "ts_format" @ 0x1a : 2;
+        USER_INDEX = "user_index" @ 0x28 : 24;
+        CQN = "cqn" @ 0x48 : 24;
+        PACKET_PACING_RATE_LIMIT_INDEX = "packet_pacing_rate_limit_index" @ 0xf0 : 16;
+        TIS_LST_SZ = "tis_lst_sz" @ 0x100 : 16;
+        TIS_NUM_0 = "tis_num_0" @ 0x168 : 24;
+        WQ = "wq" @ 0x180 : 1536;
+    }
+    /// Work queue (inside `sqc` and `rqc`).
+    wq = "wq", 192 bytes {
+        WQ_TYPE = "wq_type" @ 0x0 : 4;
+        WQ_SIGNATURE = "wq_signature" @ 0x4 : 1;
+        END_PADDING_MODE = "end_padding_mode" @ 0x5 : 2;
+        CD_SLAVE = "cd_slave" @ 0x7 : 1;
+        PAGE_OFFSET = "page_offset" @ 0x2b : 5;
+        LWM = "lwm" @ 0x30 : 16;
+        PD = "pd" @ 0x48 : 24;
+        UAR_PAGE = "uar_page" @ 0x68 : 24;
+        DBR_ADDR = "dbr_addr" @ 0x80 : 64;
+        HW_COUNTER = "hw_counter" @ 0xc0 : 32;
+        SW_COUNTER = "sw_counter" @ 0xe0 : 32;
+        LOG_WQ_STRIDE = "log_wq_stride" @ 0x10c : 4;
+        LOG_WQ_PG_SZ = "log_wq_pg_sz" @ 0x113 : 5;
+        LOG_WQ_SZ = "log_wq_sz" @ 0x11b : 5;
+        DBR_UMEM_VALID = "dbr_umem_valid" @ 0x120 : 1;
+        WQ_UMEM_VALID = "wq_umem_valid" @ 0x121 : 1;
+    }
+    /// `CREATE_RQ` input (the PAS list is the context's `wq.pas`).
+    create_rq_in = "create_rq_in", 272 bytes {
+        CTX = "ctx" @ 0x100 : 1920;
+        PAS = "ctx.wq.pas" @ 0x880 : 64;
+    }
+    /// `CREATE_RQ` output.
+    create_rq_out = "create_rq_out", 16 bytes {
+        RQN = "rqn" @ 0x48 : 24;
+    }
+    /// `MODIFY_RQ` input.
+    modify_rq_in = "modify_rq_in", 272 bytes {
+        RQ_STATE = "rq_state" @ 0x40 : 4;
+        RQN = "rqn" @ 0x48 : 24;
+        MODIFY_BITMASK = "modify_bitmask" @ 0x80 : 64;
+        CTX = "ctx" @ 0x100 : 1920;
+    }
+    /// `MODIFY_RQ` output.
+    modify_rq_out = "modify_rq_out", 16 bytes {}
+    /// `DESTROY_RQ` input.
+    destroy_rq_in = "destroy_rq_in", 16 bytes {
+        RQN = "rqn" @ 0x48 : 24;
+    }
+    /// `DESTROY_RQ` output.
+    destroy_rq_out = "destroy_rq_out", 16 bytes {}
+    /// Receive queue context.
+    rqc = "rqc", 240 bytes {
+        RLKY = "rlky" @ 0x0 : 1;
+        DELAY_DROP_EN = "delay_drop_en" @ 0x1 : 1;
+        SCATTER_FCS = "scatter_fcs" @ 0x2 : 1;
+        VSD = "vsd" @ 0x3 : 1;
+        MEM_RQ_TYPE = "mem_rq_type" @ 0x4 : 4;
+        STATE = "state" @ 0x8 : 4;
+        FLUSH_IN_ERROR_EN = "flush_in_error_en" @ 0xd : 1;
+        HAIRPIN = "hairpin" @ 0xe : 1;
+        TS_FORMAT = "ts_format" @ 0x1a : 2;
+        USER_INDEX = "user_index" @ 0x28 : 24;
+        CQN = "cqn" @ 0x48 : 24;
+        COUNTER_SET_ID = "counter_set_id" @ 0x60 : 8;
+        RMPN = "rmpn" @ 0x88 : 24;
+        WQ = "wq" @ 0x180 : 1536;
+    }
+    /// `CREATE_TIR` input.
+    create_tir_in = "create_tir_in", 272 bytes {
+        CTX = "ctx" @ 0x100 : 1920;
+    }
+    /// `CREATE_TIR` output.
+    create_tir_out = "create_tir_out", 16 bytes {
+        TIRN = "tirn" @ 0x48 : 24;
+    }
+    /// `DESTROY_TIR` input.
+    destroy_tir_in = "destroy_tir_in", 16 bytes {
+        TIRN = "tirn" @ 0x48 : 24;
+    }
+    /// `DESTROY_TIR` output.
+    destroy_tir_out = "destroy_tir_out", 16 bytes {}
+    /// Transport interface receive context.
+    tirc = "tirc", 240 bytes {
+        DISP_TYPE = "disp_type" @ 0x20 : 4;
+        TLS_EN = "tls_en" @ 0x24 : 1;
+        LRO_TIMEOUT_PERIOD_USECS = "lro_timeout_period_usecs" @ 0x84 : 16;
+        PACKET_MERGE_MASK = "packet_merge_mask" @ 0x94 : 4;
+        LRO_MAX_IP_PAYLOAD_SIZE = "lro_max_ip_payload_size" @ 0x98 : 8;
+        INLINE_RQN = "inline_rqn" @ 0xe8 : 24;
+        RX_HASH_SYMMETRIC = "rx_hash_symmetric" @ 0x100 : 1;
+        TUNNELED_OFFLOAD_EN = "tunneled_offload_en" @ 0x102 : 1;
+        INDIRECT_TABLE = "indirect_table" @ 0x108 : 24;
+        RX_HASH_FN = "rx_hash_fn" @ 0x120 : 4;
+        SELF_LB_BLOCK = "self_lb_block" @ 0x126 : 2;
+        TRANSPORT_DOMAIN = "transport_domain" @ 0x128 : 24;
+    }
+    /// `CREATE_FLOW_TABLE` input.
+    create_flow_table_in = "create_flow_table_in", 64 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+        TABLE_TYPE = "table_type" @ 0x80 : 8;
+        FLOW_TABLE_CONTEXT = "flow_table_context" @ 0xc0 : 320;
+    }
+    /// `CREATE_FLOW_TABLE` output.
+    create_flow_table_out = "create_flow_table_out", 16 bytes {
+        TABLE_ID = "table_id" @ 0x48 : 24;
+    }
+    /// Flow table context.
+    flow_table_context = "flow_table_context", 40 bytes {
+        REFORMAT_EN = "reformat_en" @ 0x0 : 1;
+        DECAP_EN = "decap_en" @ 0x1 : 1;
+        SW_OWNER = "sw_owner" @ 0x2 : 1;
+        TERMINATION_TABLE = "termination_table" @ 0x3 : 1;
+        TABLE_MISS_ACTION = "table_miss_action" @ 0x4 : 4;
+        LEVEL = "level" @ 0x8 : 8;
+        LOG_SIZE = "log_size" @ 0x18 : 8;
+        TABLE_MISS_ID = "table_miss_id" @ 0x28 : 24;
+        LAG_MASTER_NEXT_TABLE_ID = "lag_master_next_table_id" @ 0x48 : 24;
+    }
+    /// `DESTROY_FLOW_TABLE` input.
+    destroy_flow_table_in = "destroy_flow_table_in", 64 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+        TABLE_TYPE = "table_type" @ 0x80 : 8;
+        TABLE_ID = "table_id" @ 0xa8 : 24;
+    }
+    /// `DESTROY_FLOW_TABLE` output.
+    destroy_flow_table_out = "destroy_flow_table_out", 16 bytes {}
+    /// `CREATE_FLOW_GROUP` input.
+    create_flow_group_in = "create_flow_group_in", 1024 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+        TABLE_TYPE = "table_type" @ 0x80 : 8;
+        GROUP_TYPE = "group_type" @ 0x8c : 4;
+        TABLE_ID = "table_id" @ 0xa8 : 24;
+        SOURCE_ESWITCH_OWNER_VHCA_ID_VALID = "source_eswitch_owner_vhca_id_valid" @ 0xc0 : 1;
+        START_FLOW_INDEX = "start_flow_index" @ 0xe0 : 32;
+        END_FLOW_INDEX = "end_flow_index" @ 0x120 : 32;
+        MATCH_DEFINER_ID = "match_definer_id" @ 0x150 : 16;
+        MATCH_CRITERIA_ENABLE = "match_criteria_enable" @ 0x1f8 : 8;
+        MATCH_CRITERIA = "match_criteria" @ 0x200 : 4096;
+    }
+    /// `CREATE_FLOW_GROUP` output.
+    create_flow_group_out = "create_flow_group_out", 16 bytes {
+        GROUP_ID = "group_id" @ 0x48 : 24;
+    }
+    /// `DESTROY_FLOW_GROUP` input.
+    destroy_flow_group_in = "destroy_flow_group_in", 64 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+        TABLE_TYPE = "table_type" @ 0x80 : 8;
+        TABLE_ID = "table_id" @ 0xa8 : 24;
+        GROUP_ID = "group_id" @ 0xc0 : 32;
+    }
+    /// `DESTROY_FLOW_GROUP` output.
+    destroy_flow_group_out = "destroy_flow_group_out", 16 bytes {}
+    /// Match criteria or value: every header set, in the order the PRM gives them.
+    fte_match_param = "fte_match_param", 512 bytes {
+        OUTER_HEADERS = "outer_headers" @ 0x0 : 512;
+    }
+    /// The layer 2 to 4 header fields one can match on (`outer_headers`, `inner_headers`).
+    fte_match_set_lyr_2_4 = "fte_match_set_lyr_2_4", 64 bytes {
+        SMAC_47_16 = "smac_47_16" @ 0x0 : 32;
+        SMAC_15_0 = "smac_15_0" @ 0x20 : 16;
+        ETHERTYPE = "ethertype" @ 0x30 : 16;
+        DMAC_47_16 = "dmac_47_16" @ 0x40 : 32;
+        DMAC_15_0 = "dmac_15_0" @ 0x60 : 16;
+        FIRST_PRIO = "first_prio" @ 0x70 : 3;
+        FIRST_CFI = "first_cfi" @ 0x73 : 1;
+        FIRST_VID = "first_vid" @ 0x74 : 12;
+        IP_PROTOCOL = "ip_protocol" @ 0x80 : 8;
+        CVLAN_TAG = "cvlan_tag" @ 0x90 : 1;
+        SVLAN_TAG = "svlan_tag" @ 0x91 : 1;
+        IP_VERSION = "ip_version" @ 0x93 : 4;
+        UDP_SPORT = "udp_sport" @ 0xe0 : 16;
+        UDP_DPORT = "udp_dport" @ 0xf0 : 16;
+    }
+    /// `SET_FLOW_TABLE_ENTRY` input (followed by the destination list).
+    set_fte_in = "set_fte_in", 832 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+        TABLE_TYPE = "table_type" @ 0x80 : 8;
+        TABLE_ID = "table_id" @ 0xa8 : 24;
+        IGNORE_FLOW_LEVEL = "ignore_flow_level" @ 0xc0 : 1;
+        MODIFY_ENABLE_MASK = "modify_enable_mask" @ 0xd8 : 8;
+        FLOW_INDEX = "flow_index" @ 0x100 : 32;
+        FLOW_CONTEXT = "flow_context" @ 0x200 : 6144;
+        DESTINATION = "flow_context.destination" @ 0x1a00 : 128;
+    }
+    /// `SET_FLOW_TABLE_ENTRY` output.
+    set_fte_out = "set_fte_out", 16 bytes {}
+    /// A flow table entry's context.
+    flow_context = "flow_context", 768 bytes {
+        PUSH_VLAN = "push_vlan" @ 0x0 : 32;
+        GROUP_ID = "group_id" @ 0x20 : 32;
+        FLOW_TAG = "flow_tag" @ 0x48 : 24;
+        ACTION = "action" @ 0x70 : 16;
+        EXTENDED_DESTINATION = "extended_destination" @ 0x80 : 1;
+        DESTINATION_LIST_SIZE = "destination_list_size" @ 0x88 : 24;
+        FLOW_COUNTER_LIST_SIZE = "flow_counter_list_size" @ 0xa8 : 24;
+        PACKET_REFORMAT_ID = "packet_reformat_id" @ 0xc0 : 32;
+        MODIFY_HEADER_ID = "modify_header_id" @ 0xe0 : 32;
+        MATCH_VALUE = "match_value" @ 0x200 : 4096;
+    }
+    /// One destination of a flow table entry.
+    dest_format_struct = "dest_format_struct", 8 bytes {
+        DESTINATION_TYPE = "destination_type" @ 0x0 : 8;
+        DESTINATION_ID = "destination_id" @ 0x8 : 24;
+    }
+    /// `DELETE_FLOW_TABLE_ENTRY` input.
+    delete_fte_in = "delete_fte_in", 64 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+        TABLE_TYPE = "table_type" @ 0x80 : 8;
+        TABLE_ID = "table_id" @ 0xa8 : 24;
+        FLOW_INDEX = "flow_index" @ 0x100 : 32;
+    }
+    /// `DELETE_FLOW_TABLE_ENTRY` output.
+    delete_fte_out = "delete_fte_out", 16 bytes {}
+    /// `SET_FLOW_TABLE_ROOT` input.
+    set_flow_table_root_in = "set_flow_table_root_in", 64 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+        TABLE_TYPE = "table_type" @ 0x80 : 8;
+        TABLE_OF_OTHER_VPORT = "table_of_other_vport" @ 0x8f : 1;
+        TABLE_VPORT_NUMBER = "table_vport_number" @ 0x90 : 16;
+        TABLE_ID = "table_id" @ 0xa8 : 24;
+        UNDERLAY_QPN = "underlay_qpn" @ 0xc8 : 24;
+        TABLE_ESWITCH_OWNER_VHCA_ID_VALID = "table_eswitch_owner_vhca_id_valid" @ 0xe0 : 1;
+    }
+    /// `SET_FLOW_TABLE_ROOT` output.
+    set_flow_table_root_out = "set_flow_table_root_out", 16 bytes {}
 }

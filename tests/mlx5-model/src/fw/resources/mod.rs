@@ -1,5 +1,5 @@
 //! Resource commands: UARs, PDs, EQs, memory keys, CQs, QPs and their transitions, the NIC
-//! vport context, one module per object. Each decodes its whole PRM input into the
+//! vport context, the Ethernet objects (`eth.rs`), one module per object. Each decodes its whole PRM input into the
 //! firmware's own types ([`super::decoded`], from the tables in [`super::ifc`]), applies the
 //! firmware's checks with their PRM status, and then creates or changes the object through
 //! the model's own resource commands (the `commands` module, which the direct control path
@@ -21,11 +21,15 @@
 //! | `QUERY_ROCE_ADDRESS` | port 0 or 1 (`BAD_PARAM`); index below `roce_address_table_size` (`BAD_INDEX`); the model's GID table, empty past its end |
 //! | `SET_ROCE_ADDRESS` | as `QUERY_ROCE_ADDRESS`; the entry must equal the model's configured one (RoCE v2, no VLAN), or be all zero past the table's end (`BAD_PARAM`) |
 //!
+//! | Ethernet (`ALLOC_TRANSPORT_DOMAIN` … `SET_FLOW_TABLE_ROOT`) | see `eth.rs` |
+//!
 //! The model's own checks (see the `commands` module) run after these; a refusal there is
 //! reported as `BAD_PARAM` (or `NO_RESOURCES` when the model is full).
 
 mod cq;
 mod eq;
+mod eth;
+pub(crate) mod eth_caps;
 mod mkey;
 mod qp;
 mod uar_pd;
@@ -50,6 +54,10 @@ fn model_err(e: Error) -> Fail {
         Error::Timeout(_) | Error::Device(_) => fail(CmdStatus::InternalError, syn::MODEL_REFUSED),
         _ => fail(CmdStatus::BadParam, syn::MODEL_REFUSED),
     }
+}
+
+fn ifc_op_mod(inp: &[u8]) -> u16 {
+    super::ifc::cmd_in::OP_MOD.get(inp) as u16
 }
 
 fn no_such() -> Fail {
@@ -133,6 +141,25 @@ impl Hca {
             QueryVportState => self.query_vport_state(&decode(inp), out),
             QueryRoceAddress => self.query_roce_address(&decode(inp), out),
             SetRoceAddress => self.set_roce_address(&decode(inp)),
+            AllocTransportDomain => self.alloc_transport_domain(out),
+            DeallocTransportDomain => self.dealloc_transport_domain(&decode(inp)),
+            CreateTis => self.create_tis(&decode(inp), out),
+            DestroyTis => self.destroy_tis(&decode(inp)),
+            CreateSq => self.create_sq(&decode(inp), out),
+            ModifySq => self.modify_sq(&decode(inp)),
+            DestroySq => self.destroy_sq(&decode(inp)),
+            CreateRq => self.create_rq(&decode(inp), out),
+            ModifyRq => self.modify_rq(&decode(inp)),
+            DestroyRq => self.destroy_rq(&decode(inp)),
+            CreateTir => self.create_tir(&decode(inp), out),
+            DestroyTir => self.destroy_tir(&decode(inp)),
+            CreateFlowTable => self.create_flow_table(&decode(inp), out),
+            DestroyFlowTable => self.destroy_flow_table(&decode(inp)),
+            CreateFlowGroup => self.create_flow_group(&decode(inp), out),
+            DestroyFlowGroup => self.destroy_flow_group(&decode(inp)),
+            SetFlowTableEntry => self.set_fte(ifc_op_mod(inp), &decode(inp)),
+            DeleteFlowTableEntry => self.delete_fte(&decode(inp)),
+            SetFlowTableRoot => self.set_flow_table_root(ifc_op_mod(inp), &decode(inp)),
             _ => Err(fail(CmdStatus::BadOp, syn::UNKNOWN_OPCODE)),
         }
     }

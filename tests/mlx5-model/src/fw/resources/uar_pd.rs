@@ -25,6 +25,7 @@ impl Hca {
         if self.cqs.values().any(|c| c.uar == idx)
             || self.qps.values().any(|q| q.uar == idx)
             || self.eqs.values().any(|e| e.uar == idx)
+            || self.shared.dev().eth.uses_uar(idx)
         {
             return Err(busy());
         }
@@ -46,7 +47,10 @@ impl Hca {
         if !self.pds.contains(&pd) {
             return Err(no_such());
         }
-        if self.mkeys.values().any(|m| m.pd == pd) || self.qps.values().any(|q| q.pd == pd) {
+        if self.mkeys.values().any(|m| m.pd == pd)
+            || self.qps.values().any(|q| q.pd == pd)
+            || self.shared.dev().eth.uses_pd(pd)
+        {
             return Err(busy());
         }
         self.shared.dealloc_pd(pd).map_err(model_err)?;

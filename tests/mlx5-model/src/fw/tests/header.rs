@@ -266,8 +266,24 @@ impl Ifc {
 /// or `1 << n`.
 fn constants(text: &str) -> HashMap<String, u64> {
     let mut out = HashMap::new();
+    // The value of the previous enumerator, for one written without `= value` (C: previous
+    // plus one; the first of an enum is 0).
+    let mut last: Option<u64> = None;
     for line in text.lines() {
         let line = line.trim().trim_end_matches(',');
+        if line.starts_with("enum") && line.ends_with('{') {
+            last = None;
+            continue;
+        }
+        let bare = !line.is_empty()
+            && line.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && line.starts_with("MLX5_");
+        if bare {
+            let v = last.map_or(0, |v| v + 1);
+            out.insert(line.to_string(), v);
+            last = Some(v);
+            continue;
+        }
         let (name, value) = if let Some(d) = line.strip_prefix("#define") {
             let mut w = d.split_whitespace();
             match (w.next(), w.next()) {
@@ -290,6 +306,7 @@ fn constants(text: &str) -> HashMap<String, u64> {
         if let Some(v) = v {
             out.insert(name.to_string(), v);
         }
+        last = v;
     }
     out
 }
@@ -349,6 +366,7 @@ fn headers() -> Option<Headers> {
     consts.extend(constants(&device));
     consts.extend(constants(&read("driver.h")));
     consts.extend(constants(&read("qp.h")));
+    consts.extend(constants(&read("vport.h")));
     Some(Headers { ifc: Ifc { defs: parse_defs(&ifc_text) }, consts, device })
 }
 
@@ -401,6 +419,26 @@ fn every_code_matches_the_header() {
             ("MLX5_VPORT_ADMIN_STATE_UP", VPORT_STATE_UP as u64),
             ("MLX5_ROCE_L3_TYPE_IPV4_CAP", 1 << 1),
             ("MLX5_ROCE_L3_TYPE_IPV6_CAP", 1 << 2),
+            ("MLX5_SQC_STATE_RST", WQ_STATE_RST as u64),
+            ("MLX5_SQC_STATE_RDY", WQ_STATE_RDY as u64),
+            ("MLX5_SQC_STATE_ERR", WQ_STATE_ERR as u64),
+            ("MLX5_RQC_STATE_RST", WQ_STATE_RST as u64),
+            ("MLX5_RQC_STATE_RDY", WQ_STATE_RDY as u64),
+            ("MLX5_RQC_STATE_ERR", WQ_STATE_ERR as u64),
+            ("MLX5_WQ_TYPE_CYCLIC", WQ_TYPE_CYCLIC as u64),
+            ("MLX5_TIRC_DISP_TYPE_DIRECT", TIRC_DISP_TYPE_DIRECT as u64),
+            ("MLX5_FLOW_TABLE_TYPE_NIC_RX", FLOW_TABLE_TYPE_NIC_RX as u64),
+            (
+                "MLX5_CREATE_FLOW_GROUP_IN_MATCH_CRITERIA_ENABLE_OUTER_HEADERS",
+                MATCH_CRITERIA_OUTER_HEADERS as u64,
+            ),
+            ("MLX5_FLOW_CONTEXT_ACTION_FWD_DEST", FLOW_ACTION_FWD_DEST as u64),
+            ("MLX5_FLOW_CONTEXT_DEST_TYPE_TIR", FLOW_DEST_TYPE_TIR as u64),
+            ("MLX5_INLINE_MODE_NONE", INLINE_MODE_NONE as u64),
+            ("MLX5_INLINE_MODE_L2", INLINE_MODE_L2 as u64),
+            ("MLX5_INLINE_MODE_IP", INLINE_MODE_IP as u64),
+            ("MLX5_INLINE_MODE_TCP_UDP", INLINE_MODE_TCP_UDP as u64),
+            ("MLX5_CAP_INLINE_MODE_L2", CAP_INLINE_MODE_L2 as u64),
         ],
     ];
     for (name, v) in tables.iter().flat_map(|t| t.iter()) {

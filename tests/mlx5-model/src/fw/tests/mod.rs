@@ -6,6 +6,7 @@
 
 mod bringup;
 mod datapath;
+mod eth;
 mod faults;
 mod fuzz;
 mod header;

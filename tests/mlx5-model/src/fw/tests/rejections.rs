@@ -155,7 +155,7 @@ fn bad_parameters() {
     d.satisfy(PagesStage::Boot);
     // Capabilities: unknown type, above the maximum, unsupported UAR page size.
     assert_eq!(
-        d.status(&input(Opcode::QueryHcaCap, 0x7 << 1, 16), ifc::query_hca_cap_out::SIZE),
+        d.status(&input(Opcode::QueryHcaCap, 0x5 << 1, 16), ifc::query_hca_cap_out::SIZE),
         (CmdStatus::BadParam, syn::BAD_CAP_TYPE)
     );
     let mut caps = d.query_caps(CapType::General, true);
