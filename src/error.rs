@@ -42,6 +42,7 @@ impl Errno {
     pub const EOPNOTSUPP: Errno = Errno(95);
     pub const ENOTCONN: Errno = Errno(107);
     pub const ETIMEDOUT: Errno = Errno(110);
+    pub const ECONNREFUSED: Errno = Errno(111);
 }
 
 impl fmt::Display for Errno {
@@ -105,6 +106,15 @@ pub enum Error {
     Unsupported(&'static str),
     /// A bounded wait ran out.
     Timeout(&'static str),
+    /// The peer refused the connection: it rejected it (a CM REJ with this reason), or
+    /// nobody listens there. librdmacm reports `ECONNREFUSED` for every REJ
+    /// (`librdmacm/cma.c` `ucma_complete`).
+    Refused {
+        /// The REJ's reason (`enum ib_cm_rej_reason`).
+        reason: u16,
+    },
+    /// A fixed-capacity table is full (connections, listeners, events).
+    TableFull(&'static str),
     /// A backend call failed, carried as the errno it returned.
     Device(Errno),
     /// A firmware command was executed and refused: which command, the status and syndrome
@@ -233,7 +243,9 @@ impl Error {
             Error::TooManySges { .. }
             | Error::InlineTooLarge { .. }
             | Error::QueueFull { .. }
-            | Error::TooManyInFlight => Errno::ENOMEM,
+            | Error::TooManyInFlight
+            | Error::TableFull(_) => Errno::ENOMEM,
+            Error::Refused { .. } => Errno::ECONNREFUSED,
             Error::NotConnected
             | Error::TooManyRecvSges { .. }
             | Error::BadLkey
@@ -299,6 +311,8 @@ impl fmt::Display for Error {
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Timeout(what) => write!(f, "timed out waiting for {what}"),
+            Error::Refused { reason } => write!(f, "connection refused (REJ reason {reason})"),
+            Error::TableFull(what) => write!(f, "{what} table full"),
             Error::Device(e) => write!(f, "device error ({e})"),
             Error::Firmware(c) => write!(f, "firmware: {c}"),
             Error::Fault(d) => write!(f, "device fault: {d}"),

@@ -1,1 +1,3 @@
+mod fake;
 mod layout;
+mod machine;
