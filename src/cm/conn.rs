@@ -262,6 +262,8 @@ pub struct AcceptParams<'a> {
 
 struct Conn {
     state: ConnState,
+    /// We sent the REQ.
+    active: bool,
     local_id: u32,
     remote_id: u32,
     remote_ca_guid: u64,
@@ -293,6 +295,8 @@ struct Conn {
     out: [u8; MAD_LEN],
     /// The REQ's private data (passive side).
     req_data: [u8; 92],
+    /// The REP's private data (active side).
+    rep_data: [u8; REP_USER_DATA],
 }
 
 struct Slot {
@@ -409,6 +413,16 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             responder_resources: c.responder_resources,
             initiator_depth: c.initiator_depth,
         })
+    }
+
+    /// The peer's private data: the REQ's after its `cma_hdr` on the passive side, the
+    /// REP's on the active side once it arrived (all of the field: lengths are not carried).
+    pub fn private_data(&self, id: ConnId) -> Option<&[u8]> {
+        let c = self.conn(id)?;
+        if c.remote_ca_guid == 0 {
+            return None;
+        }
+        Some(if c.active { &c.rep_data[..] } else { &c.req_data[CMA_HDR_LEN..] })
     }
 
     fn conn(&self, id: ConnId) -> Option<&Conn> {
@@ -559,6 +573,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             2 * convert_to_ms(cfg.packet_life_time) + convert_to_ms(cfg.cm_response_timeout);
         self.slots[slot].conn = Some(Conn {
             state: ConnState::ReqSent,
+            active: true,
             local_id,
             remote_id: 0,
             remote_ca_guid: 0,
@@ -592,6 +607,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             local_addr: p.local.ip(),
             out,
             req_data: [0; 92],
+            rep_data: [0; REP_USER_DATA],
         });
         self.send_out(slot);
         Ok(self.id_of(slot))
@@ -994,6 +1010,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         };
         self.slots[slot].conn = Some(Conn {
             state: ConnState::ReqRcvd,
+            active: false,
             local_id,
             remote_id: rid,
             remote_ca_guid: guid,
@@ -1029,6 +1046,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             local_addr,
             out: blank(),
             req_data,
+            rep_data: [0; REP_USER_DATA],
         });
         let id = self.id_of(slot);
         self.push_event(id, EventKind::ConnectRequest);
@@ -1109,6 +1127,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         c.sq_psn = rep.starting_psn();
         c.rnr_retry = rep.rnr_retry_count();
         c.av_timeout = ack_timeout(rep.target_ack_delay(), c.av_timeout - 1);
+        c.rep_data.copy_from_slice(rep.private_data());
         c.deadline = None;
         let steps = [
             QpStep::Rtr {

@@ -25,6 +25,8 @@ pub struct Net {
     /// Every port's GID and MAC.
     pub hosts: Vec<(Gid, Mac)>,
     pub inbox: Vec<VecDeque<Datagram>>,
+    /// Raw receives (GRH and MAD as the port hands them over), taken before `inbox`.
+    pub raw: Vec<VecDeque<Vec<u8>>>,
     /// Everything sent, in order.
     pub log: Vec<Datagram>,
     /// Sends to these GIDs vanish.
@@ -42,6 +44,7 @@ pub fn host(net: &Shared, last: u8) -> Port {
     let mut n = net.borrow_mut();
     n.hosts.push((Gid::from_ipv4([10, 0, 0, last]), Mac([2, 0, 0, 0, 0, last])));
     n.inbox.push(VecDeque::new());
+    n.raw.push(VecDeque::new());
     Port { net: net.clone(), me: n.hosts.len() - 1 }
 }
 
@@ -72,6 +75,11 @@ impl MadPort for Port {
     fn recv_mad(&mut self, buf: &mut [u8; GRH_LEN + MAD_LEN]) -> Result<Option<usize>> {
         let mut n = self.net.borrow_mut();
         let me = n.hosts[self.me].0;
+        if let Some(r) = n.raw[self.me].pop_front() {
+            let k = r.len().min(buf.len());
+            buf[..k].copy_from_slice(&r[..k]);
+            return Ok(Some(r.len()));
+        }
         let Some(d) = n.inbox[self.me].pop_front() else { return Ok(None) };
         buf[..GRH_LEN].copy_from_slice(&grh(d.from, me));
         buf[GRH_LEN..].copy_from_slice(&d.mad);
