@@ -525,6 +525,9 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         if p.qp.mtu == 0 || p.qp.mtu > 5 {
             return Err(Error::InvalidArgument("path MTU"));
         }
+        let mut pd = [0u8; 92];
+        CmaHdr::new_checked(&mut pd[..]).expect("36 bytes").emit(p.local, p.remote.ip())?;
+        pd[CMA_HDR_LEN..][..p.private_data.len()].copy_from_slice(p.private_data);
         let slot = self.alloc_slot().ok_or(Error::TableFull("connection"))?;
         let local_id = self.new_comm_id()?;
         let access = RemoteAccess {
@@ -562,9 +565,6 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             req.set_primary_remote_gid(&p.remote_gid.0);
             req.set_primary_hop_limit(cfg.hop_limit);
             req.set_primary_local_ack_timeout(ack_timeout(cfg.ack_delay, cfg.packet_life_time));
-            let mut pd = [0u8; 92];
-            CmaHdr::new_checked(&mut pd[..]).expect("36 bytes").emit(p.local, p.remote.ip())?;
-            pd[CMA_HDR_LEN..][..p.private_data.len()].copy_from_slice(p.private_data);
             req.set_private_data(&pd);
         }
         let peer = self.mad_addr(p.remote_gid, p.remote_mac);

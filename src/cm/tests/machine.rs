@@ -410,3 +410,122 @@ fn a_qp_failing_rtr_at_the_requester_rejects_and_reports() {
     assert_eq!(qb.steps.last(), Some(&QpStep::Error));
     assert_eq!(attrs(&net).last(), Some(&AttrId::Rej));
 }
+
+#[test]
+fn an_mra_for_the_rep_stretches_the_rep_timer_and_a_repeated_one_is_counted() {
+    let (net, mut a, mut b) = pair();
+    b.listen(PORT).unwrap();
+    let (mut qa, mut qb) = (FakeQp::new(0x100), FakeQp::new(0x200));
+    a.connect(&mut qa, &params(&[]), Micros(0)).unwrap();
+    let (_, eb) = settle(&mut a, &mut b, Micros(0), core::slice::from_mut(&mut qa), &mut []);
+    let idb = eb[0].id;
+    // Lose what B sends, so that A never sees the REP; then A's MRA for the REP reaches B.
+    net.borrow_mut().blackhole.push(Gid::from_ipv4([10, 0, 0, 1]));
+    b.accept(idb, &mut qb, &AcceptParams::default(), Micros(0)).unwrap();
+    let rep_mad = net.borrow().log.last().unwrap().mad;
+    let rep = Rep::new_checked(&rep_mad[..]).unwrap();
+    let mut m = [0u8; MAD_LEN];
+    let mut mra = Mra::new_checked(&mut m[..]).unwrap();
+    mra.hdr_mut().emit_cm(AttrId::Mra, rep.hdr().tid());
+    mra.set_local_comm_id(rep.remote_comm_id());
+    mra.set_remote_comm_id(rep.local_comm_id());
+    mra.set_message_mraed(MsgResponse::Rep.raw());
+    mra.set_service_timeout(20);
+    let d = Datagram { to: MadAddr::default(), from: Gid::from_ipv4([10, 0, 0, 1]), mad: m };
+    net.borrow_mut().inbox[1].push_back(d.clone());
+    assert_eq!(b.poll(Micros(10), core::slice::from_mut(&mut qb)), None);
+    assert_eq!(b.state(idb), Some(ConnState::MraRepRcvd));
+    // cm_mra_handler: 2^(20-8) + 2^(av.timeout - 8) ms; av.timeout is 18 here.
+    assert_eq!(b.next_deadline(), Some(Micros(10).plus_ms(4096 + 1024)));
+    net.borrow_mut().inbox[1].push_back(d);
+    let dups = b.stats().duplicates;
+    assert_eq!(b.poll(Micros(11), core::slice::from_mut(&mut qb)), None);
+    assert_eq!(b.stats().duplicates, dups + 1);
+    assert_eq!(b.next_deadline(), Some(Micros(10).plus_ms(4096 + 1024)), "unchanged");
+}
+
+#[test]
+fn a_dreq_repeated_in_timewait_gets_its_drep_again_and_one_for_no_connection_too() {
+    let (net, mut a, mut b, mut qa, mut qb, ida, idb) = connected();
+    a.disconnect(ida, &mut qa, Micros(1)).unwrap();
+    settle(
+        &mut a,
+        &mut b,
+        Micros(1),
+        core::slice::from_mut(&mut qa),
+        core::slice::from_mut(&mut qb),
+    );
+    assert_eq!(b.state(idb), Some(ConnState::TimeWait));
+    let dreq = net.borrow().log[3].clone();
+    assert_eq!(MadHdr::new_checked(&dreq.mad[..]).unwrap().attr(), AttrId::Dreq);
+    net.borrow_mut().inbox[1].push_back(dreq.clone());
+    let n = net.borrow().log.len();
+    assert_eq!(b.poll(Micros(2), core::slice::from_mut(&mut qb)), None, "no second event");
+    assert_eq!(attrs(&net)[n..], [AttrId::Drep]);
+    // Once the slot is gone, cm_issue_drep still answers.
+    settle(&mut a, &mut b, Micros(1).plus_ms(1 << 12), &mut [], &mut []);
+    assert_eq!(b.live(), 0);
+    net.borrow_mut().inbox[1].push_back(dreq);
+    let n = net.borrow().log.len();
+    b.poll(Micros(1).plus_ms(1 << 13), &mut [] as &mut [FakeQp]);
+    assert_eq!(attrs(&net)[n..], [AttrId::Drep]);
+}
+
+#[test]
+fn a_requester_giving_up_with_rej_timeout_ends_the_unanswered_request() {
+    let (_net, mut a, mut b) = pair();
+    b.listen(PORT).unwrap();
+    let mut qa = FakeQp::new(0x100);
+    let ida = a.connect(&mut qa, &params(&[]), Micros(0)).unwrap();
+    let (_, eb) = settle(&mut a, &mut b, Micros(0), core::slice::from_mut(&mut qa), &mut []);
+    let idb = eb[0].id;
+    // What ib_destroy_cm_id sends in IB_CM_REQ_SENT: REJ timeout, the CA GUID as ARI.
+    let local_id = {
+        let log = _net.borrow();
+        Req::new_checked(&log.log[0].mad[..]).unwrap().local_comm_id()
+    };
+    let mut m = [0u8; MAD_LEN];
+    let mut rej = Rej::new_checked(&mut m[..]).unwrap();
+    rej.hdr_mut().emit_cm(AttrId::Rej, 1);
+    rej.set_local_comm_id(local_id);
+    rej.set_reason(RejReason::Timeout.raw());
+    rej.set_message_rejected(MsgResponse::Other.raw());
+    let mut ari = [0u8; 72];
+    ari[..8].copy_from_slice(&0xa1u64.to_be_bytes());
+    rej.set_ari(&ari);
+    rej.set_rejected_info_length(8);
+    _net.borrow_mut().inbox[1].push_back(Datagram {
+        to: MadAddr::default(),
+        from: Gid::from_ipv4([10, 0, 0, 1]),
+        mad: m,
+    });
+    assert_eq!(
+        b.poll(Micros(1), &mut [] as &mut [FakeQp]),
+        Some(Event { id: idb, kind: EventKind::Rejected { reason: RejReason::Timeout } })
+    );
+    assert_eq!(b.state(idb), None);
+    let _ = ida;
+}
+
+#[test]
+fn a_full_event_ring_holds_input_back_until_it_is_drained() {
+    let net: Shared = Rc::new(RefCell::new(Net::default()));
+    let mut a: Cm<Port, 8, 1> = Cm::new(host(&net, 1), CmConfig::new(0xa1, 1)).unwrap();
+    let mut b: Cm<Port, 8, 1> = Cm::new(host(&net, 2), CmConfig::new(0xb2, 2)).unwrap();
+    b.listen(PORT).unwrap();
+    let mut qs: Vec<FakeQp> = (0..3).map(|i| FakeQp::new(0x100 + i)).collect();
+    for q in qs.iter_mut() {
+        a.connect(q, &params(&[]), Micros(0)).unwrap();
+    }
+    // Three REQs wait at B; with room for one event, each poll takes one and returns it.
+    let mut reqs = 0;
+    for _ in 0..3 {
+        let e = b.next_event();
+        assert_eq!(e, None);
+        let e = b.poll(Micros(0), &mut [] as &mut [FakeQp]).unwrap();
+        assert_eq!(e.kind, EventKind::ConnectRequest);
+        reqs += 1;
+    }
+    assert_eq!((reqs, b.live(), b.stats().received), (3, 3, 3));
+    let _ = &mut a;
+}
