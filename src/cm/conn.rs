@@ -224,6 +224,8 @@ pub struct CmStats {
     pub table_full: u64,
     /// Answers not sent because the peer's MAC is unknown.
     pub unresolved: u64,
+    /// Receives the port failed ([`MadPort::recv_mad`] returned an error).
+    pub port_errors: u64,
 }
 
 /// A connection request: what [`Cm::get_request`] shows.
@@ -784,7 +786,10 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                     self.input(&rx, len, now, qps);
                 }
                 Ok(None) => break,
-                Err(_) => break,
+                Err(_) => {
+                    self.stats.port_errors += 1;
+                    break;
+                }
             }
         }
         for slot in 0..N {

@@ -38,9 +38,12 @@ use crate::qp::{ConnectOpts, Qp, QpConfig, QpState};
 
 /// Send blocks of the GSI QP.
 const GSI_SQ: usize = 64;
-/// Bytes of one receive slot: a GRH and a MAD, rounded up. The receive region of a
-/// [`GsiPort`] with `RQ` slots has `RQ * RX_SLOT` bytes.
-pub const RX_SLOT: usize = 512;
+/// Bytes of one receive slot: a GRH and the largest single-packet UD message (4096 bytes,
+/// the largest MTU), rounded up to 64. A MAD needs only 296, but a datagram longer than its
+/// receive fails the receive and moves the QP to ERR, and anyone may send QP1 a datagram:
+/// every one that can arrive must fit. The receive region of a [`GsiPort`] with `RQ` slots
+/// has `RQ * RX_SLOT` bytes.
+pub const RX_SLOT: usize = 4160;
 const SLOT: usize = RX_SLOT;
 /// Neighbour table entries.
 pub const NEIGHBOURS: usize = 16;
@@ -54,6 +57,8 @@ pub struct GsiPort<'r, M: Mmio, D: Dma, C: Control, const RQ: usize = 16> {
     pub recv_errors: u64,
     /// Send completions in error.
     pub send_errors: u64,
+    /// A receive failed: the GSI QP is in ERR.
+    failed: bool,
 }
 
 impl<'r, M: Mmio, D: Dma, C: Control, const RQ: usize> GsiPort<'r, M, D, C, RQ> {
@@ -80,7 +85,14 @@ impl<'r, M: Mmio, D: Dma, C: Control, const RQ: usize> GsiPort<'r, M, D, C, RQ> 
             let slot = core::mem::replace(&mut rest, tail);
             *p = Some(qp.post_recv(i as u64, slot).map_err(Error::from)?);
         }
-        Ok(GsiPort { qp, pending, neighbours: [None; NEIGHBOURS], recv_errors: 0, send_errors: 0 })
+        Ok(GsiPort {
+            qp,
+            pending,
+            neighbours: [None; NEIGHBOURS],
+            recv_errors: 0,
+            send_errors: 0,
+            failed: false,
+        })
     }
 
     /// Record that `gid` is reached through `mac` (a static neighbour entry); replaces an
@@ -93,6 +105,11 @@ impl<'r, M: Mmio, D: Dma, C: Control, const RQ: usize> GsiPort<'r, M, D, C, RQ> 
         let free = self.neighbours.iter_mut().find(|e| e.is_none());
         *free.ok_or(Error::TableFull("neighbour"))? = Some((gid, mac));
         Ok(())
+    }
+
+    /// Whether a receive failed, leaving the GSI QP in ERR (see [`MadPort::recv_mad`]).
+    pub fn is_failed(&self) -> bool {
+        self.failed
     }
 
     /// The GSI QP.
@@ -136,34 +153,37 @@ impl<M: Mmio, D: Dma, C: Control, const RQ: usize> MadPort for GsiPort<'_, M, D,
         self.qp.post_send_ud(0, Source::inline(&[&mad[..]]), flags, &dest, None)
     }
 
+    /// A datagram of any length up to a slot is taken, and its true length returned (the CM
+    /// refuses every length but a GRH and a MAD). A receive completing in error means the
+    /// GSI QP went to ERR ("receive errors indicate that the QP has entered the error
+    /// state", the kernel's `ib_mad_recv_done`): the port reports [`Error::NotConnected`]
+    /// from then on, and must be re-created.
     fn recv_mad(&mut self, buf: &mut [u8; GRH_LEN + MAD_LEN]) -> Result<Option<usize>> {
+        if self.failed {
+            return Err(Error::NotConnected);
+        }
         self.reap()?;
         let mut wc = [Completion::default(); 1];
-        loop {
-            if self.qp.poll_recv(&mut wc)? == 0 {
-                return Ok(None);
-            }
-            let c = wc[0];
-            let i = c.wr_id as usize;
-            let Some(p) = self.pending.get_mut(i).and_then(Option::take) else {
-                return Err(Error::InvalidArgument("receive completion for an unknown slot"));
-            };
-            let slot =
-                p.reclaim(&self.qp).map_err(|_| Error::InvalidArgument("receive not retired"))?;
-            let ok = c.status == WcStatus::Success;
-            let len = (c.byte_len as usize).min(buf.len());
-            if ok {
-                slot.read(0, &mut buf[..len])?;
-            } else {
-                self.recv_errors += 1;
-            }
-            if self.qp.state() != QpState::Error {
-                self.pending[i] = Some(self.qp.post_recv(i as u64, slot).map_err(Error::from)?);
-            }
-            if ok {
-                return Ok(Some(len));
-            }
+        if self.qp.poll_recv(&mut wc)? == 0 {
+            return Ok(None);
         }
+        let c = wc[0];
+        let i = c.wr_id as usize;
+        let Some(p) = self.pending.get_mut(i).and_then(Option::take) else {
+            return Err(Error::InvalidArgument("receive completion for an unknown slot"));
+        };
+        let slot =
+            p.reclaim(&self.qp).map_err(|_| Error::InvalidArgument("receive not retired"))?;
+        if c.status != WcStatus::Success {
+            self.recv_errors += 1;
+            self.failed = true;
+            return Err(Error::NotConnected);
+        }
+        let len = c.byte_len as usize;
+        let n = len.min(buf.len()).min(slot.len());
+        slot.read(0, &mut buf[..n])?;
+        self.pending[i] = Some(self.qp.post_recv(i as u64, slot).map_err(Error::from)?);
+        Ok(Some(len))
     }
 
     fn resolve(&mut self, gid: &Gid) -> Option<Mac> {

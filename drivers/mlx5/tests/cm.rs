@@ -2,7 +2,8 @@
 //! joined by the model's in-process wire. Connect and accept through MADs on QP1, then an
 //! RDMA WRITE and a SEND through the ordinary posting calls, checked byte for byte;
 //! disconnect from each side; a port nobody listens on is refused (ECONNREFUSED); a GID
-//! nobody has times out (ETIMEDOUT) within the configured bound.
+//! nobody has times out (ETIMEDOUT) within the configured bound; junk datagrams to QP1, up to
+//! the largest the wire carries, are counted and leave the CM working.
 
 mod common;
 
@@ -324,4 +325,53 @@ fn a_port_nobody_listens_on_is_refused_and_an_absent_gid_times_out_within_the_bo
         "{v:#?}"
     );
     clean(&m2);
+}
+
+#[test]
+fn junk_datagrams_to_qp1_are_counted_and_the_cm_keeps_working() {
+    use rdma_pmd::{QpNum, RoceAddr, Source, UdDest, GSI_QKEY};
+    use rdma_pmd_mlx5::control::Service;
+    let wire = Wire::new();
+    let cfg = || ModelConfig { wire: Some(wire.clone()), ..ModelConfig::default() };
+    let (m1, m2) = (Model::with_config(cfg()).unwrap(), Model::with_config(cfg()).unwrap());
+    let (d1, d2) = (open(&m1), open(&m2));
+    let (h1, h2) = (host(&m1), host(&m2));
+    let (mut rx1, mut rx2) = (
+        d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+    );
+    let mut p1 = GsiPort::new(&d1, &mut rx1, 1).unwrap();
+    let mut p2 = GsiPort::new(&d2, &mut rx2, 1).unwrap();
+    p1.add_neighbour(h2.gid, h2.mac).unwrap();
+    p2.add_neighbour(h1.gid, h1.mac).unwrap();
+    let mut a: TCm = Cm::new(p1, CmConfig::new(0x0002_c903_00a1_0001, 55)).unwrap();
+    let mut b: TCm = Cm::new(p2, CmConfig::new(0x0002_c903_00b2_0002, 66)).unwrap();
+    b.listen(PORT).unwrap();
+    // A UD QP on host A sends junk to B's QP1 with the GSI Q_Key: short, MAD-sized, long.
+    let ucfg = QpConfig { service: Service::Ud, ..QpConfig::default() };
+    let junk = d1.reg(4096, Access::LOCAL_WRITE).unwrap();
+    junk.write(0, &pattern(5, 4096)).unwrap();
+    let mut ud = d1.create_qp_with::<64, 16, 4>(&ucfg).unwrap();
+    ud.ready_datagram(1, GSI_QKEY, 0).unwrap();
+    let to = UdDest {
+        addr: RoceAddr { dgid: h2.gid, dmac: h2.mac, hop_limit: 64, ..RoceAddr::default() },
+        qpn: QpNum(1),
+        qkey: GSI_QKEY,
+    };
+    for (i, len) in [10usize, 256, 1000, 1024].into_iter().enumerate() {
+        ud.post_send_ud(i as u64, Source::sgl(&[junk.slice(0, len).unwrap()]), SIG, &to, None)
+            .unwrap();
+        assert!(wait(&mut ud, 1)[0].status.is_ok());
+    }
+    let start = Instant::now();
+    for _ in 0..100 {
+        assert_eq!(b.poll(clock(start), &mut [] as &mut [RcQp]), None);
+    }
+    let s = b.stats();
+    assert_eq!((s.received, s.malformed, s.port_errors), (4, 4, 0), "{s:?}");
+    clean(&m2);
+    // Then a connection still works.
+    let mut qa: RcQp = d1.create_qp(&QpConfig::default()).unwrap();
+    let mut qb: RcQp = d2.create_qp(&QpConfig::default()).unwrap();
+    connect(start, &mut a, &h1, &mut qa, &mut b, &h2, &mut qb, &[]);
 }
