@@ -42,7 +42,8 @@ pub struct CmConfig {
     pub max_cm_retries: u8,
     /// Packet lifetime of the path ([`CMA_IBOE_PACKET_LIFETIME`]).
     pub packet_life_time: u8,
-    /// This CA's ACK delay (`ib_device_attr.local_ca_ack_delay`; 16 for mlx5).
+    /// This CA's ACK delay (`ib_device_attr.local_ca_ack_delay`): the REP's target ACK
+    /// delay and an input of `cm_ack_timeout` (default 16).
     pub ack_delay: u8,
     /// IP hop limit of MADs and paths (64: the IPv4 default TTL).
     pub hop_limit: u8,

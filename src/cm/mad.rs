@@ -1,6 +1,6 @@
 //! The MAD common header and the CM messages, as typed views over the 256 bytes of a MAD.
 //!
-//! Every layout is stated once, in a [`cm_msg!`] table whose rows are the
+//! Every layout is stated once, in a `cm_msg!` table whose rows are the
 //! `CM_*` definitions of the kernel's `include/rdma/ibta_vol1_c12.h` (IBTA vol. 1 tables 106
 //! to 113): byte offset after the MAD header, bit offset in `Byte[Bit]` notation, width. The
 //! MAD header is `struct ib_mad_hdr` of `include/rdma/ib_mad.h`. All fields are big-endian.

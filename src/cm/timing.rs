@@ -1,13 +1,14 @@
 //! CM timeouts and the defaults rdma_cm uses, each from the kernel function that sets it.
 
 /// `CMA_CM_RESPONSE_TIMEOUT` (`cma.c`): the CM response timeout rdma_cm puts in both of a
-/// REQ's timeout fields (`cma_connect_ib`), 4.096 µs × 2^20 ≈ 4.3 s. (Kernels from 6.13 use
-/// 18; the value is [`super::CmConfig::cm_response_timeout`].)
+/// REQ's timeout fields (`cma_connect_ib`), 4.096 µs × 2^20 ≈ 4.3 s. (A later kernel patch
+/// lowers it to 18; the value used is [`super::CmConfig::cm_response_timeout`].)
 pub const CMA_CM_RESPONSE_TIMEOUT: u8 = 20;
 /// `CMA_MAX_CM_RETRIES` (`cma.c`): how often a REQ, REP or DREQ is sent again.
 pub const CMA_MAX_CM_RETRIES: u8 = 15;
-/// `CMA_IBOE_PACKET_LIFETIME` (`cma.c`, 16 since Linux 5.11, 18 before): the packet
-/// lifetime of a RoCE path (`cma_resolve_iboe_route`).
+/// `CMA_IBOE_PACKET_LIFETIME` (`cma.c`): the packet lifetime of a RoCE path
+/// (`cma_resolve_iboe_route`). It was 18 until the patch "RDMA/cma: change the
+/// CMA_IBOE_PACKET_LIFETIME to 16"; current kernels have 16.
 pub const CMA_IBOE_PACKET_LIFETIME: u8 = 16;
 /// The service timeout of the MRA rdma_cm sends for a REQ its user has not answered yet:
 /// `CMA_CM_MRA_SETTING` is `IB_CM_MRA_FLAG_DELAY | 24` (`cma.c` `cma_req_handler`), so the
