@@ -192,7 +192,10 @@ impl<M: Mmio, D: Dma, C: Control, const RQ: usize> MadPort for GsiPort<'_, M, D,
 }
 
 /// The CM moves an RC QP by its own transitions, so the QP's state (which posting checks)
-/// stays true.
+/// stays true. The RDMA READ depths the CM negotiates (`max_rd_atomic`,
+/// `max_dest_rd_atomic`) are not passed on: this driver's transitions always set
+/// `log_sra_max` and `log_rra_max` to min(cap, 4), up to 16 outstanding each way (`QPC.md`);
+/// a negotiation of more than that is not honoured.
 impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize> CmQp
     for Qp<'_, M, D, C, SQ, RQ, RS>
 {

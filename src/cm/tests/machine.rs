@@ -529,3 +529,106 @@ fn a_full_event_ring_holds_input_back_until_it_is_drained() {
     assert_eq!((reqs, b.live(), b.stats().received), (3, 3, 3));
     let _ = &mut a;
 }
+
+#[test]
+fn private_data_limits_are_those_of_rdma_cm() {
+    let (net, mut a, mut b) = pair();
+    b.listen(PORT).unwrap();
+    let mut qa = FakeQp::new(0x100);
+    let mut qb = FakeQp::new(0x200);
+    let full = [0x5au8; 56];
+    let ida = a.connect(&mut qa, &params(&full), Micros(0)).unwrap();
+    let (_, eb) = settle(&mut a, &mut b, Micros(0), core::slice::from_mut(&mut qa), &mut []);
+    let idb = eb[0].id;
+    assert_eq!(b.get_request(idb).unwrap().private_data, &full[..]);
+    assert_eq!(b.private_data(idb), Some(&full[..]));
+    let long = [1u8; REP_USER_DATA + 1];
+    let p = AcceptParams { private_data: &long, ..Default::default() };
+    assert!(b.accept(idb, &mut qb, &p, Micros(0)).is_err());
+    assert!(b.reject(idb, &[0u8; REJ_USER_DATA + 1]).is_err());
+    assert_eq!(b.state(idb), Some(ConnState::ReqRcvd), "refused calls change nothing");
+    assert!(qb.steps.is_empty());
+    let rep = [7u8; REP_USER_DATA];
+    b.accept(idb, &mut qb, &AcceptParams { private_data: &rep, ..Default::default() }, Micros(0))
+        .unwrap();
+    settle(
+        &mut a,
+        &mut b,
+        Micros(0),
+        core::slice::from_mut(&mut qa),
+        core::slice::from_mut(&mut qb),
+    );
+    assert_eq!(a.private_data(ida), Some(&rep[..]));
+    assert_eq!(attrs(&net), [AttrId::Req, AttrId::Rep, AttrId::Rtu]);
+}
+
+/// A REQ as A would send it, for B, with `edit` applied.
+fn req_to_b(net: &Shared, edit: impl FnOnce(&mut Req<&mut [u8]>)) {
+    let (_n2, mut a, _b) = pair();
+    let mut q = FakeQp::new(0x300);
+    a.connect(&mut q, &params(&[]), Micros(0)).unwrap();
+    let mut m = _n2.borrow().log[0].mad;
+    edit(&mut Req::new_checked(&mut m[..]).unwrap());
+    net.borrow_mut().inbox[1].push_back(Datagram {
+        to: MadAddr::default(),
+        from: Gid::from_ipv4([10, 0, 0, 1]),
+        mad: m,
+    });
+}
+
+#[test]
+fn requests_b_cannot_take_are_rejected_with_the_reasons_cm_c_and_cma_c_give() {
+    let (net, _a, mut b) = pair();
+    b.listen(PORT).unwrap();
+    type Edit = fn(&mut Req<&mut [u8]>);
+    let cases: [(Edit, RejReason, bool); 3] = [
+        // A cma_hdr of another version: cma_req_handler fails it, ib_cm rejects (28).
+        (
+            |r| {
+                let mut pd = [0u8; 92];
+                pd.copy_from_slice(r.private_data());
+                pd[0] = 1;
+                r.set_private_data(&pd)
+            },
+            RejReason::ConsumerDefined,
+            true,
+        ),
+        // UC: not a transport this CM connects.
+        (|r| r.set_transport_service_type(1), RejReason::InvalidTransportType, false),
+        // Another port: nobody listens.
+        (|r| r.set_service_id(0x0106_0001), RejReason::InvalidServiceId, false),
+    ];
+    for (edit, reason, malformed) in cases {
+        let before = b.stats();
+        req_to_b(&net, edit);
+        assert_eq!(b.poll(Micros(0), &mut [] as &mut [FakeQp]), None);
+        let last = net.borrow().log.last().unwrap().mad;
+        let rej = Rej::new_checked(&last[..]).unwrap();
+        assert_eq!((RejReason::from(rej.reason()), rej.message_rejected()), (reason, 0));
+        assert_eq!(b.stats().malformed - before.malformed, malformed as u64);
+        assert_eq!(b.live(), 0);
+    }
+}
+
+#[test]
+fn a_full_table_drops_the_request_for_the_requester_to_retry() {
+    let net: Shared = Rc::new(RefCell::new(Net::default()));
+    let mut a: Cm<Port, 4, 8> = Cm::new(host(&net, 1), CmConfig::new(0xa1, 1)).unwrap();
+    let mut b: Cm<Port, 1, 8> = Cm::new(host(&net, 2), CmConfig::new(0xb2, 2)).unwrap();
+    b.listen(PORT).unwrap();
+    let mut qs: Vec<FakeQp> = (0..2).map(|i| FakeQp::new(0x100 + i)).collect();
+    for q in qs.iter_mut() {
+        a.connect(q, &params(&[]), Micros(0)).unwrap();
+    }
+    let mut evs = Vec::new();
+    for _ in 0..4 {
+        evs.extend(b.poll(Micros(0), &mut [] as &mut [FakeQp]));
+    }
+    assert_eq!(kinds_of(&evs), [EventKind::ConnectRequest]);
+    assert_eq!(b.stats().table_full, 1);
+    assert_eq!(net.borrow().log.len(), 2, "no answer to the second REQ");
+}
+
+fn kinds_of(e: &[Event]) -> Vec<EventKind> {
+    e.iter().map(|e| e.kind).collect()
+}
