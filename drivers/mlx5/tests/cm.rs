@@ -41,16 +41,22 @@ struct Host {
     gid: Gid,
     mac: Mac,
     ip: IpAddr,
+    /// The path MTU the port allows (`Mlx5::port_mtu`), an `ibv_mtu`.
+    mtu: u8,
 }
 
-fn host(m: &Model) -> Host {
+/// The port's address as the driver reads it from firmware (GID table entry 0 and its MAC,
+/// `QUERY_ROCE_ADDRESS`), checked against what the model was configured with.
+fn host(m: &Model, dev: &Dev) -> Host {
+    let (gid, mac) = dev.gid(0).unwrap().expect("GID 0 set");
     let g = m.gids()[0];
-    let gid = Gid(g.gid);
+    assert_eq!((gid.0, mac.0), (g.gid, g.mac));
+    assert_eq!(dev.mac().unwrap(), mac);
     let ip = match gid.ipv4() {
         Some(v4) => IpAddr::from(v4),
-        None => IpAddr::from(g.gid),
+        None => IpAddr::from(gid.0),
     };
-    Host { gid, mac: Mac(g.mac), ip }
+    Host { gid, mac, ip, mtu: dev.port_mtu().unwrap().mtu }
 }
 
 fn clock(start: Instant) -> Micros {
@@ -90,7 +96,7 @@ fn params<'p>(from: &Host, to: &Host, port: u16, pd: &'p [u8]) -> ConnectParams<
         remote_gid: to.gid,
         remote_mac: to.mac,
         private_data: pd,
-        qp: QpParams::default(),
+        qp: QpParams { mtu: from.mtu, ..QpParams::default() },
     }
 }
 
@@ -153,7 +159,7 @@ fn two_drivers_connect_through_their_cms_write_send_and_disconnect_from_each_sid
     let cfg = || ModelConfig { wire: Some(wire.clone()), ..ModelConfig::default() };
     let (m1, m2) = (Model::with_config(cfg()).unwrap(), Model::with_config(cfg()).unwrap());
     let (d1, d2) = (open(&m1), open(&m2));
-    let (h1, h2) = (host(&m1), host(&m2));
+    let (h1, h2) = (host(&m1, &d1), host(&m2, &d2));
     let (mut rx1, mut rx2) = (
         d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
         d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
@@ -254,7 +260,7 @@ fn a_port_nobody_listens_on_is_refused_and_an_absent_gid_times_out_within_the_bo
     let cfg = || ModelConfig { wire: Some(wire.clone()), ..ModelConfig::default() };
     let (m1, m2) = (Model::with_config(cfg()).unwrap(), Model::with_config(cfg()).unwrap());
     let (d1, d2) = (open(&m1), open(&m2));
-    let (h1, h2) = (host(&m1), host(&m2));
+    let (h1, h2) = (host(&m1, &d1), host(&m2, &d2));
     let (mut rx1, mut rx2) = (
         d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
         d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
@@ -263,9 +269,10 @@ fn a_port_nobody_listens_on_is_refused_and_an_absent_gid_times_out_within_the_bo
     let mut p2 = GsiPort::new(&d2, &mut rx2, 1).unwrap();
     p1.add_neighbour(h2.gid, h2.mac).unwrap();
     p2.add_neighbour(h1.gid, h1.mac).unwrap();
-    // Short CM timeouts: 2 × 2^(10-8) + 2^(10-8) = 12 ms a try, 2 retries.
+    // Short CM timeouts: 2 × 2^(10-8) + 2^(16-8) = 264 ms a try (room for a loaded machine
+    // to bring the REJ back within the first), 2 retries.
     let short = CmConfig {
-        cm_response_timeout: 10,
+        cm_response_timeout: 16,
         packet_life_time: 10,
         max_cm_retries: 2,
         ..CmConfig::new(0x0002_c903_00a1_0001, 33)
@@ -299,9 +306,11 @@ fn a_port_nobody_listens_on_is_refused_and_an_absent_gid_times_out_within_the_bo
         gid: Gid::from_ipv4([10, 99, 99, 99]),
         mac: Mac([2, 0x99, 0, 0, 0, 1]),
         ip: [10, 99, 99, 99].into(),
+        mtu: 3,
     };
     let mut qc: RcQp = d1.create_qp(&QpConfig::default()).unwrap();
     let t0 = Instant::now();
+    let retx = a.stats().retransmits;
     let id = a.connect(&mut qc, &params(&h1, &ghost, PORT, &[]), clock(start)).unwrap();
     let (ea, _) = run(
         start,
@@ -314,8 +323,8 @@ fn a_port_nobody_listens_on_is_refused_and_an_absent_gid_times_out_within_the_bo
     let took = t0.elapsed();
     assert_eq!(ea, [Event { id, kind: EventKind::Unreachable }]);
     assert_eq!(ea[0].kind.errno(), Some(Errno::ETIMEDOUT));
-    assert_eq!(a.stats().retransmits, 2);
-    assert!(took >= Duration::from_millis(36), "three tries of 12 ms: {took:?}");
+    assert_eq!(a.stats().retransmits - retx, 2);
+    assert!(took >= Duration::from_millis(3 * 264), "three tries of 264 ms: {took:?}");
     assert!(took < Duration::from_secs(5), "within the bound: {took:?}");
     // The model logs the three MADs it had no route for; nothing else.
     let v = m1.violations();
@@ -335,7 +344,7 @@ fn junk_datagrams_to_qp1_are_counted_and_the_cm_keeps_working() {
     let cfg = || ModelConfig { wire: Some(wire.clone()), ..ModelConfig::default() };
     let (m1, m2) = (Model::with_config(cfg()).unwrap(), Model::with_config(cfg()).unwrap());
     let (d1, d2) = (open(&m1), open(&m2));
-    let (h1, h2) = (host(&m1), host(&m2));
+    let (h1, h2) = (host(&m1, &d1), host(&m2, &d2));
     let (mut rx1, mut rx2) = (
         d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
         d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
