@@ -24,6 +24,11 @@
 //! | no answer through the retries | [`EventKind::Unreachable`] | `ETIMEDOUT` |
 //! | DREQ, or DREP to ours | [`EventKind::Disconnected`] | |
 //!
+//! With rdma_cm's defaults ([`CmConfig::new`]) a REQ waits 2 × 2^(16−8) + 2^(20−8) =
+//! 4608 ms for its answer and is sent 16 times in all, so a silent peer is unreachable after
+//! about 74 s; the REP's tries wait the requester's response timeout (4096 ms by default).
+//! [`CmConfig`] changes the bound.
+//!
 //! Active: [`Cm::connect`] → REQ; on REP the CM moves the QP (lent to [`Cm::poll`] through
 //! a [`QpSet`]) to RTR and RTS and sends RTU. Passive: [`Cm::listen`], an incoming REQ
 //! gives [`EventKind::ConnectRequest`], [`Cm::get_request`] shows it, [`Cm::accept`] moves

@@ -2,8 +2,7 @@
 //! two CMs with live connections. Nothing may panic, malformed input is counted, and the
 //! connections no input names (the bystanders) stay established with their QPs untouched.
 //!
-//! `CM_FUZZ_CASES` sets the number of cases (default 1000, 3 under Miri); the MADs tried are
-//! printed.
+//! `CM_FUZZ_CASES` sets the number of cases (default 1000); the MADs tried are printed.
 
 extern crate std;
 
@@ -233,11 +232,12 @@ fn run_case(inputs: &[Input]) -> [u64; 4] {
     [injected[0] + injected[1], ja[0] + jb[0], ja[1] + jb[1], ja[2] + jb[2]]
 }
 
+/// Not under Miri: the CM is safe code (the core denies `unsafe`), so Miri has no undefined
+/// behaviour to find in it, and one case takes it minutes.
 #[test]
+#[cfg_attr(miri, ignore)]
 fn random_mutated_and_reordered_mads_never_panic_and_leave_bystanders_alone() {
-    // Under Miri (the `miri` tier runs the core's tests) a few cases, to stay bounded.
-    let default = if cfg!(miri) { 3 } else { 1000 };
-    let cases = std::env::var("CM_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let cases = std::env::var("CM_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     let mut runner =
         TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let tried = Rc::new(RefCell::new([0u64; 4]));
