@@ -54,10 +54,12 @@ mod conn;
 pub mod field;
 pub mod mad;
 pub mod timing;
+mod types;
 
 pub use backend::{CmQp, MadAddr, MadPort, NoQps, QpPath, QpSet, QpStep, RemoteAccess};
-pub use conn::{
-    AcceptParams, Cm, CmConfig, CmStats, ConnId, ConnRequest, ConnState, ConnectParams, Event,
+pub use conn::Cm;
+pub use types::{
+    AcceptParams, CmConfig, CmStats, ConnId, ConnRequest, ConnState, ConnectParams, Event,
     EventKind, Micros, QpParams, MAX_LISTENERS, REJ_USER_DATA, REP_USER_DATA, REQ_USER_DATA,
 };
 
