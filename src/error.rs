@@ -43,6 +43,7 @@ impl Errno {
     pub const EOPNOTSUPP: Errno = Errno(95);
     pub const ENOTCONN: Errno = Errno(107);
     pub const ETIMEDOUT: Errno = Errno(110);
+    pub const ECONNREFUSED: Errno = Errno(111);
     pub const EHOSTUNREACH: Errno = Errno(113);
 }
 
@@ -110,6 +111,15 @@ pub enum Error {
     /// No link-layer address could be found for this IP address: address resolution (ARP)
     /// got no answer within its retries, as the kernel's neighbour code reports `EHOSTUNREACH`.
     Unreachable(core::net::IpAddr),
+    /// The peer refused the connection: it rejected it (a CM REJ with this reason), or
+    /// nobody listens there. librdmacm reports `ECONNREFUSED` for every REJ
+    /// (`librdmacm/cma.c` `ucma_complete`).
+    Refused {
+        /// The REJ's reason (`enum ib_cm_rej_reason`).
+        reason: u16,
+    },
+    /// A fixed-capacity table is full (connections, listeners, events).
+    TableFull(&'static str),
     /// A backend call failed, carried as the errno it returned.
     Device(Errno),
     /// A firmware command was executed and refused: which command, the status and syndrome
@@ -238,7 +248,9 @@ impl Error {
             Error::TooManySges { .. }
             | Error::InlineTooLarge { .. }
             | Error::QueueFull { .. }
-            | Error::TooManyInFlight => Errno::ENOMEM,
+            | Error::TooManyInFlight
+            | Error::TableFull(_) => Errno::ENOMEM,
+            Error::Refused { .. } => Errno::ECONNREFUSED,
             Error::NotConnected
             | Error::TooManyRecvSges { .. }
             | Error::BadLkey
@@ -306,6 +318,8 @@ impl fmt::Display for Error {
             Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Timeout(what) => write!(f, "timed out waiting for {what}"),
             Error::Unreachable(ip) => write!(f, "{ip} unreachable: address resolution unanswered"),
+            Error::Refused { reason } => write!(f, "connection refused (REJ reason {reason})"),
+            Error::TableFull(what) => write!(f, "{what} table full"),
             Error::Device(e) => write!(f, "device error ({e})"),
             Error::Firmware(c) => write!(f, "firmware: {c}"),
             Error::Fault(d) => write!(f, "device fault: {d}"),

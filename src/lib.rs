@@ -26,6 +26,7 @@ extern crate std;
 
 pub mod access;
 pub mod addr;
+pub mod cm;
 pub mod completion;
 pub mod dest;
 pub mod error;

@@ -40,6 +40,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod cm;
 pub mod control;
 pub mod datapath;
 pub mod device;

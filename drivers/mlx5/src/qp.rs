@@ -419,13 +419,24 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         if self.state == QpState::Reset {
             self.init(opts)?;
         }
+        self.to_rtr(remote, path, opts.mtu, opts.rq_psn)?;
+        self.to_rts(opts)
+    }
+
+    /// `INIT2RTR`: receive from `remote` over `path` with path MTU `mtu` (an `ibv_mtu`),
+    /// expecting `rq_psn` first.
+    pub fn to_rtr(&mut self, remote: QpNum, path: Path, mtu: u8, rq_psn: u32) -> Result<()> {
         if self.state != QpState::Init {
-            return Err(Error::InvalidArgument("QP not in RESET or INIT"));
+            return Err(Error::InvalidArgument("QP not in INIT"));
         }
-        self.modify(
-            Transition::InitToRtr { remote_qpn: remote, path, mtu: opts.mtu, rq_psn: opts.rq_psn },
-            QpState::Rtr,
-        )?;
+        self.modify(Transition::InitToRtr { remote_qpn: remote, path, mtu, rq_psn }, QpState::Rtr)
+    }
+
+    /// `RTR2RTS` with `opts`' send PSN, ACK timeout and retries.
+    pub fn to_rts(&mut self, opts: &ConnectOpts) -> Result<()> {
+        if self.state != QpState::Rtr {
+            return Err(Error::InvalidArgument("QP not in RTR"));
+        }
         self.modify(
             Transition::RtrToRts {
                 sq_psn: opts.sq_psn,

@@ -284,3 +284,103 @@ fn arp_and_the_neighbour_table_allocate_nothing() {
     });
     assert_eq!(n, 0, "the ARP path allocated");
 }
+
+#[test]
+fn the_connection_manager_allocates_nothing() {
+    use rdma_pmd::cm::{AcceptParams, Cm, CmConfig, ConnectParams, EventKind, Micros, QpParams};
+    use rdma_pmd::{Gid, Mac};
+    use rdma_pmd_mlx5::cm::{GsiPort, RX_SLOT};
+    use rdma_pmd_mlx5::control::Access;
+    use rdma_pmd_mlx5_model::{ModelConfig, Wire};
+    use std::net::SocketAddr;
+
+    let wire = Wire::new();
+    let cfg = || ModelConfig { wire: Some(wire.clone()), ..ModelConfig::default() };
+    let (m1, m2) = (Model::with_config(cfg()).unwrap(), Model::with_config(cfg()).unwrap());
+    let (d1, d2) = (open_with(&m1, DeviceSide), open_with(&m2, DeviceSide));
+    let (g1, g2) = (m1.gids()[0], m2.gids()[0]);
+    let (gid1, gid2) = (Gid(g1.gid), Gid(g2.gid));
+    let ip = |g: Gid| -> std::net::IpAddr {
+        g.ipv4().map(std::net::IpAddr::from).unwrap_or(std::net::IpAddr::from(g.0))
+    };
+    let mut rx1 = d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx2 = d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut p1: GsiPort<_, _, _> = GsiPort::new(&d1, &mut rx1, 1).unwrap();
+    let mut p2: GsiPort<_, _, _> = GsiPort::new(&d2, &mut rx2, 1).unwrap();
+    p1.add_neighbour(gid2, Mac(g2.mac)).unwrap();
+    p2.add_neighbour(gid1, Mac(g1.mac)).unwrap();
+    let mut a: Cm<_, 4> = Cm::new(p1, CmConfig::new(0xa1, 1)).unwrap();
+    let mut b: Cm<_, 4> = Cm::new(p2, CmConfig::new(0xb2, 2)).unwrap();
+    b.listen(7174).unwrap();
+    let mut qa = d1.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+    let mut qb = d2.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+    let start = std::time::Instant::now();
+    let now = || Micros(start.elapsed().as_micros() as u64);
+    let params = ConnectParams {
+        local: SocketAddr::new(ip(gid1), 40000),
+        remote: SocketAddr::new(ip(gid2), 7174),
+        local_gid: gid1,
+        remote_gid: gid2,
+        remote_mac: Mac(g2.mac),
+        private_data: b"no alloc",
+        qp: QpParams::default(),
+    };
+
+    let ((), n) = counted(|| {
+        for _round in 0..3 {
+            let ida = a.connect(&mut qa, &params, now()).unwrap();
+            let mut idb = None;
+            let mut spins = 0u64;
+            while idb.is_none() {
+                let _ = a.poll(now(), core::slice::from_mut(&mut qa));
+                if let Some(e) = b.poll(now(), core::slice::from_mut(&mut qb)) {
+                    assert_eq!(e.kind, EventKind::ConnectRequest);
+                    idb = Some(e.id);
+                }
+                spins += 1;
+                assert!(spins < 50_000_000, "no request");
+            }
+            let idb = idb.unwrap();
+            assert_eq!(&b.get_request(idb).unwrap().private_data[..8], b"no alloc");
+            b.accept(idb, &mut qb, &AcceptParams::default(), now()).unwrap();
+            let (mut ua, mut ub) = (false, false);
+            while !(ua && ub) {
+                ua |= a
+                    .poll(now(), core::slice::from_mut(&mut qa))
+                    .is_some_and(|e| e.kind == EventKind::Established);
+                ub |= b
+                    .poll(now(), core::slice::from_mut(&mut qb))
+                    .is_some_and(|e| e.kind == EventKind::Established);
+            }
+            a.disconnect(ida, &mut qa, now()).unwrap();
+            let (mut da, mut db) = (false, false);
+            while !(da && db) {
+                da |= a
+                    .poll(now(), core::slice::from_mut(&mut qa))
+                    .is_some_and(|e| e.kind == EventKind::Disconnected);
+                db |= b
+                    .poll(now(), core::slice::from_mut(&mut qb))
+                    .is_some_and(|e| e.kind == EventKind::Disconnected);
+            }
+            // A refusal too: nobody on port 1.
+            let mut qc = device(|| d1.create_qp::<64, 16>(&QpConfig::default()).unwrap());
+            let p = ConnectParams { remote: SocketAddr::new(ip(gid2), 1), ..params };
+            a.connect(&mut qc, &p, now()).unwrap();
+            let mut refused = false;
+            while !refused {
+                refused |= a
+                    .poll(now(), core::slice::from_mut(&mut qc))
+                    .is_some_and(|e| matches!(e.kind, EventKind::Rejected { .. }));
+                let _ = b.poll(now(), core::slice::from_mut(&mut qb));
+            }
+            device(|| drop(qc));
+            // New QPs for the next round (their creation is setup, not counted).
+            device(|| {
+                qa = d1.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+                qb = d2.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+            });
+        }
+    });
+    assert_eq!(n, 0, "allocations in the connection manager");
+    assert_eq!(a.stats().malformed + b.stats().malformed, 0);
+}

@@ -7,13 +7,15 @@
 //! through [`RawRing`] volatile stores, reads a few bytes back, and exits through the raw
 //! `exit_group` system call with status 0 on success or the number of the first failed check.
 //! [`datapath::check`] then drives the mlx5 data path itself (device context, regions, QP,
-//! doorbells, CQ polling) through the bare-metal HAL over static memory.
+//! doorbells, CQ polling) through the bare-metal HAL over static memory, and [`cm::check`]
+//! connects and disconnects two connection managers over an in-memory wire.
 //!
 //! Without the cfg it is an ordinary hosted binary running the same checks, so workspace builds,
 //! tests and lints need no special flags.
 #![cfg_attr(nostd_check, no_std, no_main)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod cm;
 mod datapath;
 
 use core::ptr::{addr_of_mut, NonNull};
@@ -49,10 +51,14 @@ fn ring_bytes<const N: usize>(slot: u32, off: usize) -> [u8; N] {
     out
 }
 
-/// Both checks: the WQE builder alone, then the mlx5 data path through the bare-metal HAL.
+/// The checks in turn: the WQE builder alone, the mlx5 data path through the bare-metal HAL,
+/// the connection manager.
 pub fn check() -> i32 {
     match check_builder() {
-        0 => datapath::check(),
+        0 => match datapath::check() {
+            0 => cm::check(),
+            n => n,
+        },
         code => code,
     }
 }

@@ -1,0 +1,249 @@
+//! The connection manager's backend on mlx5: MADs through the port's GSI QP (QP1)
+//! ([`GsiPort`]), and RC queue pairs the CM moves through their states ([`CmQp`] for
+//! [`Qp`]).
+//!
+//! The GSI QP sends each MAD inline (256 bytes, no buffer to keep), signalled, reaping send
+//! completions as it goes; it receives into `RQ` slots of one region, each a 40-byte GRH and
+//! a MAD, reposted as soon as the MAD is copied out. The peer's MAC comes from a small
+//! neighbour table the application fills ([`GsiPort::add_neighbour`]): this driver has no ARP.
+//!
+//! ```
+//! use rdma_pmd::cm::{Cm, CmConfig};
+//! use rdma_pmd_mlx5::{cm::{GsiPort, RX_SLOT}, control::Access, Mlx5, SharedDma};
+//! use rdma_pmd_mlx5_model::Model;
+//!
+//! let model = Model::new();
+//! let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())?;
+//! let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE)?;
+//! let mut port: GsiPort<_, _, _> = GsiPort::new(&dev, &mut rx, 1)?;
+//! let peer = rdma_pmd::Gid::from_ipv4([192, 168, 0, 2]);
+//! port.add_neighbour(peer, rdma_pmd::Mac([2, 0, 0, 0, 0, 2]))?;
+//! let mut cm: Cm<_, 4> = Cm::new(port, CmConfig::new(0x0002_c903_0000_0001, 42))?;
+//! cm.listen(7174)?;
+//! # Ok::<(), rdma_pmd::Error>(())
+//! ```
+
+use rdma_pmd::cm::mad::{GRH_LEN, MAD_LEN};
+use rdma_pmd::cm::{CmQp, MadAddr, MadPort, QpStep};
+use rdma_pmd::{
+    Completion, DestBuf, Error, Gid, Mac, Pending, Post, QpNum, RecvQueue, Result, RoceAddr,
+    SendFlags, SendQueue, Source, UdDest, WcStatus, GSI_QKEY,
+};
+use rdma_pmd_hal::{Dma, Mmio};
+
+use crate::control::{Access, Control, Path, Service};
+use crate::device::Mlx5;
+use crate::mr::Region;
+use crate::qp::{ConnectOpts, Qp, QpConfig, QpState};
+
+/// Send blocks of the GSI QP.
+const GSI_SQ: usize = 64;
+/// Bytes of one receive slot: a GRH and the largest single-packet UD message (4096 bytes,
+/// the largest MTU), rounded up to 64. A MAD needs only 296, but a datagram longer than its
+/// receive fails the receive and moves the QP to ERR, and anyone may send QP1 a datagram:
+/// every one that can arrive must fit. The receive region of a [`GsiPort`] with `RQ` slots
+/// has `RQ * RX_SLOT` bytes.
+pub const RX_SLOT: usize = 4160;
+const SLOT: usize = RX_SLOT;
+/// Neighbour table entries.
+pub const NEIGHBOURS: usize = 16;
+
+/// MADs on QP1 of one port, with `RQ` receive slots. See the module docs.
+pub struct GsiPort<'r, M: Mmio, D: Dma, C: Control, const RQ: usize = 16> {
+    qp: Qp<'r, M, D, C, GSI_SQ, RQ, 1>,
+    pending: [Option<Pending<DestBuf<'r>>>; RQ],
+    neighbours: [Option<(Gid, Mac)>; NEIGHBOURS],
+    /// Receive completions in error (flushed, or the device refused a slot).
+    pub recv_errors: u64,
+    /// Send completions in error.
+    pub send_errors: u64,
+    /// A receive failed: the GSI QP is in ERR.
+    failed: bool,
+}
+
+impl<'r, M: Mmio, D: Dma, C: Control, const RQ: usize> GsiPort<'r, M, D, C, RQ> {
+    /// Bytes of the receive region [`new`](Self::new) takes.
+    pub const RX_BYTES: usize = RQ * SLOT;
+
+    /// Create the GSI QP of `port`, bring it to RTS with the GSI Q_Key, and post every slot
+    /// of `rx` (at least [`Self::RX_BYTES`] bytes, local write) as a receive.
+    pub fn new<'d: 'r>(
+        dev: &'d Mlx5<M, D, C>,
+        rx: &'r mut Region<'d, M, D, C>,
+        port: u8,
+    ) -> Result<Self> {
+        if rx.len() < Self::RX_BYTES || !rx.access().contains(Access::LOCAL_WRITE) {
+            return Err(Error::InvalidArgument("GSI receive region too small or not writable"));
+        }
+        let cfg = QpConfig { service: Service::Gsi, ..QpConfig::default() };
+        let mut qp = dev.create_qp_with::<GSI_SQ, RQ, 1>(&cfg)?;
+        qp.ready_datagram(port, GSI_QKEY, 0)?;
+        let mut rest = rx.dest()?;
+        let mut pending: [Option<Pending<DestBuf<'r>>>; RQ] = core::array::from_fn(|_| None);
+        for (i, p) in pending.iter_mut().enumerate() {
+            let tail = rest.split_off(SLOT)?;
+            let slot = core::mem::replace(&mut rest, tail);
+            *p = Some(qp.post_recv(i as u64, slot).map_err(Error::from)?);
+        }
+        Ok(GsiPort {
+            qp,
+            pending,
+            neighbours: [None; NEIGHBOURS],
+            recv_errors: 0,
+            send_errors: 0,
+            failed: false,
+        })
+    }
+
+    /// Record that `gid` is reached through `mac` (a static neighbour entry); replaces an
+    /// entry for the same GID.
+    pub fn add_neighbour(&mut self, gid: Gid, mac: Mac) -> Result<()> {
+        if let Some(e) = self.neighbours.iter_mut().flatten().find(|e| e.0 == gid) {
+            e.1 = mac;
+            return Ok(());
+        }
+        let free = self.neighbours.iter_mut().find(|e| e.is_none());
+        *free.ok_or(Error::TableFull("neighbour"))? = Some((gid, mac));
+        Ok(())
+    }
+
+    /// Whether a receive failed, leaving the GSI QP in ERR (see [`MadPort::recv_mad`]).
+    pub fn is_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// The GSI QP.
+    pub fn qp(&self) -> &Qp<'r, M, D, C, GSI_SQ, RQ, 1> {
+        &self.qp
+    }
+
+    /// Reap send completions (every MAD is signalled).
+    fn reap(&mut self) -> Result<()> {
+        let mut wc = [Completion::default(); 8];
+        loop {
+            let n = self.qp.poll(&mut wc)?;
+            self.send_errors +=
+                wc[..n].iter().filter(|c| c.status != WcStatus::Success).count() as u64;
+            if n < wc.len() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl<M: Mmio, D: Dma, C: Control, const RQ: usize> MadPort for GsiPort<'_, M, D, C, RQ> {
+    fn send_mad(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) -> Result<()> {
+        self.reap()?;
+        let dest = UdDest {
+            addr: RoceAddr {
+                dgid: to.dgid,
+                dmac: to.dmac,
+                sgid_index: to.sgid_index,
+                udp_sport: 0,
+                hop_limit: to.hop_limit,
+                traffic_class: to.traffic_class,
+                flow_label: 0,
+                sl: 0,
+                static_rate: 0,
+            },
+            qpn: QpNum(1),
+            qkey: GSI_QKEY,
+        };
+        let flags = SendFlags::SIGNALED | SendFlags::INLINE;
+        self.qp.post_send_ud(0, Source::inline(&[&mad[..]]), flags, &dest, None)
+    }
+
+    /// A datagram of any length up to a slot is taken, and its true length returned (the CM
+    /// refuses every length but a GRH and a MAD). A receive completing in error means the
+    /// GSI QP went to ERR ("receive errors indicate that the QP has entered the error
+    /// state", the kernel's `ib_mad_recv_done`): the port reports [`Error::NotConnected`]
+    /// from then on, and must be re-created.
+    fn recv_mad(&mut self, buf: &mut [u8; GRH_LEN + MAD_LEN]) -> Result<Option<usize>> {
+        if self.failed {
+            return Err(Error::NotConnected);
+        }
+        self.reap()?;
+        let mut wc = [Completion::default(); 1];
+        if self.qp.poll_recv(&mut wc)? == 0 {
+            return Ok(None);
+        }
+        let c = wc[0];
+        let i = c.wr_id as usize;
+        let Some(p) = self.pending.get_mut(i).and_then(Option::take) else {
+            return Err(Error::InvalidArgument("receive completion for an unknown slot"));
+        };
+        let slot =
+            p.reclaim(&self.qp).map_err(|_| Error::InvalidArgument("receive not retired"))?;
+        if c.status != WcStatus::Success {
+            self.recv_errors += 1;
+            self.failed = true;
+            return Err(Error::NotConnected);
+        }
+        let len = c.byte_len as usize;
+        let n = len.min(buf.len()).min(slot.len());
+        slot.read(0, &mut buf[..n])?;
+        self.pending[i] = Some(self.qp.post_recv(i as u64, slot).map_err(Error::from)?);
+        Ok(Some(len))
+    }
+
+    fn resolve(&mut self, gid: &Gid) -> Option<Mac> {
+        self.neighbours.iter().flatten().find(|e| e.0 == *gid).map(|e| e.1)
+    }
+}
+
+/// The CM moves an RC QP by its own transitions, so the QP's state (which posting checks)
+/// stays true. The RDMA READ depths the CM negotiates (`max_rd_atomic`,
+/// `max_dest_rd_atomic`) are not passed on: this driver's transitions always set
+/// `log_sra_max` and `log_rra_max` to min(cap, 4), up to 16 outstanding each way (`QPC.md`);
+/// a negotiation of more than that is not honoured.
+impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize> CmQp
+    for Qp<'_, M, D, C, SQ, RQ, RS>
+{
+    fn qp_num(&self) -> QpNum {
+        SendQueue::qp_num(self)
+    }
+
+    fn modify(&mut self, step: &QpStep) -> Result<()> {
+        match *step {
+            QpStep::Init { port, access } => {
+                if self.state() != QpState::Reset {
+                    return Err(Error::InvalidArgument("QP not in RESET"));
+                }
+                let mut a = Access::LOCAL_WRITE;
+                if access.write {
+                    a |= Access::REMOTE_WRITE;
+                }
+                if access.read {
+                    a |= Access::REMOTE_READ;
+                }
+                if access.atomic {
+                    a |= Access::REMOTE_ATOMIC;
+                }
+                self.init(&ConnectOpts { port, access: a, ..ConnectOpts::default() })
+            }
+            QpStep::Rtr { remote_qpn, rq_psn, mtu, path, .. } => {
+                let path = Path::RoceV2 {
+                    dgid: path.dgid.0,
+                    dmac: path.dmac.0,
+                    sgid_index: path.sgid_index,
+                    udp_sport: 0,
+                    hop_limit: path.hop_limit,
+                    traffic_class: path.traffic_class,
+                    flow_label: path.flow_label,
+                    sl: path.sl,
+                };
+                self.to_rtr(remote_qpn, path, mtu, rq_psn)
+            }
+            QpStep::Rts { sq_psn, timeout, retry_cnt, rnr_retry, .. } => {
+                self.to_rts(&ConnectOpts {
+                    sq_psn,
+                    timeout,
+                    retry_cnt,
+                    rnr_retry,
+                    ..ConnectOpts::default()
+                })
+            }
+            QpStep::Error => self.to_error(),
+        }
+    }
+}

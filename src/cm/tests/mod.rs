@@ -1,0 +1,4 @@
+mod fake;
+mod fuzz;
+mod layout;
+mod machine;
