@@ -110,6 +110,21 @@ impl RegionUse {
         }
     }
 
+    /// Count `n` requests finished at once: [`release`](Self::release) `n` times, in one
+    /// update (a backend retiring a run of requests that all read this region).
+    ///
+    /// # Safety
+    /// As for [`release`](Self::release), for each of the `n`: they answer `n` successful
+    /// acquires, made for requests the device can no longer read.
+    #[allow(unsafe_code)]
+    #[inline]
+    pub unsafe fn release_many(&self, n: u32) {
+        let s = self.state.get();
+        let count = s & !DEREGISTERED;
+        debug_assert!(count >= n, "region released more often than acquired");
+        self.state.set(s - n.min(count));
+    }
+
     /// Mark the region deregistered, unless requests still use it.
     ///
     /// # Safety
@@ -323,6 +338,25 @@ mod tests {
         assert_eq!(r.in_flight(), MAX_IN_FLIGHT);
         // SAFETY: the test owns the region; nothing reads it.
         assert_eq!(unsafe { r.begin_dereg() }, Err(Error::RegionBusy { in_flight: MAX_IN_FLIGHT }));
+    }
+
+    #[test]
+    fn release_many_answers_that_many_acquires() {
+        let r = RegionUse::new();
+        for _ in 0..5 {
+            r.acquire().unwrap();
+        }
+        // SAFETY: the test plays the backend; three of the five requests finished.
+        unsafe { r.release_many(3) };
+        assert_eq!(r.in_flight(), 2);
+        // SAFETY: as above: the two others, then none.
+        unsafe {
+            r.release_many(2);
+            r.release_many(0);
+        }
+        assert_eq!(r.in_flight(), 0);
+        // SAFETY: the test owns the region; nothing is in flight.
+        assert_eq!(unsafe { r.begin_dereg() }, Ok(()));
     }
 
     #[test]

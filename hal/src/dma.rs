@@ -87,6 +87,21 @@ impl DmaBuf {
         unsafe { access::load_u64(self.at::<u64>(off)) }
     }
 
+    /// `K` relaxed atomic 64-bit loads (native order) of consecutive words from `off`, in
+    /// ascending order, with one bounds check for all of them.
+    #[inline]
+    pub fn read_u64s<const K: usize>(&self, off: usize) -> [u64; K] {
+        assert!(
+            off.is_multiple_of(8) && off.checked_add(8 * K).is_some_and(|e| e <= self.len),
+            "DMA access of {K} words at {off:#x} outside a {:#x}-byte block",
+            self.len
+        );
+        let p = self.cpu.as_ptr().wrapping_add(off).cast::<u64>();
+        // SAFETY: the `K` words from `off` are in bounds and aligned (checked above); the block
+        // is valid for reads and every access to it is atomic, as in `read_u32`.
+        core::array::from_fn(|k| unsafe { access::load_u64(p.add(k)) })
+    }
+
     /// One relaxed atomic 64-bit store (native order).
     #[inline]
     pub fn write_u64(&self, off: usize, v: u64) {

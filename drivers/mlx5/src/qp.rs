@@ -660,6 +660,8 @@ mod hostile;
 #[cfg(test)]
 mod prop;
 #[cfg(test)]
+mod retire;
+#[cfg(test)]
 mod safety;
 #[cfg(test)]
 mod tests;

@@ -29,6 +29,10 @@ pub struct CqRing {
     published: u32,
 }
 
+/// The words of an entry, from its end, that a requester CQE's parse reads
+/// ([`CqRing::pop_req`]).
+const REQ_WORDS: usize = 3;
+
 /// `op_own` of an unwritten entry, as the last 8-byte word of the entry in memory order.
 const INVALID_WORD: u64 = u64::from_ne_bytes([0, 0, 0, 0, 0, 0, 0, OP_OWN_INVALID]);
 
@@ -90,6 +94,31 @@ impl CqRing {
         let mut out = [0u8; 64];
         for (k, chunk) in out.chunks_exact_mut(8).enumerate() {
             chunk.copy_from_slice(&self.buf.read_u64(off + 8 * k).to_ne_bytes());
+        }
+        self.ci = self.ci.wrapping_add(1);
+        Some(out)
+    }
+
+    /// [`pop`](Self::pop) for a requester CQE: the same ownership check and barrier, but
+    /// only the entry's last three words are copied (bytes 40..64: `byte_cnt`, the error
+    /// syndromes or timestamp, `sop_drop_qpn`, `wqe_counter`, `op_own`), which is all the
+    /// requester path parses, as `cq.c` reads only those fields of a send completion. The
+    /// other bytes of the copy are zero.
+    #[inline]
+    pub fn pop_req(&mut self) -> Option<[u8; 64]> {
+        let size = 1u32 << self.log_size;
+        let off = (self.ci & (size - 1)) as usize * cqe::LEN;
+        let op_own = self.buf.read_u64(off + 56).to_ne_bytes()[7];
+        if !cqe::sw_owned(op_own, self.ci, size) {
+            return None;
+        }
+        // As in `pop`: the body after its ownership byte (udma_from_device_barrier).
+        barrier::from_device();
+        let words: [u64; REQ_WORDS] = self.buf.read_u64s(off + cqe::LEN - 8 * REQ_WORDS);
+        let mut out = [0u8; 64];
+        for (k, w) in words.iter().enumerate() {
+            let at = cqe::LEN - 8 * REQ_WORDS + 8 * k;
+            out[at..at + 8].copy_from_slice(&w.to_ne_bytes());
         }
         self.ci = self.ci.wrapping_add(1);
         Some(out)
@@ -182,6 +211,27 @@ mod tests {
         let owner = (idx & 4 != 0) as u8;
         assert!(dma.write(r.bus().add(slot as u64 * 64 + 63), &[0xf0 | owner]));
         assert!(r.pop().is_none());
+        // SAFETY: no device.
+        unsafe { r.free(&*dma) };
+    }
+
+    #[test]
+    fn a_requester_pop_copies_the_last_three_words() {
+        let dma = HeapDma::new();
+        let mut r = CqRing::alloc(&*dma, 1).unwrap();
+        assert!(r.pop_req().is_none());
+        let mut b = [0u8; 64];
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = i as u8 | 0x80;
+        }
+        // op_own: opcode REQ (0), owner 0 for the first lap.
+        b[63] = u8::from(CqeOpcode::Req) << 4;
+        assert!(dma.write(r.bus(), &b));
+        let c = r.pop_req().expect("owned");
+        assert_eq!(c[..40], [0u8; 40]);
+        assert_eq!(c[40..], b[40..]);
+        assert_eq!(r.ci(), 1);
+        assert!(r.pop_req().is_none(), "the next entry is not written");
         // SAFETY: no device.
         unsafe { r.free(&*dma) };
     }

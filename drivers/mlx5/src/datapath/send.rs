@@ -10,17 +10,44 @@
 //!   not retired   the last commit    the open batch
 //! ```
 //!
-//! Per WQE, its first block's slot records the `wr_id`, the first region it reads, and a
-//! 16-bit word (its size, whether it asked for a completion, how many further region
-//! references it queued); further region references go to a queue of `4 * N` entries, in
-//! posting order, so WQEs retire them from its head. All of it lives in driver memory, and
-//! every push writes the slot's `Meta` whole: the ring itself is device-writable DMA memory, so
-//! nothing that decides how to retire a WQE is ever read back from it, and a batch leaked with
-//! `mem::forget` leaves nothing behind that a later WQE in the same slot would inherit. A WQE with `n`
-//! non-empty SGEs has `ds = 2 + n` and so `ceil((2 + n) / 4)` blocks, and references at most
-//! `n` regions (one per run of SGEs from the same region): four entries per block always
-//! suffice, and a WQE reading one region touches only its slot. Inline requests copy their
-//! bytes into the WQE and hold no reference.
+//! All of the bookkeeping lives in driver memory, and every push writes what it owns whole:
+//! the ring itself is device-writable DMA memory, so nothing that decides how to retire a WQE
+//! is ever read back from it, and a batch leaked with `mem::forget` leaves nothing behind that
+//! a later WQE in the same slot would inherit.
+//!
+//! # Retiring in one step
+//!
+//! A CQE names the last WQE it retires by its counter; the provider (`cq.c`) retires
+//! everything before it with `wq->tail = wq->wqe_head[idx] + 1`. This ring does the same in
+//! constant time, whatever the number of WQEs retired, from what each push recorded:
+//!
+//! * **Per slot** (the WQE's first block): its `wr_id`, and a [`Meta`] word: size, signalling,
+//!   inline, a *start* bit, the request's ordinal (requests committed before it, mod 2^16) and
+//!   the signalled requests committed before it (mod 2^16). Every other block of a WQE gets a
+//!   word without the start bit. Every block in `[tail, pi)` belongs to an outstanding WQE
+//!   whose push wrote its word, so a counter in that window whose word has no start bit is
+//!   inside a WQE (a [`DeviceFault::InsideWqe`]), and one whose word has it names an
+//!   outstanding WQE: no word from an earlier lap can pass for one. Requests retired by the
+//!   CQE are the difference of two ordinals; whether a signalled one is among those it skips
+//!   is the difference of two signalled counts.
+//! * **Runs of one region.** Most requests read one region, and consecutive ones usually the
+//!   same one. A push that reads another region than the previous one (or none after one)
+//!   starts a *run*: an entry (region, ordinal of its first request) in a queue of `2N`.
+//!   Each request still [`acquire`](RegionUse::acquire)s its region at the push, so
+//!   [`RegionUse::in_flight`] counts requests as before, but retirement releases a run's
+//!   retired requests with one [`RegionUse::release_many`]: the work is per run passed, not
+//!   per WQE. The queue holds at most one run per live request plus the last one (which stays
+//!   while later pushes may extend it), so `2N` entries always suffice.
+//! * **Further regions.** A request reading several regions queues the ones after its first
+//!   in a reference queue of `4N` entries, each tagged with the request's ordinal; retirement
+//!   releases the entries whose tag it passes. A WQE with `n` non-empty SGEs has `ds = 2 + n`
+//!   and so `ceil((2 + n) / 4)` blocks, and references at most `n` regions (one per run of
+//!   SGEs from the same region): four entries per block always suffice. Inline requests copy
+//!   their bytes into the WQE and hold no reference.
+//!
+//! A CQE that needs more than one completion written (a flush covering several WQEs after
+//! an error, or a signalled WQE skipped) goes through a slower path that retires one WQE at a
+//! time, so that the completions can span several polls.
 //!
 //! # What a completion retires (rdma-core `providers/mlx5/cq.c` semantics)
 //!
@@ -42,6 +69,9 @@
 //!
 //! A signalled WQE skipped by a later success CQE (which a conforming device does not
 //! produce) is still reported, as a success, so no signalled request is ever lost.
+//!
+//! A CQE that names no outstanding WQE's first block is refused before anything is retired
+//! or released.
 
 use core::ptr;
 
@@ -64,25 +94,29 @@ use crate::qp::{Qp, QpState};
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
 const REFS_PER_BB: usize = 4;
 
+/// Run entries per block: `2N` in all (see the module docs).
+const RUNS_PER_BB: usize = 2;
+
 /// What the driver keeps about the WQE starting at a slot, in one word written at every push:
-/// `ds` in bits 0..6, "asked for a completion" in bit 6, the further region references it
-/// queued in bits 7..13, "inline payload" in bit 13.
+/// `ds` in bits 0..6, "asked for a completion" in bit 6, "inline payload" in bit 13, "first
+/// block of a WQE" in bit 14, then the push's [`Stamp`]: the blocks beyond the first of every
+/// request committed before it in bits 16..32 (mod 2^16) and the signalled requests committed
+/// before it in bits 48..64 (mod 2^16; bits 32..48 are unused). The other blocks of a WQE hold
+/// [`Meta::INTERIOR`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Meta(u16);
+struct Meta(u64);
 
 impl Meta {
-    const SIGNALED: u16 = 1 << 6;
-    const MORE_SHIFT: u32 = 7;
-    const INLINE: u16 = 1 << 13;
+    const SIGNALED: u64 = 1 << 6;
+    const INLINE: u64 = 1 << 13;
+    const START: u64 = 1 << 14;
+    /// The word of a block that is not the first of its WQE (nor, at first, of any).
+    const INTERIOR: Meta = Meta(0);
 
     #[inline(always)]
-    fn new(ds: u8, signaled: bool, more: u8) -> Meta {
-        // `ds <= MAX_DS` (63) and `more <= 4 * 16 - 2`: both fit their fields.
-        Meta(
-            (ds & 0x3f) as u16
-                | (signaled as u16) << 6
-                | ((more & 0x3f) as u16) << Self::MORE_SHIFT,
-        )
+    fn new(ds: u8, signaled: bool, stamp: Stamp) -> Meta {
+        // `ds <= MAX_DS` (63): it fits its field.
+        Meta((ds & 0x3f) as u64 | (signaled as u64) << 6 | Self::START | stamp.0)
     }
 
     /// Size in 16-byte units.
@@ -102,25 +136,86 @@ impl Meta {
         self.0 & Self::SIGNALED != 0
     }
 
-    /// Region references queued beyond the slot's first.
-    #[inline(always)]
-    fn more(self) -> u8 {
-        (self.0 >> Self::MORE_SHIFT) as u8 & 0x3f
-    }
-
     /// The WQE carries its payload inline.
     #[inline(always)]
     fn with_inline(self, inline: bool) -> Meta {
-        Meta(self.0 | (inline as u16) << 13)
+        Meta(self.0 | (inline as u64) << 13)
     }
 
     #[inline(always)]
     fn inline(self) -> bool {
         self.0 & Self::INLINE != 0
     }
+
+    /// Whether a WQE starts at this block.
+    #[inline(always)]
+    fn is_start(self) -> bool {
+        self.0 & Self::START != 0
+    }
+
+    /// The ordinal (requests committed before it, mod 2^16) of the request starting at
+    /// counter `pi`: every block before it was the first of a request or one of the extra
+    /// blocks counted in the stamp.
+    #[inline(always)]
+    fn ord(self, pi: u16) -> u16 {
+        pi.wrapping_sub(Stamp(self.0).extra())
+    }
+
+    /// Signalled requests committed before it, mod 2^16.
+    #[inline(always)]
+    fn sigs_before(self) -> u16 {
+        Stamp(self.0).sigs()
+    }
 }
 
-/// A CQE being turned into completions: retire WQEs from `tail` up to `target`.
+/// The counts a push records in its [`Meta`]: the blocks beyond the first of the requests
+/// before it (bits 16..32), from which its ordinal follows, and the signalled requests before
+/// it (bits 48..64). A one-block request changes only the second, with one addition. A batch
+/// holds at most `N <= 2^15` blocks, so the block count carries into the unused bits 32..48 at
+/// most once per batch, and the signalled count's carry leaves the word; [`SendRing::begin`]
+/// builds the stamp afresh from the ring's counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp(u64);
+
+impl Stamp {
+    const EXTRA_SHIFT: u32 = 16;
+    const SIGS_SHIFT: u32 = 48;
+
+    #[inline(always)]
+    fn new(extra: u16, sigs: u16) -> Stamp {
+        Stamp((extra as u64) << Self::EXTRA_SHIFT | (sigs as u64) << Self::SIGS_SHIFT)
+    }
+
+    /// Blocks beyond the first of each request before, mod 2^16.
+    #[inline(always)]
+    fn extra(self) -> u16 {
+        (self.0 >> Self::EXTRA_SHIFT) as u16
+    }
+
+    /// Signalled requests before, mod 2^16.
+    #[inline(always)]
+    fn sigs(self) -> u16 {
+        (self.0 >> Self::SIGS_SHIFT) as u16
+    }
+
+    /// Past one more request of `bbs` blocks, signalled or not.
+    #[inline(always)]
+    fn advance(&mut self, signaled: bool, bbs: u16) {
+        self.0 = self
+            .0
+            .wrapping_add(((bbs - 1) as u64) << Self::EXTRA_SHIFT)
+            .wrapping_add((signaled as u64) << Self::SIGS_SHIFT);
+    }
+}
+
+/// The key a run is told by: its region's address, 0 for requests that read none.
+#[inline(always)]
+fn run_key(r: Option<&RegionUse>) -> usize {
+    r.map_or(0, |r| r as *const RegionUse as usize)
+}
+
+/// A CQE being turned into completions one WQE at a time: retire WQEs from `tail` up to
+/// `target`.
 #[derive(Clone, Copy, Debug)]
 struct Pending {
     target: u16,
@@ -157,13 +252,15 @@ pub struct SqCursor {
     /// `pi` when the ring is full: the first block past the free ones at `begin` (equal to
     /// `pi` for a closed cursor).
     limit: u16,
-    /// Blocks beyond the first of every request pushed: with `pi`, it gives the number of
-    /// requests without a counter that every post would have to update (most requests are
-    /// one block, for which this adds zero, which the compiler drops).
-    extra: u16,
     /// Blocks of the last request pushed (1 before any, a value that the one-block requests
-    /// then keep, again without an update).
+    /// then keep, without an update).
     last_bbs: u16,
+    /// Next free run entry.
+    run_head: u16,
+    /// The extra-block and signalled counts before the next request.
+    stamp: Stamp,
+    /// [`run_key`] of the last run.
+    run_key: usize,
     /// Next free region-reference entry.
     ref_head: u32,
     /// Whether the QP may post at all; a closed cursor refuses every request.
@@ -173,24 +270,11 @@ pub struct SqCursor {
     builder: WqeBuilder,
 }
 
-impl SqCursor {
-    /// Move past a request of `bbs` blocks just written at `pi`.
-    #[inline(always)]
-    fn advance(&mut self, bbs: u16) {
-        self.pi = self.pi.wrapping_add(bbs);
-        self.extra = self.extra.wrapping_add(bbs - 1);
-        self.last_bbs = bbs;
-    }
-}
-
-/// Entry `i` (free-running) of a reference queue of `4 * N` entries.
+/// Entry `i` (free-running) of a queue of `K * N` entries held as `[[T; K]; N]`.
 #[inline(always)]
-fn ref_entry<'a, 'r, const N: usize>(
-    refs: &'a mut [[Option<&'r RegionUse>; REFS_PER_BB]; N],
-    i: u32,
-) -> &'a mut Option<&'r RegionUse> {
+fn entry<T, const K: usize, const N: usize>(q: &mut [[T; K]; N], i: u32) -> &mut T {
     let i = i as usize;
-    &mut refs[(i / REFS_PER_BB) & (N - 1)][i % REFS_PER_BB]
+    &mut q[(i / K) & (N - 1)][i % K]
 }
 
 /// The send ring of one QP. See the module docs.
@@ -205,6 +289,12 @@ pub struct SendRing<'r, const N: usize> {
     outstanding: u32,
     /// Requests committed since the ring was made (so `posted - outstanding` have retired).
     posted: u64,
+    /// Blocks beyond the first of every committed request, mod 2^16.
+    extra: u16,
+    /// Signalled requests committed, mod 2^16.
+    sigs: u16,
+    /// Signalled requests retired, mod 2^16.
+    sigs_done: u16,
     in_error: bool,
     pending: Option<Pending>,
     /// A fault found by a poll that had already written completions: returned by the next
@@ -212,14 +302,25 @@ pub struct SendRing<'r, const N: usize> {
     fault: Option<Error>,
     /// The `wr_id` of the WQE starting at each slot.
     wr_ids: [u64; N],
-    /// The first region the WQE starting at each slot reads (the only one in the common
-    /// case).
-    firsts: [Option<&'r RegionUse>; N],
-    /// Size, signalling and further references of the WQE starting at each slot.
+    /// Size, signalling, ordinal and signalled count of the WQE starting at each slot;
+    /// [`Meta::INTERIOR`] for the other blocks.
     meta: [Meta; N],
-    /// The region references of outstanding WQEs, in posting order: a queue of `4 * N`
+    /// The first region of each run of requests (`None` for requests that read none): a
+    /// queue of `2N` entries indexed by free-running counters.
+    run_regions: [[Option<&'r RegionUse>; RUNS_PER_BB]; N],
+    /// The ordinal of each run's first request.
+    run_starts: [[u16; RUNS_PER_BB]; N],
+    /// Next free run entry after the last commit.
+    run_head: u16,
+    /// The run holding the oldest request not retired (or the last run).
+    run_tail: u16,
+    /// [`run_key`] of the last committed run.
+    run_key: usize,
+    /// The further region references of outstanding WQEs, in posting order: a queue of `4N`
     /// entries (`refs[i / 4][i % 4]`) indexed by free-running counters.
     refs: [[Option<&'r RegionUse>; REFS_PER_BB]; N],
+    /// The ordinal of the request each reference entry belongs to.
+    ref_ords: [[u16; REFS_PER_BB]; N],
     /// Next free reference entry after the last committed WQE.
     ref_head: u32,
     /// Oldest reference entry in use.
@@ -237,6 +338,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
     pub fn new(sink: RawRing, builder: WqeBuilder) -> Result<Self> {
         #[allow(clippy::let_unit_value)]
         let () = Self::GEOMETRY;
+        // One empty run (of requests reading no region) to begin with: there is always a last
+        // run for a push to extend or follow.
         Ok(SendRing {
             sink: FixedRing::new(sink)?,
             builder,
@@ -244,13 +347,21 @@ impl<'r, const N: usize> SendRing<'r, N> {
             tail: 0,
             outstanding: 0,
             posted: 0,
+            extra: 0,
+            sigs: 0,
+            sigs_done: 0,
             in_error: false,
             pending: None,
             fault: None,
             wr_ids: [0; N],
-            firsts: [None; N],
-            meta: [Meta(0); N],
+            meta: [Meta::INTERIOR; N],
+            run_regions: [[None; RUNS_PER_BB]; N],
+            run_starts: [[0; RUNS_PER_BB]; N],
+            run_head: 1,
+            run_tail: 0,
+            run_key: run_key(None),
             refs: [[None; REFS_PER_BB]; N],
+            ref_ords: [[0; REFS_PER_BB]; N],
             ref_head: 0,
             ref_tail: 0,
         })
@@ -288,6 +399,12 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.posted - self.outstanding as u64
     }
 
+    /// The ordinal of the oldest request not retired, mod 2^16.
+    #[inline(always)]
+    fn done(&self) -> u16 {
+        (self.posted as u16).wrapping_sub(self.outstanding as u16)
+    }
+
     /// Whether an error CQE was seen (the QP is in error).
     pub fn in_error(&self) -> bool {
         self.in_error
@@ -302,8 +419,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
             // No request fits in no room: a closed cursor is refused by the size check, and
             // the error is mended below, off the data path.
             limit: if open { self.pi.wrapping_add(self.room() as u16) } else { self.pi },
-            extra: 0,
             last_bbs: 1,
+            run_head: self.run_head,
+            stamp: Stamp::new(self.extra, self.sigs),
+            run_key: self.run_key,
             ref_head: self.ref_head,
             open,
             builder: self.builder,
@@ -313,9 +432,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// Requests pushed at the cursor.
     #[inline(always)]
     pub fn pushed(&self, at: &SqCursor) -> u32 {
-        (at.pi.wrapping_sub(self.pi).wrapping_sub(at.extra)) as u32
+        at.pi.wrapping_sub(self.pi).wrapping_sub(at.stamp.extra().wrapping_sub(self.extra)) as u32
     }
 
+    /// The ordinal of the next request pushed at the cursor.
+    #[inline(always)]
+    fn ord_at(at: &SqCursor) -> u16 {
+        at.pi.wrapping_sub(at.stamp.extra())
+    }
     /// Write `req` into the ring at the cursor, and count the regions it names. Changes
     /// nothing (the cursor included) on error.
     #[inline(always)]
@@ -406,11 +530,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             }
             _ => None,
         };
-        let slot = at.pi as usize & Self::MASK;
-        self.wr_ids[slot] = wr_id;
-        self.set_first(slot, first);
-        self.meta[slot] = Meta::new(ds, builder.signals(flags), 0);
-        at.advance(1);
+        self.record(at, wr_id, first, Meta::new(ds, builder.signals(flags), at.stamp), 1);
         Ok(())
     }
 
@@ -484,12 +604,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
             }
             _ => None,
         };
-        let slot = at.pi as usize & Self::MASK;
-        self.wr_ids[slot] = wr_id;
-        self.set_first(slot, first);
         let ds = HEADER_DS as u8 + (e.length != 0) as u8;
-        self.meta[slot] = Meta::new(ds, builder.signals(flags), 0);
-        at.advance(1);
+        self.record(at, wr_id, first, Meta::new(ds, builder.signals(flags), at.stamp), 1);
         Ok(())
     }
 
@@ -509,12 +625,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
         let start = at.ref_head;
-        // The regions, in order: the first is returned for the slot, every later change of
-        // region is queued (consecutive elements from one region count once).
+        let ord = Self::ord_at(at);
+        // The regions, in order: the first goes to the runs, every later change of region is
+        // queued with the request's ordinal (consecutive elements from one region count
+        // once).
         let mut first: Option<&'r RegionUse> = None;
         let mut prev: Option<&'r RegionUse> = None;
         let mut head_ref = start;
-        let refs = &mut self.refs;
+        let (refs, ref_ords) = (&mut self.refs, &mut self.ref_ords);
         let res = builder.emit_gather(
             &mut self.sink.view(),
             at.pi,
@@ -530,7 +648,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 if first.is_none() {
                     first = Some(r);
                 } else {
-                    *ref_entry(refs, head_ref) = Some(r);
+                    *entry(refs, head_ref) = Some(r);
+                    *entry(ref_ords, head_ref) = ord;
                     head_ref = head_ref.wrapping_add(1);
                 }
                 prev = Some(r);
@@ -550,13 +669,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 return Err(if at.open { e } else { Error::NotConnected });
             }
         };
-        let slot = at.pi as usize & Self::MASK;
-        self.wr_ids[slot] = req.wr_id;
-        self.set_first(slot, first);
-        let more = head_ref.wrapping_sub(start) as u8;
-        self.meta[slot] = Meta::new(shape.ds, builder.signals(req.flags), more);
         at.ref_head = head_ref;
-        at.advance(shape.wqebbs as u16);
+        let meta = Meta::new(shape.ds, builder.signals(req.flags), at.stamp);
+        self.record(at, req.wr_id, first, meta, shape.wqebbs as u16);
         Ok(())
     }
 
@@ -591,48 +706,135 @@ impl<'r, const N: usize> SendRing<'r, N> {
         };
         // Inline payloads are copied into the WQE and raw elements are the caller's to keep
         // alive: neither holds a region.
-        let slot = at.pi as usize & Self::MASK;
-        self.wr_ids[slot] = req.wr_id;
-        self.set_first(slot, None);
-        self.meta[slot] =
-            Meta::new(shape.ds, builder.signals(req.flags), 0).with_inline(req.is_inline());
-        at.advance(shape.wqebbs as u16);
+        let meta =
+            Meta::new(shape.ds, builder.signals(req.flags), at.stamp).with_inline(req.is_inline());
+        self.record(at, req.wr_id, None, meta, shape.wqebbs as u16);
         Ok(())
     }
 
-    /// Record the first region of the WQE at `slot`. A post that reads the region of the
-    /// WQE this slot held a lap ago (the common case) leaves the word as it is: the array's
-    /// cache lines then stay clean, and the post moves a line less to memory per four WQEs.
+    /// The bookkeeping of a request of `bbs` blocks just written and counted at the cursor:
+    /// its `wr_id` and `meta` in its first slot, [`Meta::INTERIOR`] in its other blocks, and
+    /// its first region (`None`: it reads none) to the runs. Moves the cursor past it.
     #[inline(always)]
-    fn set_first(&mut self, slot: usize, first: Option<&'r RegionUse>) {
-        let f = &mut self.firsts[slot];
-        let same = match (*f, first) {
-            (Some(a), Some(b)) => ptr::eq(a, b),
-            (None, None) => true,
-            _ => false,
-        };
-        if !same {
-            *f = first;
+    fn record(
+        &mut self,
+        at: &mut SqCursor,
+        wr_id: u64,
+        first: Option<&'r RegionUse>,
+        meta: Meta,
+        bbs: u16,
+    ) {
+        let slot = at.pi as usize & Self::MASK;
+        self.wr_ids[slot] = wr_id;
+        self.meta[slot] = meta;
+        for k in 1..bbs {
+            self.meta[at.pi.wrapping_add(k) as usize & Self::MASK] = Meta::INTERIOR;
         }
-    }
-
-    #[inline(always)]
-    fn ref_at(&mut self, i: u32) -> &mut Option<&'r RegionUse> {
-        ref_entry(&mut self.refs, i)
+        let key = run_key(first);
+        if key != at.run_key {
+            *entry(&mut self.run_regions, at.run_head as u32) = first;
+            *entry(&mut self.run_starts, at.run_head as u32) = Self::ord_at(at);
+            at.run_head = at.run_head.wrapping_add(1);
+            at.run_key = key;
+        }
+        at.stamp.advance(meta.signaled(), bbs);
+        at.pi = at.pi.wrapping_add(bbs);
+        at.last_bbs = bbs;
     }
 
     /// Release the references queued in `[from, to)`: entries this ring acquired for WQEs
-    /// the device can no longer read (retired, rolled back, or the QP destroyed). At most the
-    /// queue's `4 * N` entries, whatever the bounds say.
+    /// the device can no longer read (rolled back, or the QP destroyed). At most the queue's
+    /// `4N` entries, whatever the bounds say.
     #[inline]
     fn release_refs(&mut self, from: u32, to: u32) {
         let n = to.wrapping_sub(from).min((REFS_PER_BB * N) as u32);
         for k in 0..n {
-            if let Some(r) = self.ref_at(from.wrapping_add(k)).take() {
+            if let Some(r) = entry(&mut self.refs, from.wrapping_add(k)).take() {
                 // SAFETY: each queued entry answers one `acquire` of `push_gather`, and is
                 // taken out here, so it is released once.
                 unsafe { r.release() };
             }
+        }
+    }
+
+    /// Release the first regions of the requests with ordinals `[from, to)` (mod 2^16, at
+    /// most `2^15` of them): the runs `r..head`, run `r` holding `from` (or ending at it) and
+    /// the last extending at least to `to`. Each run's share is released with one
+    /// [`RegionUse::release_many`]. Returns the run holding `to` (or the last).
+    #[inline]
+    fn release_runs(&mut self, mut r: u16, head: u16, from: u16, to: u16) -> u16 {
+        let span = to.wrapping_sub(from);
+        let mut at = 0u16;
+        loop {
+            let next = r.wrapping_add(1);
+            let last = next == head;
+            // Where run `r` ends, as a distance from `from`.
+            let end = if last {
+                span
+            } else {
+                entry(&mut self.run_starts, next as u32).wrapping_sub(from)
+            };
+            let upto = end.min(span);
+            if upto != at {
+                if let Some(region) = *entry(&mut self.run_regions, r as u32) {
+                    // SAFETY: every request of the run acquired the run's region once at its
+                    // push; the requests `[from + at, from + upto)` are retired, rolled back
+                    // or their QP destroyed, and each passes through here once (retirement
+                    // moves `run_tail` and the retired count past them; a rollback forgets
+                    // them; teardown releases only what was not retired).
+                    unsafe { region.release_many((upto - at) as u32) };
+                }
+                at = upto;
+            }
+            if last || end > span {
+                return r;
+            }
+            r = next;
+            if end == span {
+                return r;
+            }
+        }
+    }
+
+    /// Retire the `count` oldest requests, the last of them the WQE at counter `t` (with
+    /// `meta`): release their regions, free their blocks.
+    #[inline(always)]
+    fn retire_through(&mut self, t: u16, meta: Meta, count: u16) {
+        let done = self.done();
+        if self.run_tail.wrapping_add(1) == self.run_head {
+            // One live run (the common case: one region, or none): it holds all of them.
+            if let Some(region) = *entry(&mut self.run_regions, self.run_tail as u32) {
+                // SAFETY: as in `release_runs`: the `count` requests from `done` are the
+                // run's, each acquired the region once, and retire now, once.
+                unsafe { region.release_many(count as u32) };
+            }
+        } else {
+            let to = done.wrapping_add(count);
+            self.run_tail = self.release_runs(self.run_tail, self.run_head, done, to);
+        }
+        if self.ref_tail != self.ref_head {
+            self.release_tagged(done, count);
+        }
+        self.tail = t.wrapping_add(meta.wqebbs());
+        self.outstanding -= count as u32;
+        self.sigs_done = meta.sigs_before().wrapping_add(meta.signaled() as u16);
+    }
+
+    /// Release the further references of the `count` requests from ordinal `done` on: the
+    /// entries from `ref_tail` whose tag is among them.
+    #[cold]
+    fn release_tagged(&mut self, done: u16, count: u16) {
+        while self.ref_tail != self.ref_head {
+            let i = self.ref_tail;
+            if entry(&mut self.ref_ords, i).wrapping_sub(done) >= count {
+                break;
+            }
+            if let Some(r) = entry(&mut self.refs, i).take() {
+                // SAFETY: each queued entry answers one `acquire` of `push_gather` for the
+                // request its tag names, which is retired now; taken out, it is released once.
+                unsafe { r.release() };
+            }
+            self.ref_tail = i.wrapping_add(1);
         }
     }
 
@@ -650,44 +852,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let last = at.pi.wrapping_sub(at.last_bbs);
         self.pi = at.pi;
         self.ref_head = at.ref_head;
+        self.run_head = at.run_head;
+        self.run_key = at.run_key;
+        self.extra = at.stamp.extra();
+        self.sigs = at.stamp.sigs();
         self.outstanding += pushed;
         self.posted += pushed as u64;
         let m = self.meta[last as usize & Self::MASK];
         Some((Last { pi: last, ds: m.ds(), inline: m.inline() }, pushed))
-    }
-
-    /// Release the first region of the WQE at `slot`: the WQE is retired, rolled back or its
-    /// QP destroyed, so the device no longer reads it. The reference stays in the slot, so
-    /// that the next push reading the same region need not store it again ([`set_first`]).
-    ///
-    /// [`set_first`]: Self::set_first
-    #[inline(always)]
-    fn release_first(&mut self, slot: usize) {
-        if let Some(r) = self.firsts[slot] {
-            // SAFETY: every push writes its slot's first region (acquired when it is
-            // `Some`), and each WQE passes through here once: retirement moves `tail` past
-            // it, a rollback forgets it, teardown walks only `[tail, pi)`. So this answers the
-            // push's one `acquire`.
-            unsafe { r.release() };
-        }
-    }
-
-    /// Release the regions of the WQEs in `[from, to)` (their further references are the
-    /// next entries from `*refs`), walking at most the ring's `N` blocks.
-    fn release_wqes(&mut self, from: u16, to: u16, refs: &mut u32) {
-        let mut p = from;
-        let mut left = to.wrapping_sub(from).min(N as u16);
-        while left != 0 {
-            let slot = p as usize & Self::MASK;
-            let m = self.meta[slot];
-            self.release_first(slot);
-            let more = m.more() as u32;
-            self.release_refs(*refs, refs.wrapping_add(more));
-            *refs = refs.wrapping_add(more);
-            let bbs = m.wqebbs().min(left);
-            p = p.wrapping_add(bbs);
-            left -= bbs;
-        }
     }
 
     /// Forget every WQE pushed at the cursor, releasing its regions.
@@ -697,8 +869,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// is leaked with them when they are dropped. The next push at the same slots overwrites
     /// every word of the bookkeeping they wrote, so the accounting of later WQEs is unchanged.
     pub fn abort(&mut self, at: SqCursor) {
-        let mut refs = self.ref_head;
-        self.release_wqes(self.pi, at.pi, &mut refs);
+        let pushed = self.pushed(&at);
+        if pushed == 0 || pushed > N as u32 {
+            return;
+        }
+        // The first pushed request extends the last committed run or starts the next one.
+        let from = self.posted as u16;
+        self.release_runs(self.run_head.wrapping_sub(1), at.run_head, from, Self::ord_at(&at));
+        self.release_refs(self.ref_head, at.ref_head);
     }
 
     /// Whether a CQE is still being turned into completions.
@@ -706,50 +884,89 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.pending.is_some()
     }
 
-    /// Take a requester CQE. Its completions come out of [`drain`](Self::drain).
-    #[inline]
-    pub fn on_cqe(&mut self, cqe: &CqeRepr) -> Result<()> {
+    /// Take a requester CQE. When it yields at most one completion and needs no walk (the
+    /// common case), its WQEs retire at once and the completion, if any, is written to `out`
+    /// (returns whether it was); otherwise its completions come out of
+    /// [`drain`](Self::drain). A CQE that names no outstanding WQE's first block retires
+    /// nothing.
+    #[inline(always)]
+    pub fn on_cqe(&mut self, cqe: &CqeRepr, qpn: QpNum, out: &mut Completion) -> Result<bool> {
         debug_assert!(self.pending.is_none());
         if !matches!(cqe.opcode, CqeOpcode::Req | CqeOpcode::ReqErr) {
             return Err(DeviceFault::UnexpectedOpcode { opcode: cqe.opcode.into() }.into());
         }
-        let inflight = self.pi.wrapping_sub(self.tail);
-        if cqe.wqe_counter.wrapping_sub(self.tail) >= inflight {
-            return Err(DeviceFault::NotOutstanding { counter: cqe.wqe_counter }.into());
+        let t = cqe.wqe_counter;
+        if t.wrapping_sub(self.tail) >= self.pi.wrapping_sub(self.tail) {
+            return Err(DeviceFault::NotOutstanding { counter: t }.into());
         }
+        let slot = t as usize & Self::MASK;
+        let m = self.meta[slot];
+        if !m.is_start() {
+            return Err(DeviceFault::InsideWqe { counter: t }.into());
+        }
+        // The requests retired before the named one. `t` is in the window and its block
+        // starts a WQE, so it is an outstanding one's and fewer than `outstanding` precede
+        // it; only cursors misused against their `unsafe` contract (one from another ring
+        // committed here) can leave a word that says otherwise, and then the walk below,
+        // which follows the sizes from `tail`, retires what is there.
+        let behind = m.ord(t).wrapping_sub(self.done());
+        let count = behind.wrapping_add(1);
         let status = cqe.status();
+        let flush_skipped = status == WcStatus::WrFlushErr && self.in_error;
+        let opcode = cqe.s_wqe_opcode.wc_opcode().unwrap_or(WcOpcode::RdmaWrite);
         let byte_len = requester_byte_len(cqe.s_wqe_opcode, cqe.byte_cnt);
-        self.pending = Some(Pending {
-            target: cqe.wqe_counter,
-            status,
-            vendor_err: cqe.vendor_err(),
-            opcode: cqe.s_wqe_opcode.wc_opcode().unwrap_or(WcOpcode::RdmaWrite),
-            byte_len,
-            flush_skipped: status == WcStatus::WrFlushErr && self.in_error,
-        });
         if status != WcStatus::Success {
             self.in_error = true;
         }
-        Ok(())
+        // A signalled request among those skipped, or several flushed: one completion each,
+        // written as room allows.
+        if m.sigs_before() != self.sigs_done
+            || (flush_skipped && behind != 0)
+            || behind as u32 >= self.outstanding
+        {
+            self.pending = Some(Pending {
+                target: t,
+                status,
+                vendor_err: cqe.vendor_err(),
+                opcode,
+                byte_len,
+                flush_skipped,
+            });
+            return Ok(false);
+        }
+        let wr_id = self.wr_ids[slot];
+        self.retire_through(t, m, count);
+        if !m.signaled() && status == WcStatus::Success {
+            return Ok(false);
+        }
+        let mut c = Completion::new(wr_id, status, opcode, qpn);
+        c.vendor_err = cqe.vendor_err();
+        if status == WcStatus::Success {
+            c.byte_len = byte_len;
+        }
+        *out = c;
+        Ok(true)
     }
 
-    /// Retire WQEs for the pending CQE, writing the completions the user sees into `out`.
-    /// Returns how many were written; stops early when `out` is full (the rest follows on the
-    /// next call).
-    #[inline]
+    /// Retire WQEs for the pending CQE one at a time, writing the completions the user sees
+    /// into `out`. Returns how many were written; stops early when `out` is full (the rest
+    /// follows on the next call).
     pub fn drain(&mut self, out: &mut [Completion], qpn: QpNum) -> Result<usize> {
         let mut n = 0;
         while let Some(p) = self.pending {
-            if !p.flush_skipped {
-                self.retire_silent(p.target);
-            }
             if n == out.len() {
                 break;
             }
             let head = self.tail;
             let slot = head as usize & Self::MASK;
-            let wr_id = self.wr_ids[slot];
             let w = self.meta[slot];
+            // `on_cqe` checked that the target starts an outstanding WQE, so the walk from
+            // `tail` meets it; a walk that would pass the committed WQEs stops all the same.
+            if head == self.pi || self.outstanding == 0 || !w.is_start() {
+                self.pending = None;
+                return Err(DeviceFault::InsideWqe { counter: p.target }.into());
+            }
+            let wr_id = self.wr_ids[slot];
             let report = if head == p.target {
                 self.pending = None;
                 if w.signaled() || p.status != WcStatus::Success {
@@ -757,9 +974,6 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 } else {
                     None
                 }
-            } else if p.target.wrapping_sub(head) < w.wqebbs() {
-                self.pending = None;
-                return Err(DeviceFault::InsideWqe { counter: p.target }.into());
             } else if p.flush_skipped {
                 Some((WcStatus::WrFlushErr, 0, WcOpcode::RdmaWrite, 0))
             } else if w.signaled() {
@@ -776,53 +990,21 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 out[n] = c;
                 n += 1;
             }
-            self.release_first(slot);
-            if w.more() != 0 {
-                self.retire_refs(w.more());
-            }
-            self.tail = head.wrapping_add(w.wqebbs());
-            self.outstanding -= 1;
+            self.retire_through(head, w, 1);
         }
         Ok(n)
     }
 
-    /// Retire, in one tight loop, the WQEs before `target` that report nothing (unsignalled,
-    /// holding at most one region), stopping at the first that needs the general path.
-    #[inline]
-    fn retire_silent(&mut self, target: u16) {
-        let mut head = self.tail;
-        let mut retired = 0;
-        while head != target {
-            let slot = head as usize & Self::MASK;
-            let w = self.meta[slot];
-            if w.signaled() || w.more() != 0 || target.wrapping_sub(head) < w.wqebbs() {
-                break;
-            }
-            self.release_first(slot);
-            head = head.wrapping_add(w.wqebbs());
-            retired += 1;
-        }
-        self.tail = head;
-        self.outstanding -= retired;
-    }
-
-    /// Release the references of the oldest WQE, which retires.
-    #[inline]
-    fn retire_refs(&mut self, n: u8) {
-        let to = self.ref_tail.wrapping_add(n as u32);
-        self.release_refs(self.ref_tail, to);
-        self.ref_tail = to;
-    }
-
-    /// Release every region still referenced by a pushed or committed WQE and forget them all:
-    /// for teardown, once the device can no longer read the ring (the QP is destroyed).
+    /// Release every region still referenced by a committed WQE and forget them all: for
+    /// teardown, once the device can no longer read the ring (the QP is destroyed).
     pub fn release_everything(&mut self) {
-        let mut refs = self.ref_tail;
-        self.release_wqes(self.tail, self.pi, &mut refs);
+        let (done, to) = (self.done(), self.posted as u16);
+        self.run_tail = self.release_runs(self.run_tail, self.run_head, done, to);
         self.release_refs(self.ref_tail, self.ref_head);
         self.ref_tail = self.ref_head;
         self.tail = self.pi;
         self.outstanding = 0;
+        self.sigs_done = self.sigs;
         self.pending = None;
     }
 }
@@ -1030,14 +1212,19 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         }
         let mut n = 0;
         let res = loop {
-            match self.sq.drain(&mut out[n..], self.qpn) {
-                Ok(k) => n += k,
-                Err(e) => break Err(e),
+            if self.sq.has_pending() {
+                match self.sq.drain(&mut out[n..], self.qpn) {
+                    Ok(k) => n += k,
+                    Err(e) => break Err(e),
+                }
+                if self.sq.has_pending() {
+                    break Ok(n);
+                }
             }
-            if n == out.len() || self.sq.has_pending() {
+            if n == out.len() {
                 break Ok(n);
             }
-            let Some(raw) = self.mem.scq.pop() else { break Ok(n) };
+            let Some(raw) = self.mem.scq.pop_req() else { break Ok(n) };
             let cqe = match CqeRepr::parse(&Cqe::new_unchecked(&raw[..])) {
                 Ok(c) => c,
                 Err(e) => break Err(e),
@@ -1045,8 +1232,9 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
             if cqe.qpn != self.qpn {
                 break Err(DeviceFault::WrongQp { qpn: cqe.qpn }.into());
             }
-            if let Err(e) = self.sq.on_cqe(&cqe) {
-                break Err(e);
+            match self.sq.on_cqe(&cqe, self.qpn, &mut out[n]) {
+                Ok(wrote) => n += wrote as usize,
+                Err(e) => break Err(e),
             }
         };
         self.mem.scq.publish();
