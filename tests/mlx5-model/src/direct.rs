@@ -146,9 +146,24 @@ impl Control for ModelControl {
                 remote_qpn: remote_qpn.0,
                 route: match path {
                     Path::Loopback => Route::Loopback,
-                    Path::RoceV2 { dgid, dmac, sgid_index, udp_sport: _, .. } => {
-                        Route::RoceV2 { dgid, dmac, sgid_index }
-                    }
+                    Path::RoceV2 {
+                        dgid,
+                        dmac,
+                        sgid_index,
+                        udp_sport,
+                        hop_limit,
+                        traffic_class,
+                        flow_label,
+                        ..
+                    } => Route::RoceV2 {
+                        dgid,
+                        dmac,
+                        sgid_index,
+                        tclass: traffic_class,
+                        hop_limit,
+                        flow_label,
+                        udp_sport,
+                    },
                 },
                 mtu,
                 rq_psn,

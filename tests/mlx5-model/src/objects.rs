@@ -123,6 +123,14 @@ pub enum Route {
         dmac: [u8; 6],
         /// Our GID index.
         sgid_index: u8,
+        /// Traffic class (IPv4 TOS) of the QP's packets (`ads.tclass`).
+        tclass: u8,
+        /// Hop limit (IPv4 TTL) of the QP's packets (`ads.hop_limit`).
+        hop_limit: u8,
+        /// IPv6 flow label (`ads.flow_label`, 20 bits).
+        flow_label: u32,
+        /// UDP source port (`ads.udp_sport`; 0: the model derives one from both QPNs).
+        udp_sport: u16,
     },
 }
 

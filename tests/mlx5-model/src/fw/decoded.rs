@@ -258,6 +258,8 @@ decoded! {
         ack_timeout: u8 = ACK_TIMEOUT,
         src_addr_index: u8 = SRC_ADDR_INDEX,
         hop_limit: u8 = HOP_LIMIT,
+        tclass: u8 = TCLASS,
+        flow_label: u32 = FLOW_LABEL,
         rgid_rip: [u8; 16] = RGID_RIP,
         udp_sport: u16 = UDP_SPORT,
         vhca_port_num: u8 = VHCA_PORT_NUM,

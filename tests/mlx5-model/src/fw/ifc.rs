@@ -507,6 +507,8 @@ ifc! {
         ACK_TIMEOUT = "ack_timeout" @ 0x40 : 5;
         SRC_ADDR_INDEX = "src_addr_index" @ 0x48 : 8;
         HOP_LIMIT = "hop_limit" @ 0x58 : 8;
+        TCLASS = "tclass" @ 0x64 : 8;
+        FLOW_LABEL = "flow_label" @ 0x6c : 20;
         RGID_RIP = "rgid_rip" @ 0x80 : 128;
         UDP_SPORT = "udp_sport" @ 0x110 : 16;
         VHCA_PORT_NUM = "vhca_port_num" @ 0x128 : 8;

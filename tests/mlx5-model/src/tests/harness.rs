@@ -13,7 +13,9 @@ use rdma_pmd_mlx5::control::{
 
 use crate::{Model, ModelControl};
 
-pub const WAIT: Duration = Duration::from_secs(5);
+// 30 s: the vector cases move tens of MB through the packet transport, a few MB/s in a debug
+// build on a loaded machine; every wait ends as soon as its condition holds.
+pub const WAIT: Duration = Duration::from_secs(30);
 
 /// One model with a UAR and a PD.
 pub struct Env {

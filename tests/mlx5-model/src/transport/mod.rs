@@ -143,10 +143,12 @@ impl Tx {
     }
 }
 
-/// One engine pass over the port: receive and handle up to [`DRAIN_BUDGET`] frames, then
-/// the requester's timers. True if anything arrived or fired.
+/// One engine pass over the port: receive and handle up to [`DRAIN_BUDGET`] frames, then,
+/// if none is left waiting, the requester's timers (an answer already queued is not a lost
+/// one). True if anything arrived or fired.
 pub(crate) fn drain(sh: &Arc<Shared>) -> bool {
     let mut did = false;
+    let mut emptied = false;
     for _ in 0..DRAIN_BUDGET {
         let next = {
             let mut link = sh.link();
@@ -162,11 +164,14 @@ pub(crate) fn drain(sh: &Arc<Shared>) -> bool {
                 },
             }
         };
-        let Some((frame, local)) = next else { break };
+        let Some((frame, local)) = next else {
+            emptied = true;
+            break;
+        };
         did = true;
         receive(sh, &frame, local);
     }
-    did | requester::timers(sh)
+    did | (emptied && requester::timers(sh))
 }
 
 /// Handle one received frame.

@@ -99,30 +99,39 @@ pub(crate) fn path_matches(sh: &Shared, qp: &Qp, pkt: &RocePacket<'_>) -> bool {
 /// The addresses of `qp`'s path as a sender (ACKs and READ responses go back along it).
 pub(crate) fn qp_addr(sh: &Shared, qp: &Qp, qpn: u32) -> Addr {
     let own = |i: u8| sh.gids.get(usize::from(i)).copied();
-    let (sgid, src_mac, dgid, dst_mac) = match qp.route {
+    let derived = super::udp_sport(qpn, qp.remote_qpn);
+    match qp.route {
         Route::Loopback => {
             let g = own(0).map_or(([0; 16], [0; 6]), |g| (g.gid, g.mac));
-            (g.0, g.1, g.0, g.1)
+            Addr {
+                src_mac: g.1,
+                dst_mac: g.1,
+                sgid: g.0,
+                dgid: g.0,
+                tclass: 0,
+                hop_limit: LOOPBACK_HOP_LIMIT,
+                flow_label: 0,
+                udp_sport: derived,
+            }
         }
-        Route::RoceV2 { dgid, dmac, sgid_index } => {
+        Route::RoceV2 { dgid, dmac, sgid_index, tclass, hop_limit, flow_label, udp_sport } => {
             let g = own(sgid_index).map_or(([0; 16], [0; 6]), |g| (g.gid, g.mac));
-            (g.0, g.1, dgid, dmac)
+            Addr {
+                src_mac: g.1,
+                dst_mac: dmac,
+                sgid: g.0,
+                dgid,
+                tclass,
+                hop_limit,
+                flow_label,
+                udp_sport: if udp_sport == 0 { derived } else { udp_sport },
+            }
         }
-    };
-    Addr {
-        src_mac,
-        dst_mac,
-        sgid,
-        dgid,
-        tclass: 0,
-        hop_limit: DEFAULT_HOP_LIMIT,
-        flow_label: 0,
-        udp_sport: super::udp_sport(qpn, qp.remote_qpn),
     }
 }
 
-/// The hop limit of RC packets (the QP context's `hop_limit` is not kept by the model).
-pub const DEFAULT_HOP_LIMIT: u8 = 64;
+/// The hop limit of a loopback QP's packets (its path carries none; they never leave).
+pub const LOOPBACK_HOP_LIMIT: u8 = 64;
 
 /// Handle one request packet.
 pub(crate) fn request(sh: &Shared, pkt: &RocePacket<'_>, frame: &[u8], local: bool, tx: &mut Tx) {

@@ -147,6 +147,10 @@ impl Hca {
                 dgid: path.rgid_rip,
                 dmac: path.rmac(),
                 sgid_index: path.src_addr_index,
+                tclass: path.tclass,
+                hop_limit: path.hop_limit,
+                flow_label: path.flow_label,
+                udp_sport: path.udp_sport,
             }
         };
         let cmd = QpCmd::InitToRtr {
