@@ -91,6 +91,9 @@ fn every_rc_request_completes_once_with_its_data_over_a_faulty_wire() {
         reorder: 30_000,
         max_hold: 3,
     };
+    // Corruption is 3% per frame on a timing-dependent number of frames: a single seed can
+    // draw none, so the ICRC drops are counted over the three.
+    let mut icrc_drops = 0;
     for seed in [1u64, 2, 3] {
         let mut l = link(&format!("faulty_rc_seed{seed}"), plan, plan, seed);
         const N: usize = 24;
@@ -172,15 +175,13 @@ fn every_rc_request_completes_once_with_its_data_over_a_faulty_wire() {
         }
         let (cx, cy) = (l.x.model.counters(), l.y.model.counters());
         assert!(cx.retransmits > 0, "seed {seed}: no retransmission under faults: {cx:?}");
-        assert!(
-            l.x.model.frame_drops().get("icrc") + l.y.model.frame_drops().get("icrc") > 0,
-            "seed {seed}: corrupted frames are dropped by the ICRC check"
-        );
+        icrc_drops += l.x.model.frame_drops().get("icrc") + l.y.model.frame_drops().get("icrc");
         assert!(cy.duplicates > 0, "seed {seed}: {cy:?}");
         assert_eq!(cx.validation_failures, 0, "{:?}", l.x.model.violations());
         assert_eq!(cy.validation_failures, 0, "{:?}", l.y.model.violations());
         assert!(frames(&l.pcap) > 0);
     }
+    assert!(icrc_drops > 0, "corrupted frames are dropped by the ICRC check");
 }
 
 /// Nothing gets through: retry exhaustion, then the rest flushed.
