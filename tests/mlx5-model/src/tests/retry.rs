@@ -65,16 +65,23 @@ impl Port for Slow {
     }
 }
 
-/// The responder's port: drops the first READ response it sends for PSN `lose`.
+/// Drops the first packet it sends for PSN `lose` (a response, or a request if `requests`),
+/// and records the PSN of every request it sends.
 struct LoseOnce {
     inner: HubPort,
     lose: Option<u32>,
+    requests: bool,
+    sent: Arc<Mutex<Vec<u32>>>,
 }
 
 impl Port for LoseOnce {
     fn send(&mut self, frame: &[u8]) -> Result<(), PortError> {
-        if let (Ok(p), Some(lose)) = (RocePacket::parse(frame), self.lose) {
-            if p.bth.psn == lose && !p.bth.opcode.is_request() {
+        if let Ok(p) = RocePacket::parse(frame) {
+            let request = p.bth.opcode.is_request();
+            if request {
+                self.sent.lock().unwrap().push(p.bth.psn);
+            }
+            if self.lose == Some(p.bth.psn) && request == self.requests {
                 self.lose = None;
                 return Ok(());
             }
@@ -98,7 +105,8 @@ fn slow_read(gap: Duration, lose: Option<u32>) -> Vec<(u32, u64, u32)> {
     let (gx, gy) = (gid(1), gid(2));
     let reads = Arc::new(Mutex::new(Vec::new()));
     let px = Slow { inner: hub.port(Mac(gx.mac)), gap, last: Instant::now(), reads: reads.clone() };
-    let py = LoseOnce { inner: hub.port(Mac(gy.mac)), lose };
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let py = LoseOnce { inner: hub.port(Mac(gy.mac)), lose, requests: false, sent };
     let cfg = |g: Gid| ModelConfig { gids: vec![g], ..Default::default() };
     let mut x = Env::with_model(Model::with_config(cfg(gx).with_port(px)).expect("model"));
     let mut y = Env::with_model(Model::with_config(cfg(gy).with_port(py)).expect("model"));
@@ -155,4 +163,48 @@ fn a_lost_middle_read_response_is_asked_for_from_its_own_psn() {
         assert_eq!(r, (SQ_PSN + lost, 0x400_0000 + done, (LEN as u64 - done) as u32));
     }
     assert!(lost < NPKTS);
+}
+
+/// Go-back-N of a WRITE of 20 packets whose sixth is lost: the responder NAKs the seventh
+/// (PSN sequence error), and the requester resends from the sixth, not from the first
+/// (rxe `req_retry` from `comp.psn`).
+#[test]
+fn a_partially_acknowledged_write_goes_back_to_the_lost_psn() {
+    const WLEN: usize = 20 * 1024;
+    let hub = Hub::with_limits(WIRE_MAX_FRAME, WIRE_QUEUE);
+    let (gx, gy) = (gid(3), gid(4));
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let lose = SQ_PSN + 5;
+    let px = LoseOnce {
+        inner: hub.port(Mac(gx.mac)),
+        lose: Some(lose),
+        requests: true,
+        sent: sent.clone(),
+    };
+    let cfg = |g: Gid| ModelConfig { gids: vec![g], ..Default::default() };
+    let mut x = Env::with_model(Model::with_config(cfg(gx).with_port(px)).expect("model"));
+    let mut y = Env::with_model(
+        Model::with_config(cfg(gy).with_port(hub.port(Mac(gy.mac)))).expect("model"),
+    );
+    let mut cq_x = x.cq(7);
+    let cq_y = y.cq(4);
+    let mut a = x.qp(&cq_x, &cq_x, 7, None);
+    let b = y.qp(&cq_y, &cq_y, 4, None);
+    rts_with(&mut x.ctl, a.qpn, b.qpn, path_to(gy), (SQ_PSN, 0x20), 7, RW);
+    rts_with(&mut y.ctl, b.qpn, a.qpn, path_to(gx), (0x20, SQ_PSN), 7, RW);
+    let src = x.region(WLEN, 0x100_0000, RW);
+    let dst = y.region(WLEN, 0x400_0000, RW);
+    fill(&src.buf, 0, WLEN, 0x21);
+    fill(&dst.buf, 0, WLEN, 0x00);
+    let w = wqe(a.pi, a.qpn, 0x08, 0x08, 0, dst.va, dst.key.0, &[(src.va, WLEN as u32, src.key.0)]);
+    x.ring(&mut a, &w);
+    let c = poll(&mut cq_x);
+    assert_eq!((c.opcode(), c.wqe_counter()), (0, 0), "{c:?} {:?}", x.model.counters());
+    assert!(bytes(&dst.buf, 0, WLEN) == bytes(&src.buf, 0, WLEN), "the WRITE's data");
+    let sent = sent.lock().unwrap().clone();
+    let first: Vec<u32> = (SQ_PSN..SQ_PSN + 20).collect();
+    assert_eq!(sent[..20], first[..], "the first pass");
+    assert!(sent.len() > 20, "a retransmission: {sent:?}");
+    assert!(sent[20..].iter().all(|&p| p >= lose), "nothing before the lost PSN again: {sent:?}");
+    assert_eq!(sent[20], lose, "{sent:?}");
 }
