@@ -250,7 +250,7 @@ impl Model {
     /// model's end of the pair an address-less role, put the model's GID (`::ffff:a.b.c.d`)
     /// and a MAC different from the veth's own in `gids`, and tell the kernel side the
     /// model's MAC for a.b.c.d (a static neighbour entry: the model does not answer ARP
-    /// yet; non-RoCE frames reach [`crate::transport`]'s `non_roce` hook and are counted).
+    /// itself; non-RoCE frames go to the Ethernet receive queues the driver steered, if any).
     /// Frames the host sends out of `ifname` are not taken as received.
     #[cfg(target_os = "linux")]
     pub fn on_interface(ifname: &str, gids: Vec<Gid>) -> Result<Model, Error> {

@@ -17,10 +17,10 @@
 //!
 //! * Send: `bar::doorbell` hands a doorbell whose `qpn_ds` names an SQ to
 //!   `send::doorbell` (SQ and QP numbers share one space, as on the HCA).
-//! * Receive: `deliver` takes one frame. Whatever receives frames from the model's port
-//!   calls it for each frame that is not RoCE v2 ([`Headers::is_roce_v2`]); until the RDMA
-//!   transport moves onto a port, the model's own port is polled with
-//!   [`Model::poll_eth_port`] and frames can be handed in with [`Model::receive_frame`].
+//! * Receive: `deliver` takes one frame. The engine receives every frame of the model's
+//!   port and hands those that are not RoCE v2 ([`Headers::is_roce_v2`]) to it (the
+//!   transport's `non_roce` hook); tests can hand frames in with [`Model::receive_frame`].
+//! * Both directions use the model's one port, the RDMA transport's.
 //!
 //! # Modelling choices (not hardware facts)
 //!
@@ -38,13 +38,12 @@ pub(crate) mod send;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 pub use headers::{Headers, Tag, L4};
 pub(crate) use recv::deliver;
 
 use crate::fw::ifc::fte_match_set_lyr_2_4 as mset;
-use crate::roce::{Port, PortError};
+use crate::roce::Port;
 use crate::Model;
 
 /// What became of one received frame.
@@ -249,16 +248,6 @@ pub(crate) struct FlowTable {
     pub entries: BTreeMap<u32, Fte>,
 }
 
-/// Where the SQs' frames go.
-#[derive(Default)]
-pub(crate) struct PortSlot(pub Option<Box<dyn Port>>);
-
-impl fmt::Debug for PortSlot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() { "PortSlot(attached)" } else { "PortSlot(none)" })
-    }
-}
-
 /// The Ethernet objects of one model, under the device lock.
 #[derive(Debug, Default)]
 pub(crate) struct Tables {
@@ -270,7 +259,6 @@ pub(crate) struct Tables {
     pub fts: BTreeMap<u32, FlowTable>,
     /// The NIC RX root table.
     pub root: Option<u32>,
-    pub port: PortSlot,
     pub counters: EthCounters,
     pub faults: Vec<FaultEvent>,
     next: u32,
@@ -316,32 +304,18 @@ impl Tables {
 }
 
 impl Model {
-    /// Attach the port the model's SQs send to (and [`Model::poll_eth_port`] receives from),
-    /// replacing any before.
+    /// Attach the model's port (the one [`crate::ModelConfig::with_port`] gives, shared by
+    /// the RDMA transport and the Ethernet SQs), replacing any before. Frames arriving there
+    /// are received by the model's engine: RoCE v2 by the transport, the others by
+    /// `deliver`.
     pub fn attach_eth_port(&self, port: Box<dyn Port>) {
-        self.shared().dev().eth.port = PortSlot(Some(port));
+        self.shared().link().port = Some(port);
     }
 
-    /// Hand one received frame to the Ethernet receive path (`deliver`).
+    /// Hand one received frame to the Ethernet receive path (`deliver`) directly, as if it
+    /// had arrived at the port.
     pub fn receive_frame(&self, frame: &[u8]) -> Delivery {
         deliver(self.shared(), frame)
-    }
-
-    /// Receive every frame waiting at the attached port and deliver each; what became of
-    /// them, in order. RoCE v2 frames are reported as [`Delivery::Roce`] and go no further.
-    pub fn poll_eth_port(&self) -> Result<Vec<Delivery>, PortError> {
-        let mut out = Vec::new();
-        loop {
-            let frame = {
-                let mut dev = self.shared().dev();
-                match dev.eth.port.0.as_mut() {
-                    None => return Ok(out),
-                    Some(p) => p.recv()?,
-                }
-            };
-            let Some(frame) = frame else { return Ok(out) };
-            out.push(deliver(self.shared(), &frame));
-        }
     }
 
     /// The Ethernet path's counters.

@@ -73,7 +73,9 @@ pub(crate) fn doorbell(sh: &Shared, page: u32, sqn: u32) {
         let idx = sq.pc;
         match build(sh, dev, sqn, &sq) {
             Ok((frame, wqebbs, signaled)) => {
-                let sent = match dev.eth.port.0.as_mut() {
+                // The model's one port, the one the RDMA transport sends on (lock order:
+                // device, then link; nothing takes them the other way round).
+                let sent = match sh.link().port.as_mut() {
                     Some(p) => p.send(&frame).is_ok(),
                     None => false,
                 };

@@ -9,6 +9,7 @@ mod datagram;
 mod errors;
 mod faults;
 mod imm;
+mod retry;
 mod vectors;
 mod verbs;
 mod wire;

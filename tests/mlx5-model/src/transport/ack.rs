@@ -48,6 +48,11 @@ pub(crate) fn response(sh: &Shared, pkt: &RocePacket<'_>, local: bool, tx: &mut 
     if !super::responder::path_matches(sh, qp, pkt) {
         return dropped(sh, Drop::Address);
     }
+    // rxe_comp.c: every response the completer takes in pushes the retransmit timer out
+    // (`mod_timer(&qp->retrans_timer, …)` on `COMPST_EXIT`), so the local ACK timeout
+    // measures time without any response (IBTA vol 1 §9.7.6.1.3), not since the request
+    // first went out; only progress gives the retry counts back.
+    qp.req.heard(qp.ack_timeout);
     let psn = pkt.bth.psn;
     let op = pkt.bth.opcode.operation();
     let Some(aeth) = pkt.ext.aeth.or_else(|| {
@@ -181,9 +186,20 @@ fn read_response(sh: &Shared, dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>, 
     }
     if psn != una && psn_diff(psn, w.first_psn) > 0 {
         // A response packet is missing: ask again from the oldest one not received
-        // (rxe: COMPST_ERROR_RETRY).
+        // (rxe: COMPST_ERROR_RETRY, one retry against `retry_cnt`). The rest of the stream
+        // that is still coming shows the same gap: one retry per gap (rxe
+        // `comp.started_retry`), not one per packet.
         if psn_diff(psn, una) > 0 {
             bump(&sh.stats.frames_dropped);
+            if qp.req.nak_psn == Some(una) {
+                return;
+            }
+            if qp.req.retries_left == 0 {
+                let dst = qp.remote_qpn;
+                return fail_inflight(sh, dev, qpn, Reason::RetryExceeded { qpn: dst }, true);
+            }
+            qp.req.retries_left -= 1;
+            qp.req.nak_psn = Some(una);
             go_back(sh, &mut qp.req, una, tx);
         }
         return;

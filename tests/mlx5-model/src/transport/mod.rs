@@ -14,8 +14,10 @@
 //!   [`crate::responder::check`], and the UD/GSI receiver.
 //!
 //! A frame that does not parse ([`crate::roce::RocePacket::parse`]) is dropped and counted
-//! in the link's [`DropCounters`]; a frame that is not IPv4/IPv6 at all (ARP, …) goes to
-//! [`non_roce`], the hook where the model's Ethernet queues will take it.
+//! in the link's [`DropCounters`]; a frame that is not RoCE v2 at all (ARP, another
+//! EtherType, IP protocol or UDP port) goes to [`non_roce`] and on to the model's Ethernet
+//! receive queues (`eth::deliver`). The Ethernet SQs send out of the same port
+//! (`eth::send`).
 
 pub(crate) mod ack;
 pub(crate) mod requester;
@@ -47,8 +49,10 @@ pub(crate) struct Link {
     pub local: VecDeque<Vec<u8>>,
     /// Frames dropped before reaching a QP, by reason.
     pub drops: DropCounters,
-    /// Frames that were not IPv4 or IPv6 (left for the Ethernet receive path).
+    /// Frames that were not RoCE v2, handed to the Ethernet receive path.
     pub non_roce: u64,
+    /// Of those, the ones it placed in no RQ (no steering match, no RQ ready, no WQE).
+    pub non_roce_dropped: u64,
 }
 
 /// Where a packet goes and comes from: the addresses of one side of a path.
@@ -179,7 +183,11 @@ fn receive(sh: &Shared, frame: &[u8], local: bool) {
     bump(&sh.stats.frames_received);
     let pkt = match RocePacket::parse(frame) {
         Ok(p) => p,
-        Err(Malformed::EtherType(t)) => return non_roce(sh, frame, t),
+        // Not RoCE v2 at all (another EtherType, IP protocol or UDP port): the Ethernet
+        // receive path's. A frame that claims RoCE v2 and is broken stays a RoCE drop.
+        Err(Malformed::EtherType(_) | Malformed::IpProtocol(_) | Malformed::UdpPort(_)) => {
+            return non_roce(sh, frame)
+        }
         Err(m) => {
             sh.link().drops.count(&m);
             bump(&sh.stats.frames_dropped);
@@ -231,9 +239,15 @@ pub(crate) fn dropped(sh: &Shared, why: Drop) {
     bump(c);
 }
 
-/// The hook for frames that are not RoCE (ARP, other EtherTypes): the model's Ethernet
-/// receive queues (RQ → TIR → flow table) will take them here. For now they are counted.
-pub(crate) fn non_roce(sh: &Shared, _frame: &[u8], _ethertype: u16) {
-    sh.link().non_roce += 1;
+/// Frames that are not RoCE v2 (ARP, other EtherTypes, other IP traffic) go to the
+/// Ethernet receive path ([`crate::eth::deliver`]: NIC RX flow table → TIR → RQ); what it
+/// does not place in an RQ is counted here as well as by reason in its counters.
+pub(crate) fn non_roce(sh: &Shared, frame: &[u8]) {
     bump(&sh.stats.frames_non_roce);
+    let d = crate::eth::deliver(sh, frame);
+    let mut link = sh.link();
+    link.non_roce += 1;
+    if !matches!(d, crate::eth::Delivery::Received { .. }) {
+        link.non_roce_dropped += 1;
+    }
 }

@@ -16,7 +16,8 @@
 //! Retransmission is go-back-N (rxe `req_retry`): every packet of the outstanding WQEs from
 //! a PSN on is sent again — after a sequence NAK (from the NAK's PSN), after the local ACK
 //! timeout (from the oldest unacknowledged PSN) and when an RNR wait ends (from the RNR
-//! NAK's PSN). A READ is asked again whole. Timeouts and sequence NAKs count against
+//! NAK's PSN). A READ is asked again from its first response PSN not yet received, for
+//! the bytes not yet received (rxe `req_retry` advances `iova`, `resid` and the PSN). Timeouts and sequence NAKs count against
 //! `retry_cnt`, RNR NAKs against `rnr_retry` (7 = forever); both counts start again whenever
 //! an acknowledgement makes progress. Exhausted, the oldest WQE completes with
 //! `TRANSPORT_RETRY_EXC_ERR` or `RNR_RETRY_EXC_ERR`, the other outstanding WQEs are flushed
@@ -131,6 +132,14 @@ impl ReqState {
         }
     }
 
+    /// A response arrived, progress or not: the local ACK timer starts again (an RNR wait
+    /// keeps its own timer).
+    pub fn heard(&mut self, timeout: u8) {
+        if self.rnr.is_none() && !self.inflight.is_empty() {
+            self.deadline = Some(Instant::now() + ack_timeout(timeout));
+        }
+    }
+
     /// Progress was made: the retry counts start again and the timer restarts.
     pub fn progress(&mut self, retry_cnt: u8, rnr_retry: u8, timeout: u8) {
         self.retries_left = retry_cnt;
@@ -190,7 +199,8 @@ pub(crate) fn post(sh: &Shared, dev: &mut Device, qpn: u32, req: Request, tx: &m
 }
 
 /// Send the packets of `w` from PSN `from` (its first if `from` is before it) up to, not
-/// including, `limit`; returns the PSN after the last one sent. A READ is always asked whole.
+/// including, `limit`; returns the PSN after the last one sent. A READ is asked from `from`
+/// on: only the responses not yet received.
 pub(crate) fn send(sh: &Shared, w: &InFlight, from: u32, limit: u32, tx: &mut Tx) -> u32 {
     let p = &w.req.packet;
     let mtu = p.mtu as usize;
@@ -206,11 +216,17 @@ pub(crate) fn send(sh: &Shared, w: &InFlight, from: u32, limit: u32, tx: &mut Tx
     let end = n.min(room);
     match p.op {
         Op::Read { raddr, rkey, len } => {
+            // rxe `req_retry`: the response packets before `from` arrived; ask for the
+            // rest only, from that PSN, the address advanced and the length reduced by the
+            // bytes already received (a responder replays a subset of a READ, IBTA vol 1
+            // §9.7.5.1.1 (duplicate READ) and rxe_resp.c `duplicate_request`).
+            let skip = skip.min(n - 1);
+            let done = (u64::from(skip) * mtu as u64).min(len);
             let ext = ExtRepr {
-                reth: Some(Reth { va: raddr, rkey, dma_len: len as u32 }),
+                reth: Some(Reth { va: raddr + done, rkey, dma_len: (len - done) as u32 }),
                 ..ExtRepr::default()
             };
-            let mut b = bth(Opcode::RC_READ_REQUEST, dst, w.first_psn);
+            let mut b = bth(Opcode::RC_READ_REQUEST, dst, psn_add(w.first_psn, skip));
             b.ack_req = true;
             tx.push(sh, a, b, ext, &[]);
             return psn_add(w.first_psn, n);

@@ -410,8 +410,10 @@ fn a_frame_matching_no_rule_is_dropped_and_counted() {
     assert_eq!(c.frames_delivered, 0);
 }
 
+/// The model's engine receives the port's frames: an ARP reply goes through the
+/// transport's `non_roce` hook to the steered RQ, with no call from the test.
 #[test]
-fn frames_arriving_at_the_port_are_polled_and_steered() {
+fn an_arp_frame_arriving_at_the_port_reaches_the_steered_rq() {
     let mut e = Eth::new();
     let hub = Hub::new();
     e.d.model.attach_eth_port(Box::new(hub.port(Mac(OUR_MAC))));
@@ -420,8 +422,22 @@ fn frames_arriving_at_the_port_are_polled_and_steered() {
     post_recv(&mut e, ring, dbr, 1);
     let reply = arp(2, PEER_MAC, OUR_MAC, [10, 0, 0, 2], [10, 0, 0, 1]);
     peer.send(&reply).unwrap();
-    let got = e.d.model.poll_eth_port().unwrap();
-    assert_eq!(got, vec![Delivery::Received { rqn, wqe_counter: 0, byte_cnt: 42 }]);
+    let cqe = e.cqe(0);
+    assert_eq!(cqe[63], 0x20, "MLX5_CQE_RESP_SEND, owner 0");
+    assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, rqn);
+    let mut buf = vec![0u8; 42];
+    assert!(e.d.dma.read(BusAddr(e.buf + 4096), &mut buf));
+    assert_eq!(buf, reply);
+    // A second finds no WQE: dropped, counted by the Ethernet path and the hook.
+    peer.send(&reply).unwrap();
+    let end = Instant::now() + WAIT;
+    while e.d.model.eth_counters().dropped_no_wqe == 0 {
+        assert!(Instant::now() < end, "the second frame was not received");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let c = e.d.model.eth_counters();
+    assert_eq!((c.frames_received, c.frames_delivered, c.dropped_no_wqe), (2, 1, 1));
+    assert_eq!(e.d.model.counters().frames_non_roce, 2);
 }
 
 #[test]
