@@ -21,7 +21,7 @@
 //! everything before it with `wq->tail = wq->wqe_head[idx] + 1`. This ring does the same in
 //! constant time, whatever the number of WQEs retired, from what each push recorded:
 //!
-//! * **Per slot** (the WQE's first block): its `wr_id`, and a [`Meta`] word: size, signalling,
+//! * **Per slot** (the WQE's first block): its `wr_id`, and a `Meta` word: size, signalling,
 //!   inline, a *start* bit, the request's ordinal (requests committed before it, mod 2^16) and
 //!   the signalled requests committed before it (mod 2^16). Every other block of a WQE gets a
 //!   word without the start bit. Every block in `[tail, pi)` belongs to an outstanding WQE

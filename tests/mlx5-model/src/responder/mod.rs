@@ -1,4 +1,4 @@
-//! The responder's parts: [`check`], the RC responder's checks on one packet (the
+//! The responder's parts: `check`, the RC responder's checks on one packet (the
 //! transport's responder, [`crate::transport`], applies them); `ud`, a datagram reaching a
 //! UD or GSI QP; `recv`, receive WQEs (reading, scattering, completing).
 //!

@@ -1,21 +1,21 @@
 //! The packet transport: what the model puts on its port and what it does with what arrives.
 //!
-//! Every model owns a [`Link`]: a [`Port`] (the in-process [`crate::Wire`]'s hub, any port
+//! Every model owns a `Link`: a [`Port`] (the in-process [`crate::Wire`]'s hub, any port
 //! given in [`crate::ModelConfig::port`], or none) and a loopback queue for frames addressed
 //! to the model itself (a QP connected to a QP of the same port, as a NIC loops them back
-//! inside). The engine thread sends through it and drains it on every pass ([`drain`]).
+//! inside). The engine thread sends through it and drains it on every pass (`drain`).
 //!
-//! * [`requester`]: cuts each RC message into RoCE v2 packets by the path MTU and keeps the
+//! * `requester`: cuts each RC message into RoCE v2 packets by the path MTU and keeps the
 //!   sent WQEs until they are acknowledged; retransmits (go-back-N) on a sequence NAK, on
 //!   the local ACK timeout ([`timer`]) and after an RNR wait.
-//! * [`ack`]: what the requester does with ACK, NAK, READ RESPONSE and ATOMIC ACKNOWLEDGE
+//! * `ack`: what the requester does with ACK, NAK, READ RESPONSE and ATOMIC ACKNOWLEDGE
 //!   packets.
-//! * [`responder`]: the RC responder on each request packet, with the checks of
-//!   [`crate::responder::check`], and the UD/GSI receiver.
+//! * `responder`: the RC responder on each request packet, with the checks of
+//!   `crate::responder::check`, and the UD/GSI receiver.
 //!
 //! A frame that does not parse ([`crate::roce::RocePacket::parse`]) is dropped and counted
 //! in the link's [`DropCounters`]; a frame that is not RoCE v2 at all (ARP, another
-//! EtherType, IP protocol or UDP port) goes to [`non_roce`] and on to the model's Ethernet
+//! EtherType, IP protocol or UDP port) goes to `non_roce` and on to the model's Ethernet
 //! receive queues (`eth::deliver`). The Ethernet SQs send out of the same port
 //! (`eth::send`).
 
