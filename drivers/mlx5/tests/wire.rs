@@ -346,6 +346,9 @@ fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
     static_neighbour();
     let (_, gidx) = peer_addr();
     let (gidx, peer_dev) = (gidx.to_string(), env("WIRE_PEER_DEV"));
+    // The C peer's -s: both sides derive the plan's bytes from it.
+    let seed = 3u32;
+    let seed_s = seed.to_string();
     let target = spawn_in_peer(&[
         "/t/wire_peer",
         "-d",
@@ -356,8 +359,9 @@ fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
         "target",
         "-p",
         "18610",
+        "-s",
+        &seed_s,
     ]);
-    let seed = 3u32;
     let local = dev.reg(DATA_LEN, Access::LOCAL_WRITE).unwrap();
     let mut rd = dev.reg(DATA_LEN + 64, Access::LOCAL_WRITE).unwrap();
     let data: Vec<u8> = (0..DATA_LEN as u64).map(|i| pattern(seed, i)).collect();
@@ -463,6 +467,7 @@ fn target_side(name: &str, port: u16, bad_rkey: bool) {
     static_neighbour();
     let (_, gidx) = peer_addr();
     let seed = 5u32;
+    let seed_s = seed.to_string();
     let region = dev.reg(REGION_LEN, ALL).unwrap();
     // The HCA keeps an atomic's operand big-endian.
     region.write(ATOMIC_OFF, &ATOMIC_INIT.to_be_bytes()).unwrap();
@@ -493,7 +498,7 @@ fn target_side(name: &str, port: u16, bad_rkey: bool) {
         "-p",
         &port_s,
         "-s",
-        "5",
+        &seed_s,
     ];
     if bad_rkey {
         args.push("--bad-rkey");
