@@ -370,7 +370,12 @@ fn junk_datagrams_to_qp1_are_counted_and_the_cm_keeps_working() {
             .unwrap();
         assert!(wait(&mut ud, 1)[0].status.is_ok());
     }
+    // The frames reach B's port when its engine drains the wire: poll until all four came
+    // (bounded), and no event may come of them.
     let start = Instant::now();
+    while b.stats().received < 4 && start.elapsed() < WAIT {
+        assert_eq!(b.poll(clock(start), &mut [] as &mut [RcQp]), None);
+    }
     for _ in 0..100 {
         assert_eq!(b.poll(clock(start), &mut [] as &mut [RcQp]), None);
     }
