@@ -13,9 +13,9 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::*;
 use rdma_pmd::{
@@ -25,6 +25,9 @@ use rdma_pmd::{
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_mlx5::control::{Access, Control};
 use rdma_pmd_mlx5::{ConnectOpts, Qp, QpConfig, SharedDma};
+use rdma_pmd_mlx5_model::peers::guest::{
+    connect_ctl, env, finish, gid_index, ip, netns, peer_mac, spawn_in_peer, PATIENCE,
+};
 use rdma_pmd_mlx5_model::peers::{pingpong, wire_peer};
 use rdma_pmd_mlx5_model::roce::port::PacketSocket;
 use rdma_pmd_mlx5_model::roce::PcapTap;
@@ -39,23 +42,9 @@ const ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
     .union(Access::REMOTE_READ)
     .union(Access::REMOTE_ATOMIC);
-const PATIENCE: Duration = Duration::from_secs(60);
 
 type D = SharedDma<Arc<HeapDma>>;
 type Q<'r, C> = Qp<'r, MemBar, D, C, 64, 16, 4>;
-
-fn env(k: &str) -> String {
-    std::env::var(k)
-        .unwrap_or_else(|_| panic!("{k} not set (run by `cargo xtask test --tier wire`)"))
-}
-
-fn ip(k: &str) -> Ipv4Addr {
-    env(k).parse().unwrap_or_else(|e| panic!("{k}: {e}"))
-}
-
-fn netns() -> String {
-    env("WIRE_PEER_NETNS").rsplit('/').next().unwrap().to_string()
-}
 
 fn mapped(a: Ipv4Addr) -> [u8; 16] {
     a.to_ipv6_mapped().octets()
@@ -63,24 +52,7 @@ fn mapped(a: Ipv4Addr) -> [u8; 16] {
 
 /// The peer's MAC (from its interface) and its GID index for its IPv4 address.
 fn peer_addr() -> (Mac, u32) {
-    let out =
-        Command::new("ip").args(["-n", &netns(), "-o", "link", "show", "wp"]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let hex = text.split_whitespace().skip_while(|w| *w != "link/ether").nth(1).expect("a MAC");
-    let mut m = [0u8; 6];
-    for (i, b) in hex.split(':').enumerate() {
-        m[i] = u8::from_str_radix(b, 16).unwrap();
-    }
-    let gid = mapped(ip("WIRE_PEER"));
-    let want: Vec<String> = gid.chunks(2).map(|c| format!("{:02x}{:02x}", c[0], c[1])).collect();
-    let want = want.join(":");
-    let dir = format!("/sys/class/infiniband/{}/ports/1/gids", env("WIRE_PEER_DEV"));
-    for e in std::fs::read_dir(&dir).unwrap().flatten() {
-        if std::fs::read_to_string(e.path()).unwrap_or_default().trim() == want {
-            return (Mac(m), e.file_name().to_string_lossy().parse().unwrap());
-        }
-    }
-    panic!("{want} not in {dir}");
+    (peer_mac("wp"), gid_index(&env("WIRE_PEER_DEV"), &mapped(ip("WIRE_PEER"))))
 }
 
 /// Our MAC as the peer's static neighbour for our address.
@@ -92,35 +64,6 @@ fn static_neighbour() {
         .status()
         .unwrap();
     assert!(st.success(), "ip neigh replace");
-}
-
-fn spawn_in_peer(args: &[&str]) -> Child {
-    Command::new("ip")
-        .args(["netns", "exec", &netns()])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn finish(child: Child, what: &str) {
-    let out = child.wait_with_output().unwrap();
-    let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    eprintln!("{what}: {}\n{o}{e}", out.status);
-    assert!(out.status.success(), "{what} failed: {o}{e}");
-}
-
-fn connect_ctl(port: u16) -> TcpStream {
-    let addr = format!("{}:{port}", env("WIRE_CTL_PEER"));
-    let end = Instant::now() + PATIENCE;
-    loop {
-        match TcpStream::connect(&addr) {
-            Ok(s) => return s,
-            Err(e) if Instant::now() >= end => panic!("connect {addr}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
 }
 
 fn wait_send<'r, S: SendQueue<'r>>(q: &mut S, n: usize) -> Vec<Completion> {

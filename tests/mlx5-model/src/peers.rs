@@ -201,3 +201,97 @@ mod tests {
         assert_eq!(wire_peer::pattern(1, 300), ((300 * 131 + 7 + 1) & 0xff) as u8);
     }
 }
+
+/// The wire tier's guest as its tests see it (`xtask/src/tiers/wire.rs` sets it up): the
+/// environment naming the wire and the peer's namespace, and running the peer programs there.
+pub mod guest {
+    use std::net::{Ipv4Addr, TcpStream};
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use rdma_pmd::Mac;
+
+    /// The longest wait for the peer: its program starting, its GID appearing.
+    pub const PATIENCE: Duration = Duration::from_secs(60);
+
+    /// An environment variable the tier sets.
+    pub fn env(k: &str) -> String {
+        std::env::var(k)
+            .unwrap_or_else(|_| panic!("{k} not set (run by `cargo xtask test --tier wire`)"))
+    }
+
+    /// An IPv4 address from the environment.
+    pub fn ip(k: &str) -> Ipv4Addr {
+        env(k).parse().unwrap_or_else(|e| panic!("{k}: {e}"))
+    }
+
+    /// The peer's namespace name (`WIRE_PEER_NETNS` is its `/run/netns/` path).
+    pub fn netns() -> String {
+        env("WIRE_PEER_NETNS").rsplit('/').next().unwrap_or_default().to_string()
+    }
+
+    /// The MAC of `dev` in the peer's namespace.
+    pub fn peer_mac(dev: &str) -> Mac {
+        let out = Command::new("ip")
+            .args(["-n", &netns(), "-o", "link", "show", dev])
+            .output()
+            .expect("ip link show");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let hex = text.split_whitespace().skip_while(|w| *w != "link/ether").nth(1).expect("a MAC");
+        let mut m = [0u8; 6];
+        for (i, b) in hex.split(':').enumerate().take(6) {
+            m[i] = u8::from_str_radix(b, 16).expect("hex");
+        }
+        Mac(m)
+    }
+
+    /// The index of `gid` in rxe device `dev`'s GID table, waiting for it to appear.
+    pub fn gid_index(dev: &str, gid: &[u8; 16]) -> u32 {
+        let want: Vec<String> =
+            gid.chunks(2).map(|c| format!("{:02x}{:02x}", c[0], c[1])).collect();
+        let want = want.join(":");
+        let dir = format!("/sys/class/infiniband/{dev}/ports/1/gids");
+        let end = Instant::now() + PATIENCE;
+        while Instant::now() < end {
+            for e in std::fs::read_dir(&dir).expect("the GID table").flatten() {
+                if std::fs::read_to_string(e.path()).unwrap_or_default().trim() == want {
+                    return e.file_name().to_string_lossy().parse().expect("an index");
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{want} not in {dir}");
+    }
+
+    /// Start a program in the peer's namespace, its output captured.
+    pub fn spawn_in_peer(args: &[&str]) -> Child {
+        Command::new("ip")
+            .args(["netns", "exec", &netns()])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// Wait for a peer program; fail unless it exited 0 (its output shown either way).
+    pub fn finish(child: Child, what: &str) {
+        let out = child.wait_with_output().expect("wait for the peer");
+        let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        eprintln!("{what}: {}\n{o}{e}", out.status);
+        assert!(out.status.success(), "{what} failed: {o}{e}");
+    }
+
+    /// Connect to a peer program's TCP port on the control link, retrying while it starts.
+    pub fn connect_ctl(port: u16) -> TcpStream {
+        let addr = format!("{}:{port}", env("WIRE_CTL_PEER"));
+        let end = Instant::now() + PATIENCE;
+        loop {
+            match TcpStream::connect(&addr) {
+                Ok(s) => return s,
+                Err(e) if Instant::now() >= end => panic!("connect {addr}: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+}

@@ -10,11 +10,14 @@
 //! that carries the pingpong programs' TCP exchange), `WIRE_PCAP_DIR`.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdma_pmd::Mac;
+use rdma_pmd_mlx5_model::peers::guest::{
+    connect_ctl, env, finish, gid_index, ip, netns, peer_mac, spawn_in_peer,
+};
 use rdma_pmd_mlx5_model::peers::pingpong;
 use rdma_pmd_mlx5_model::roce::arp::{self, ArpOp, ArpPacket, ArpRepr};
 use rdma_pmd_mlx5_model::roce::bth::Opcode;
@@ -30,15 +33,6 @@ const OUR_MAC: Mac = Mac([0x02, 0x4d, 0x4c, 0x35, 0x00, 0x01]);
 const PINGPONG_QKEY: u32 = 0x1111_1111;
 /// The longest wait for anything from the peer.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn env(k: &str) -> String {
-    std::env::var(k)
-        .unwrap_or_else(|_| panic!("{k} not set (run by `cargo xtask test --tier wire`)"))
-}
-
-fn ip(k: &str) -> Ipv4Addr {
-    env(k).parse().unwrap_or_else(|e| panic!("{k}: {e}"))
-}
 
 /// Our end of the wire, recording every frame to `<WIRE_PCAP_DIR>/<name>.pcap`.
 struct Wire {
@@ -134,52 +128,14 @@ impl Wire {
     }
 }
 
-/// The MAC of `dev` in namespace `ns`, from sysfs as `ip -n` sees it.
-fn peer_mac(ns: &str, dev: &str) -> Mac {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-o", "link", "show", dev])
-        .output()
-        .expect("ip link show");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let hex = text.split_whitespace().skip_while(|w| *w != "link/ether").nth(1).expect("a MAC");
-    let mut m = [0u8; 6];
-    for (i, b) in hex.split(':').enumerate() {
-        m[i] = u8::from_str_radix(b, 16).unwrap();
-    }
-    Mac(m)
-}
-
-/// The netns name behind `/run/netns/<name>`.
-fn netns_name() -> String {
-    env("WIRE_PEER_NETNS").rsplit('/').next().unwrap().to_string()
-}
-
-/// The index of `gid` in rxe's GID table (`/sys/class/infiniband/<dev>/ports/1/gids`).
-fn gid_index(dev: &str, gid: &[u8; 16]) -> u32 {
-    let want: Vec<String> = gid.chunks(2).map(|c| format!("{:02x}{:02x}", c[0], c[1])).collect();
-    let want = want.join(":");
-    let dir = format!("/sys/class/infiniband/{dev}/ports/1/gids");
-    let end = Instant::now() + PATIENCE;
-    while Instant::now() < end {
-        for e in std::fs::read_dir(&dir).unwrap().flatten() {
-            let v = std::fs::read_to_string(e.path()).unwrap_or_default();
-            if v.trim() == want {
-                return e.file_name().to_string_lossy().parse().unwrap();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{want} not in {dir}");
-}
-
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
 fn on_wire_arp_with_the_kernel() {
     let mut w = Wire::open("arp_with_the_kernel");
-    let ns = netns_name();
+    let ns = netns();
     let peer = ip("WIRE_PEER");
     let mac = w.resolve(peer);
-    assert_eq!(mac, peer_mac(&ns, "wp"), "the kernel answered with its own MAC");
+    assert_eq!(mac, peer_mac("wp"), "the kernel answered with its own MAC");
     // The other direction: the kernel resolves us (ping makes it ARP); our reply must land in
     // its neighbour table as REACHABLE or STALE with our MAC.
     let mut ping = Command::new("ip")
@@ -202,36 +158,6 @@ fn on_wire_arp_with_the_kernel() {
     let ours: Vec<String> = OUR_MAC.0.iter().map(|b| format!("{b:02x}")).collect();
     let ours = ours.join(":");
     assert!(neigh.contains(&ours), "kernel neighbour entry {neigh:?} lacks {ours}");
-}
-
-/// Connect to the pingpong server's TCP port, retrying while it starts.
-fn connect_ctl(port: u16) -> TcpStream {
-    let addr = format!("{}:{port}", env("WIRE_CTL_PEER"));
-    let end = Instant::now() + PATIENCE;
-    loop {
-        match TcpStream::connect(&addr) {
-            Ok(s) => return s,
-            Err(e) if Instant::now() >= end => panic!("connect {addr}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
-
-fn spawn_in_peer(args: &[&str]) -> Child {
-    Command::new("ip")
-        .args(["netns", "exec", &netns_name()])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn finish(child: Child, what: &str) {
-    let out = child.wait_with_output().unwrap();
-    let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    eprintln!("{what}: {}\n{o}{e}", out.status);
-    assert!(out.status.success(), "{what} failed: {o}{e}");
 }
 
 /// rdma-core's `ibv_ud_pingpong` as the server on rxe, the model's packet layer as the client:
