@@ -208,6 +208,8 @@ fn datagram_without_a_receive_or_a_qp_is_dropped_and_counted() {
     let mut wrong_mac = av(gy, y.qp.qpn, QKEY);
     wrong_mac.dmac[5] ^= 1;
     send(&mut x, &wrong_mac, 8, None);
+    // The sender's engine first (its frames are then in the hub), then the receiver's.
+    assert!(x.env.model.quiesce(WAIT));
     assert!(y.env.model.quiesce(WAIT));
     assert_empty(&y.env.model, &y.cq);
     assert_eq!(y.env.model.counters().datagrams_dropped, 2);
