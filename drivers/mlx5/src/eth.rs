@@ -20,8 +20,9 @@
 //! use rdma_pmd_mlx5::{EthConfig, Mlx5, SharedDma};
 //! # let model = rdma_pmd_mlx5_model::Model::new();
 //! # let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())?;
-//! // `dev` over the firmware seam (`FwControl`, on VFIO or bare metal): the device model's
-//! // direct seam has no Ethernet path, so this example only compiles.
+//! // `dev` over the firmware seam (`FwControl`: on VFIO, bare metal, or the device model's
+//! // firmware as `tests/arp.rs` runs it); the model's direct seam used here to keep the
+//! // example short has no Ethernet path, so this example only compiles.
 //! let mut eth = dev.eth_port(&EthConfig::default())?;
 //! eth.add_address(Ipv4Addr::new(192, 0, 2, 1))?;
 //! let clock = StdClock::default();
@@ -35,8 +36,9 @@
 //! ```
 //!
 //! Untested on real hardware: the command images follow the kernel's and are checked against
-//! `mlx5_ifc.h`, and the rings against mlx5dv.h, but no ConnectX has run them (see
-//! `drivers/mlx5/ETH.md`).
+//! `mlx5_ifc.h`, and the rings against mlx5dv.h; they run against the device model's firmware
+//! (`tests/arp.rs`, and the `wire` tier against the kernel's ARP), but no ConnectX has run
+//! them (see `drivers/mlx5/ETH.md`).
 
 use core::net::Ipv4Addr;
 
