@@ -5,17 +5,26 @@
 //! own. Run by xtask's `wire` tier (see `xtask/src/tiers/wire.rs` for the guest and the
 //! environment it sets); ignored elsewhere. Each test saves a pcap of our end of the wire.
 //!
-//! Until the driver answers ARP through the Ethernet queues, the peer namespace gets our MAC as
-//! a static neighbour (the user-given neighbour the driver also accepts), and we take the
-//! peer's MAC from its interface.
+//! Addresses are resolved by ARP, as between two hosts: the driver's [`EthPort`] (its own SQ, RQ
+//! and NIC RX flow rule for ARP, see `drivers/mlx5/ETH.md`) answers the kernel's requests for
+//! our address and resolves the peer's MAC with [`EthPort::resolve`]. The kernel resolves our
+//! MAC when the peer program moves its QP to RTR (`ib_resolve_eth_dmac`), and probes it again
+//! when its neighbour entry goes stale while rxe sends, so the port is polled whenever a test
+//! waits: for a completion, for the peer's TCP messages, for the peer program to exit. After
+//! each test the kernel's entry for our address must be one it learned, with our MAC. One test
+//! keeps the user-given neighbours instead (a permanent entry on the kernel's side,
+//! [`EthPort::set_static`] on ours) and must send no ARP at all.
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::fs::OpenOptions;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
-use std::process::Command;
-use std::sync::Arc;
-use std::time::Instant;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::*;
 use rdma_pmd::{
@@ -23,14 +32,19 @@ use rdma_pmd::{
     SendQueue, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
+use rdma_pmd_hal::{Clock, StdClock};
+use rdma_pmd_mlx5::control::fw::FwControl;
 use rdma_pmd_mlx5::control::{Access, Control};
-use rdma_pmd_mlx5::{ConnectOpts, Qp, QpConfig, SharedDma};
+use rdma_pmd_mlx5::{ConnectOpts, EthConfig, EthPort, Qp, QpConfig, SharedDma};
 use rdma_pmd_mlx5_model::peers::guest::{
-    connect_ctl, env, finish, gid_index, ip, netns, peer_mac, spawn_in_peer, PATIENCE,
+    connect_ctl, env, gid_index, ip, netns, peer_mac, spawn_in_peer, PATIENCE,
 };
 use rdma_pmd_mlx5_model::peers::{pingpong, wire_peer};
+use rdma_pmd_mlx5_model::roce::pcap::SharedPcap;
 use rdma_pmd_mlx5_model::roce::port::PacketSocket;
-use rdma_pmd_mlx5_model::roce::PcapTap;
+use rdma_pmd_mlx5_model::roce::{
+    FaultPlan, FaultPort, Malformed, PcapTap, Port, PortError, RocePacket,
+};
 use rdma_pmd_mlx5_model::{Gid, Model, ModelConfig};
 
 const SIG: SendFlags = SendFlags::SIGNALED;
@@ -45,46 +59,209 @@ const ALL: Access = Access::LOCAL_WRITE
 
 type D = SharedDma<Arc<HeapDma>>;
 type Q<'r, C> = Qp<'r, MemBar, D, C, 64, 16, 4>;
+type Eth<'d> = EthPort<'d, MemBar, D, FwControl<'static, 'static>>;
 
 fn mapped(a: Ipv4Addr) -> [u8; 16] {
     a.to_ipv6_mapped().octets()
 }
 
-/// The peer's MAC (from its interface) and its GID index for its IPv4 address.
-fn peer_addr() -> (Mac, u32) {
-    (peer_mac("wp"), gid_index(&env("WIRE_PEER_DEV"), &mapped(ip("WIRE_PEER"))))
+/// The peer's GID index for its IPv4 address.
+fn peer_gidx() -> u32 {
+    gid_index(&env("WIRE_PEER_DEV"), &mapped(ip("WIRE_PEER")))
 }
 
-/// Our MAC as the peer's static neighbour for our address.
+fn mac_text(m: Mac) -> String {
+    let b: Vec<String> = m.0.iter().map(|b| format!("{b:02x}")).collect();
+    b.join(":")
+}
+
+/// Our MAC as the peer's static neighbour for our address (the user-given neighbour).
 fn static_neighbour() {
-    let mac: Vec<String> = OUR_MAC.0.iter().map(|b| format!("{b:02x}")).collect();
     let st = Command::new("ip")
-        .args(["-n", &netns(), "neigh", "replace", &env("WIRE_ADDR"), "lladdr", &mac.join(":")])
-        .args(["dev", "wp", "nud", "permanent"])
+        .args(["-n", &netns(), "neigh", "replace", &env("WIRE_ADDR"), "lladdr"])
+        .args([&mac_text(OUR_MAC), "dev", "wp", "nud", "permanent"])
         .status()
         .unwrap();
     assert!(st.success(), "ip neigh replace");
 }
 
-fn wait_send<'r, S: SendQueue<'r>>(q: &mut S, n: usize) -> Vec<Completion> {
+/// The peer kernel's neighbour entry for our address: `(lladdr, states)` from `ip neigh`.
+fn kernel_neighbour() -> Option<(String, Vec<String>)> {
+    let out = Command::new("ip")
+        .args(["-n", &netns(), "neigh", "show", &env("WIRE_ADDR"), "dev", "wp"])
+        .output()
+        .expect("ip neigh show");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let w: Vec<&str> = text.split_whitespace().collect();
+    let mac = w.iter().position(|x| *x == "lladdr").and_then(|i| w.get(i + 1))?.to_string();
+    let states =
+        w.iter().filter(|x| x.chars().all(|c| c.is_ascii_uppercase())).map(|x| x.to_string());
+    Some((mac, states.collect()))
+}
+
+/// The driver's Ethernet port on the wire, answering ARP for our address, and the clock its
+/// timers run on. Every wait of the tests polls it.
+struct Net<'d> {
+    eth: Eth<'d>,
+    clock: StdClock,
+}
+
+impl<'d> Net<'d> {
+    fn new(dev: &'d Dev) -> Net<'d> {
+        // Each test is a new station with our address (the model's packet-layer tests used
+        // another MAC for it): the kernel forgets what it knew, as it would after the entry
+        // failed, so that it learns our MAC by ARP.
+        let _ = Command::new("ip")
+            .args(["-n", &netns(), "neigh", "del", &env("WIRE_ADDR"), "dev", "wp"])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let mut eth = dev.eth_port(&EthConfig::default()).expect("the Ethernet port");
+        assert_eq!(eth.mac(), OUR_MAC);
+        eth.add_address(ip("WIRE_ADDR")).unwrap();
+        Net { eth, clock: StdClock::default() }
+    }
+
+    /// One pass: answer ARP, learn, retire sends.
+    fn poll(&mut self) {
+        self.eth.poll_eth(self.clock.now_ns()).expect("poll_eth");
+    }
+
+    /// The peer's MAC, by ARP (or from the table, if the peer asked for ours first).
+    fn peer_mac(&mut self) -> Mac {
+        self.eth.resolve(ip("WIRE_PEER"), &self.clock).expect("ARP for the peer")
+    }
+
+    /// The kernel learned our MAC for our address by ARP (not a permanent entry), and we
+    /// learned the peer's real MAC; `reachable`: the kernel's entry is confirmed (REACHABLE),
+    /// as after it resolved us itself and we answered.
+    fn check_learned(&mut self, reachable: bool) {
+        let (mac, states) = kernel_neighbour().expect("the kernel has a neighbour entry for us");
+        assert_eq!(mac, mac_text(OUR_MAC), "the kernel's entry for us: {states:?}");
+        assert!(!states.iter().any(|s| s == "PERMANENT" || s == "NOARP"), "{states:?}");
+        assert!(!states.iter().any(|s| s == "FAILED" || s == "INCOMPLETE"), "{states:?}");
+        let s = self.eth.arp_stats();
+        if reachable {
+            assert!(states.iter().any(|s| s == "REACHABLE"), "{states:?}");
+            assert!(s.replied >= 1, "we answered the kernel's ARP: {s:?}");
+        } else {
+            // Learned from our request (STALE, then confirmed if rxe sent long enough for
+            // the kernel to probe us: we answer those too), or from its own request.
+            assert!(s.requests_sent + s.replied >= 1, "{s:?}");
+        }
+        assert_eq!((s.malformed, s.conflicts, s.unreachable), (0, 0, 0), "{s:?}");
+        assert_eq!(self.peer_mac(), peer_mac("wp"), "the MAC ARP gave is the peer's interface's");
+        let e = self.eth.stats();
+        assert_eq!((e.rx_errors, e.tx_errors, e.tx_dropped), (0, 0, 0), "{e:?}");
+    }
+}
+
+fn wait_send<'r, S: SendQueue<'r>>(q: &mut S, n: usize, net: &mut Net<'_>) -> Vec<Completion> {
     let mut got = Vec::new();
     let mut out = [Completion::default(); 16];
     let start = Instant::now();
     while got.len() < n {
         let k = q.poll(&mut out).expect("poll");
         got.extend_from_slice(&out[..k]);
+        net.poll();
         assert!(start.elapsed() < PATIENCE, "{} of {n} send completions: {got:?}", got.len());
     }
     got
 }
 
-fn wait_recv<'r, R: RecvQueue<'r>>(q: &mut R) -> Completion {
+fn wait_recv<'r, R: RecvQueue<'r>>(q: &mut R, net: &mut Net<'_>) -> Completion {
     let mut out = [Completion::default(); 1];
     let start = Instant::now();
     while q.poll_recv(&mut out).expect("poll_recv") == 0 {
+        net.poll();
         assert!(start.elapsed() < PATIENCE, "no receive completion");
     }
     out[0]
+}
+
+/// A TCP control stream read in short slices, the Ethernet port polled between them (the
+/// peer program may be resolving our MAC while we wait for its message).
+struct Ctl {
+    s: TcpStream,
+    pending: Vec<u8>,
+}
+
+impl Ctl {
+    fn new(s: TcpStream) -> Ctl {
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+        Ctl { s, pending: Vec::new() }
+    }
+
+    /// More bytes into `pending`.
+    fn fill(&mut self, net: &mut Net<'_>, start: Instant, what: &str) {
+        let mut b = [0u8; 512];
+        loop {
+            match self.s.read(&mut b) {
+                Ok(0) => panic!("{what}: the peer closed the control stream"),
+                Ok(n) => {
+                    self.pending.extend_from_slice(&b[..n]);
+                    return;
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    net.poll();
+                    assert!(start.elapsed() < PATIENCE, "{what}: nothing from the peer");
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => panic!("{what}: {e}"),
+            }
+        }
+    }
+
+    fn read_exact(&mut self, n: usize, net: &mut Net<'_>) -> Vec<u8> {
+        let start = Instant::now();
+        while self.pending.len() < n {
+            self.fill(net, start, "a message");
+        }
+        self.pending.drain(..n).collect()
+    }
+
+    fn read_line(&mut self, net: &mut Net<'_>) -> String {
+        let start = Instant::now();
+        loop {
+            if let Some(i) = self.pending.iter().position(|&b| b == b'\n') {
+                let l: Vec<u8> = self.pending.drain(..=i).collect();
+                return String::from_utf8_lossy(&l).into_owned();
+            }
+            self.fill(net, start, "a line");
+        }
+    }
+
+    fn write_all(&mut self, b: &[u8]) {
+        self.s.write_all(b).expect("write to the peer");
+    }
+}
+
+/// Accept the peer program's control connection, polling the port meanwhile.
+fn accept(l: &TcpListener, net: &mut Net<'_>) -> Ctl {
+    l.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    loop {
+        match l.accept() {
+            Ok((s, _)) => return Ctl::new(s),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                net.poll();
+                assert!(start.elapsed() < PATIENCE, "the peer never connected");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+/// Wait for a peer program, polling the port; fail unless it exited 0 (its output shown).
+fn finish(mut child: Child, what: &str, net: &mut Net<'_>) {
+    let start = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        net.poll();
+        assert!(start.elapsed() < 2 * PATIENCE, "{what} did not exit");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    rdma_pmd_mlx5_model::peers::guest::finish(child, what);
 }
 
 fn contents(d: &DestBuf<'_>, n: usize) -> Vec<u8> {
@@ -96,15 +273,110 @@ fn contents(d: &DestBuf<'_>, n: usize) -> Vec<u8> {
 /// Our side: the model on our end of the wire (its frames recorded to
 /// `<WIRE_PCAP_DIR>/<name>.pcap`), the driver on it with our address programmed as GID 0.
 fn model_on_wire(name: &str) -> Model {
-    let sock = PacketSocket::open(&env("WIRE_IF"), None).expect("AF_PACKET socket");
-    let dir = env("WIRE_PCAP_DIR");
-    std::fs::create_dir_all(&dir).unwrap();
-    let pcap = PcapTap::<PacketSocket>::shared(format!("{dir}/{name}.pcap")).unwrap();
+    let (sock, pcap, _) = wire_port(name);
+    Model::with_config(model_config().with_port(PcapTap::new(sock, pcap))).expect("model")
+}
+
+fn model_config() -> ModelConfig {
     let gids = vec![Gid { gid: mapped(ip("WIRE_ADDR")), mac: OUR_MAC.0 }];
-    Model::with_config(
-        ModelConfig { gids, ..ModelConfig::default() }.with_port(PcapTap::new(sock, pcap)),
-    )
-    .expect("model")
+    ModelConfig { gids, ..ModelConfig::default() }
+}
+
+/// The socket on our end of the wire, the capture `<WIRE_PCAP_DIR>/<name>.pcap` and its path.
+fn wire_port(name: &str) -> (PacketSocket, SharedPcap, PathBuf) {
+    let sock = PacketSocket::open(&env("WIRE_IF"), None).expect("AF_PACKET socket");
+    let dir = PathBuf::from(env("WIRE_PCAP_DIR"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.pcap"));
+    let pcap = PcapTap::<PacketSocket>::shared(&path).unwrap();
+    (sock, pcap, path)
+}
+
+/// A RoCE v2 frame (UDP port 4791, parsed to its ICRC) and whether its ICRC is right.
+fn roce_icrc(frame: &[u8]) -> Option<bool> {
+    match RocePacket::parse(frame) {
+        Ok(_) => Some(true),
+        Err(Malformed::Icrc { .. }) => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// Between the fault schedule and the capture, so that the capture holds what is really on
+/// the wire: each RoCE frame that goes out with a bad ICRC gets its capture frame number (as
+/// tshark counts, from 1) appended to `<pcap>.injected`. Every frame the model hands to the
+/// schedule is checked first ([`Faults::bad_from_model`] must stay 0), so the frames noted
+/// here are exactly those the schedule corrupted; the `wire` tier tolerates those numbers,
+/// and only those, failing to dissect.
+struct Marked {
+    inner: PcapTap<PacketSocket>,
+    pcap: SharedPcap,
+    injected: PathBuf,
+}
+
+impl Port for Marked {
+    fn send(&mut self, frame: &[u8]) -> Result<(), PortError> {
+        if roce_icrc(frame) == Some(false) {
+            let n = self.pcap.lock().unwrap_or_else(|e| e.into_inner()).frames() + 1;
+            let mut f = OpenOptions::new().create(true).append(true).open(&self.injected).unwrap();
+            writeln!(f, "{n}").unwrap();
+        }
+        self.inner.send(frame)
+    }
+
+    fn recv(&mut self) -> Result<Option<Vec<u8>>, PortError> {
+        self.inner.recv()
+    }
+}
+
+/// Our port under a seeded fault schedule ([`FaultPort`]: drops, duplicates, reordering,
+/// ICRC corruption) on what we send. The schedule applies to RoCE v2 frames only: ARP passes
+/// untouched (a corrupted ARP reply would teach the kernel a wrong MAC, which tests the
+/// kernel, not our transport). The test keeps a handle to read and change the schedule.
+#[derive(Clone)]
+struct Faults {
+    port: Arc<Mutex<FaultPort<Marked>>>,
+    bad_from_model: Arc<AtomicU64>,
+}
+
+impl Faults {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FaultPort<Marked>> {
+        self.port.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Port for Faults {
+    fn send(&mut self, frame: &[u8]) -> Result<(), PortError> {
+        let mut p = self.lock();
+        match roce_icrc(frame) {
+            None => p.inner_mut().send(frame),
+            Some(good) => {
+                if !good {
+                    self.bad_from_model.fetch_add(1, Ordering::Relaxed);
+                }
+                p.send(frame)
+            }
+        }
+    }
+
+    fn recv(&mut self) -> Result<Option<Vec<u8>>, PortError> {
+        self.lock().recv()
+    }
+}
+
+/// [`model_on_wire`] with our sends under `plan`, drawn from `seed`.
+fn model_with_faults(name: &str, plan: FaultPlan, seed: u64) -> (Model, Faults) {
+    let (sock, pcap, path) = wire_port(name);
+    let mut injected = path.into_os_string();
+    injected.push(".injected");
+    let injected = PathBuf::from(injected);
+    let _ = std::fs::remove_file(&injected);
+    let marked = Marked { inner: PcapTap::new(sock, pcap.clone()), pcap, injected };
+    let faults = Faults {
+        port: Arc::new(Mutex::new(FaultPort::new(marked, plan, seed))),
+        bad_from_model: Arc::new(AtomicU64::new(0)),
+    };
+    let model = Model::with_config(model_config().with_port(faults.clone())).expect("model");
+    (model, faults)
 }
 
 /// Open the driver on `model` and give the port our address.
@@ -120,9 +392,14 @@ fn opts(rq_psn: u32, sq_psn: u32) -> ConnectOpts {
     ConnectOpts { access: ALL, mtu: MTU_1024, rq_psn, sq_psn, ..ConnectOpts::default() }
 }
 
-/// Connect `qp` to the peer's QPN and PSN over RoCE v2 at a 1024-byte path MTU.
-fn connect<C: Control>(qp: &mut Q<'_, C>, qpn: u32, psn: u32, gid: [u8; 16], sq_psn: u32) {
-    let (peer_mac, _) = peer_addr();
+/// Connect `qp` to the peer's QPN and PSN over RoCE v2 at a 1024-byte path MTU, to the MAC
+/// `peer_mac` (resolved or given).
+fn connect<C: Control>(
+    qp: &mut Q<'_, C>,
+    (qpn, psn, gid): (u32, u32, [u8; 16]),
+    peer_mac: Mac,
+    sq_psn: u32,
+) {
     assert_eq!(gid, mapped(ip("WIRE_PEER")), "the peer's GID is its IPv4-mapped address");
     let opts = opts(psn, sq_psn);
     qp.connect_roce_v2(QpNum(qpn), gid, peer_mac.0, 0, 0xc000 | (qpn as u16 & 0x3fff), &opts)
@@ -135,8 +412,8 @@ fn first_psn() -> u32 {
     PsnGen::new(seed as u64).next_psn()
 }
 
-fn ok_send<'r, S: SendQueue<'r>>(q: &mut S, wr_id: u64) -> Completion {
-    let c = wait_send(q, 1)[0];
+fn ok_send<'r, S: SendQueue<'r>>(q: &mut S, wr_id: u64, net: &mut Net<'_>) -> Completion {
+    let c = wait_send(q, 1, net)[0];
     assert_eq!((c.wr_id, c.status), (wr_id, WcStatus::Success), "{c:?}");
     c
 }
@@ -151,8 +428,8 @@ const PP_ITERS: u32 = 100;
 fn on_wire_ibv_rc_pingpong_server_echoes_the_driver() {
     let model = model_on_wire("ibv_rc_pingpong_server_echoes_the_driver");
     let dev = driver(&model);
-    static_neighbour();
-    let (_, gidx) = peer_addr();
+    let mut net = Net::new(&dev);
+    let gidx = peer_gidx();
     let (gidx, size, iters) = (gidx.to_string(), PP_SIZE.to_string(), PP_ITERS.to_string());
     let peer_dev = env("WIRE_PEER_DEV");
     let server = spawn_in_peer(&[
@@ -172,22 +449,29 @@ fn on_wire_ibv_rc_pingpong_server_echoes_the_driver() {
     let mut rx = dev.reg(PP_SIZE, Access::LOCAL_WRITE).unwrap();
     let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
     let psn = first_psn();
-    let mut ctl = connect_ctl(18520);
+    let mut ctl = Ctl::new(connect_ctl(18520));
     let ours = pingpong::Dest { lid: 0, qpn: qp.qp_num().0, psn, gid: mapped(ip("WIRE_ADDR")) };
-    ctl.write_all(&ours.to_msg()).unwrap();
-    let mut m = [0u8; pingpong::MSG_LEN];
-    ctl.read_exact(&mut m).unwrap();
-    let theirs = pingpong::Dest::parse(&m).expect("the server's address");
-    connect(&mut qp, theirs.qpn, theirs.psn, theirs.gid, psn);
-    ctl.write_all(pingpong::DONE).unwrap();
+    ctl.write_all(&ours.to_msg());
+    // The server moves its QP to RTR before it answers: its kernel resolves our MAC now, and
+    // we learn the server's from its request.
+    let m = ctl.read_exact(pingpong::MSG_LEN, &mut net);
+    let theirs =
+        pingpong::Dest::parse(m.as_slice().try_into().unwrap()).expect("the server's address");
+    let peer = net.peer_mac();
+    let s = net.eth.arp_stats();
+    assert!(s.requests_sent == 0 && s.replied >= 1, "the server's kernel asked first: {s:?}");
+    // Confirmed by our reply, the kernel's entry is REACHABLE (for 15 to 45 s).
+    net.check_learned(true);
+    connect(&mut qp, (theirs.qpn, theirs.psn, theirs.gid), peer, psn);
+    ctl.write_all(pingpong::DONE);
     let mut d = rx.dest().unwrap();
     for i in 0..PP_ITERS {
         let msg: Vec<u8> = (0..PP_SIZE).map(|j| wire_peer::pattern(i, j as u64)).collect();
         tx.write(0, &msg).unwrap();
         let p = qp.post_recv(u64::from(i), d).map_err(|r| r.error).unwrap();
         qp.post_sendv(u64::from(i), &[tx.slice(0, PP_SIZE).unwrap()], SIG).unwrap();
-        ok_send(&mut qp, u64::from(i));
-        let c = wait_recv(&mut qp);
+        ok_send(&mut qp, u64::from(i), &mut net);
+        let c = wait_recv(&mut qp, &mut net);
         assert_eq!(
             (c.wr_id, c.status, c.opcode, c.byte_len as usize),
             (u64::from(i), WcStatus::Success, WcOpcode::Recv, PP_SIZE)
@@ -195,7 +479,8 @@ fn on_wire_ibv_rc_pingpong_server_echoes_the_driver() {
         d = p.reclaim(&qp).unwrap_or_else(|_| panic!("receive {i} handed back"));
         assert!(contents(&d, PP_SIZE) == msg, "reply {i} is our message byte for byte");
     }
-    finish(server, "ibv_rc_pingpong (server)");
+    finish(server, "ibv_rc_pingpong (server)", &mut net);
+    net.check_learned(false);
 }
 
 /// `ibv_rc_pingpong` on rxe as the client, the driver as the server echoing each message: the
@@ -205,8 +490,11 @@ fn on_wire_ibv_rc_pingpong_server_echoes_the_driver() {
 fn on_wire_ibv_rc_pingpong_client_is_echoed_by_the_driver() {
     let model = model_on_wire("ibv_rc_pingpong_client_is_echoed_by_the_driver");
     let dev = driver(&model);
-    static_neighbour();
-    let (_, gidx) = peer_addr();
+    let mut net = Net::new(&dev);
+    // We ask first: the client's kernel learns our MAC from our request.
+    let peer = net.peer_mac();
+    assert_eq!(net.eth.arp_stats().requests_sent, 1);
+    let gidx = peer_gidx();
     let (gidx, size, iters) = (gidx.to_string(), PP_SIZE.to_string(), PP_ITERS.to_string());
     let peer_dev = env("WIRE_PEER_DEV");
     let listener = TcpListener::bind(("0.0.0.0", 18521)).expect("listen");
@@ -224,7 +512,7 @@ fn on_wire_ibv_rc_pingpong_client_is_echoed_by_the_driver() {
         "18521",
         &ip_str("WIRE_CTL_ADDR"),
     ]);
-    let (mut ctl, _) = listener.accept().expect("accept");
+    let mut ctl = accept(&listener, &mut net);
     let tx = dev.reg(PP_SIZE, Access::LOCAL_WRITE).unwrap();
     let mut rx = dev.reg(PP_SIZE, Access::LOCAL_WRITE).unwrap();
     let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
@@ -233,18 +521,17 @@ fn on_wire_ibv_rc_pingpong_client_is_echoed_by_the_driver() {
     qp.init(&opts(0, 0)).unwrap();
     let mut d = rx.dest().unwrap();
     let mut p = qp.post_recv(0, d).map_err(|r| r.error).unwrap();
-    let mut m = [0u8; pingpong::MSG_LEN];
-    ctl.read_exact(&mut m).unwrap();
-    let theirs = pingpong::Dest::parse(&m).expect("the client's address");
+    let m = ctl.read_exact(pingpong::MSG_LEN, &mut net);
+    let theirs =
+        pingpong::Dest::parse(m.as_slice().try_into().unwrap()).expect("the client's address");
     let psn = first_psn();
-    connect(&mut qp, theirs.qpn, theirs.psn, theirs.gid, psn);
+    connect(&mut qp, (theirs.qpn, theirs.psn, theirs.gid), peer, psn);
     let ours = pingpong::Dest { lid: 0, qpn: qp.qp_num().0, psn, gid: mapped(ip("WIRE_ADDR")) };
-    ctl.write_all(&ours.to_msg()).unwrap();
-    let mut done = [0u8; 5];
-    ctl.read_exact(&mut done).unwrap();
-    assert_eq!(&done, pingpong::DONE);
+    ctl.write_all(&ours.to_msg());
+    let done = ctl.read_exact(pingpong::DONE.len(), &mut net);
+    assert_eq!(&done[..], pingpong::DONE);
     for i in 0..PP_ITERS {
-        let c = wait_recv(&mut qp);
+        let c = wait_recv(&mut qp, &mut net);
         assert_eq!(
             (c.wr_id, c.status, c.byte_len as usize),
             (u64::from(i), WcStatus::Success, PP_SIZE),
@@ -256,25 +543,50 @@ fn on_wire_ibv_rc_pingpong_client_is_echoed_by_the_driver() {
         tx.write(0, &got).unwrap();
         p = qp.post_recv(u64::from(i + 1), d).map_err(|r| r.error).unwrap();
         qp.post_sendv(u64::from(i), &[tx.slice(0, PP_SIZE).unwrap()], SIG).unwrap();
-        ok_send(&mut qp, u64::from(i));
+        ok_send(&mut qp, u64::from(i), &mut net);
     }
-    finish(client, "ibv_rc_pingpong (client)");
+    finish(client, "ibv_rc_pingpong (client)", &mut net);
     drop(p);
+    net.check_learned(false);
 }
 
 fn ip_str(k: &str) -> String {
     ip(k).to_string()
 }
 
-/// Read one line from the control stream.
-fn read_line(r: &mut BufReader<TcpStream>) -> String {
-    let mut l = String::new();
-    r.read_line(&mut l).expect("a line from the peer");
-    l
-}
-
 fn be_u64(d: &DestBuf<'_>) -> u64 {
     u64::from_be_bytes(contents(d, 8).try_into().unwrap())
+}
+
+/// Our side of a C peer test: the model on the wire (with our sends under a fault schedule, if
+/// given), the driver on it, its Ethernet port.
+fn our_side(name: &str, faults: Option<(FaultPlan, u64)>) -> (Model, Option<Faults>) {
+    match faults {
+        None => (model_on_wire(name), None),
+        Some((plan, seed)) => {
+            let (m, f) = model_with_faults(name, plan, seed);
+            (m, Some(f))
+        }
+    }
+}
+
+/// After a test under faults: the schedule did act, and every bad ICRC on the wire was its own.
+fn check_faults(f: &Faults) {
+    let c = f.lock().counts();
+    eprintln!("fault schedule: {c:?}");
+    assert!(c.frames > 0 && c.forwarded > 0, "{c:?}");
+    assert!(c.dropped + c.corrupted + c.duplicated + c.reordered > 0, "no fault happened: {c:?}");
+    assert_eq!(f.bad_from_model.load(Ordering::Relaxed), 0, "the model sent a bad ICRC itself");
+}
+
+/// Poll a while longer: no completion may come twice (or late).
+fn no_more<'r, S: SendQueue<'r>>(q: &mut S, net: &mut Net<'_>) {
+    let mut out = [Completion::default(); 4];
+    let end = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < end {
+        assert_eq!(q.poll(&mut out).expect("poll"), 0, "a completion too many: {:?}", out[0]);
+        net.poll();
+    }
 }
 
 /// The project's C peer on rxe as the target, the driver running the plan against it: WRITEs of
@@ -283,12 +595,31 @@ fn be_u64(d: &DestBuf<'_>) -> u64 {
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
 fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
+    initiator_side("the_driver_runs_the_plan_against_the_c_peer", 18610, None);
+}
+
+/// The same plan with our sends dropped, duplicated, held back and corrupted (1% each, a fixed
+/// seed): every request still completes once, successfully, with every byte right on both
+/// sides (rxe NAKs the gaps and drops the bad ICRCs; our requester retransmits).
+#[test]
+#[ignore = "needs the wire tier's veth pair and an rxe peer"]
+fn on_wire_the_plan_survives_faults_on_our_sends() {
+    initiator_side(
+        "the_plan_survives_faults_on_our_sends",
+        18613,
+        Some((FaultPlan::uniform(10_000), 0x5eed_0001)),
+    );
+}
+
+fn initiator_side(name: &str, port: u16, faults: Option<(FaultPlan, u64)>) {
     use wire_peer::*;
-    let model = model_on_wire("the_driver_runs_the_plan_against_the_c_peer");
+    let (model, faults) = our_side(name, faults);
     let dev = driver(&model);
-    static_neighbour();
-    let (_, gidx) = peer_addr();
-    let (gidx, peer_dev) = (gidx.to_string(), env("WIRE_PEER_DEV"));
+    let mut net = Net::new(&dev);
+    // We ask first: the target's kernel learns our MAC from our request.
+    let peer = net.peer_mac();
+    let gidx = peer_gidx();
+    let (gidx, peer_dev, port_s) = (gidx.to_string(), env("WIRE_PEER_DEV"), port.to_string());
     // The C peer's -s: both sides derive the plan's bytes from it.
     let seed = 3u32;
     let seed_s = seed.to_string();
@@ -301,7 +632,7 @@ fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
         "-r",
         "target",
         "-p",
-        "18610",
+        &port_s,
         "-s",
         &seed_s,
     ]);
@@ -311,20 +642,18 @@ fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
     local.write(0, &data).unwrap();
     let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
     let psn = first_psn();
-    let ctl = connect_ctl(18610);
-    let mut reader = BufReader::new(ctl.try_clone().unwrap());
-    let mut ctl = ctl;
+    let mut ctl = Ctl::new(connect_ctl(port));
     let ours =
         Dest { qpn: qp.qp_num().0, psn, gid: mapped(ip("WIRE_ADDR")), addr: 0, rkey: 0, len: 0 };
-    ctl.write_all(ours.line().as_bytes()).unwrap();
-    let theirs = Dest::parse(&read_line(&mut reader)).expect("the target's line");
-    connect(&mut qp, theirs.qpn, theirs.psn, theirs.gid, psn);
+    ctl.write_all(ours.line().as_bytes());
+    let theirs = Dest::parse(&ctl.read_line(&mut net)).expect("the target's line");
+    connect(&mut qp, (theirs.qpn, theirs.psn, theirs.gid), peer, psn);
     let remote = RemoteBuf::new(theirs.addr, Rkey(theirs.rkey));
     for (k, (off, len)) in pieces().into_iter().enumerate() {
         let id = 10 + k as u64;
         qp.post_writev(id, &[local.slice(off, len).unwrap()], SIG, remote.offset(off as u64))
             .unwrap();
-        ok_send(&mut qp, id);
+        ok_send(&mut qp, id, &mut net);
     }
     let mut rest = rd.dest().unwrap();
     for (k, (off, len)) in pieces().into_iter().enumerate() {
@@ -332,7 +661,7 @@ fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
         let id = 100 + k as u64;
         let p =
             qp.post_read(id, rest, SIG, remote.offset(off as u64)).map_err(|r| r.error).unwrap();
-        let c = ok_send(&mut qp, id);
+        let c = ok_send(&mut qp, id, &mut net);
         assert_eq!((c.opcode, c.byte_len as usize), (WcOpcode::RdmaRead, len));
         let back = p.reclaim(&qp).unwrap_or_else(|_| panic!("READ {k} handed back"));
         assert!(
@@ -346,7 +675,7 @@ fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
         local.write(0, &msg).unwrap();
         let id = 200 + k as u64;
         qp.post_sendv(id, &[local.slice(0, len).unwrap()], SIG).unwrap();
-        ok_send(&mut qp, id);
+        ok_send(&mut qp, id, &mut net);
     }
     local.write(0, &data[..IMM_WRITE.0 + IMM_WRITE.1]).unwrap();
     let (off, len) = IMM_WRITE;
@@ -358,7 +687,7 @@ fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
         IMM_VALUE,
     )
     .unwrap();
-    ok_send(&mut qp, 300);
+    ok_send(&mut qp, 300, &mut net);
     let at = remote.offset(ATOMIC_OFF as u64);
     let mut results = [0u64; 3];
     for (k, r) in results.iter_mut().enumerate() {
@@ -371,19 +700,24 @@ fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
         }
         .map_err(|r| r.error)
         .unwrap();
-        ok_send(&mut qp, id);
+        ok_send(&mut qp, id, &mut net);
         *r = be_u64(&p.reclaim(&qp).unwrap_or_else(|_| panic!("atomic {k} handed back")));
         rest = tail;
     }
     assert_eq!(
         results,
         [ATOMIC_INIT, ATOMIC_INIT + 5, 0xdead_beef],
-        "the atomics' original values"
+        "the atomics' original values (each executed once)"
     );
-    ctl.write_all(b"done\n").unwrap();
-    let verdict = read_line(&mut reader);
-    finish(target, "wire_peer (target)");
+    no_more(&mut qp, &mut net);
+    ctl.write_all(b"done\n");
+    let verdict = ctl.read_line(&mut net);
+    finish(target, "wire_peer (target)", &mut net);
     assert_eq!(verdict.trim(), "ok", "the C peer checked its side");
+    net.check_learned(false);
+    if let Some(f) = &faults {
+        check_faults(f);
+    }
 }
 
 /// The driver's region as the target of the C peer's plan (the mirror of the test above): the
@@ -392,23 +726,51 @@ fn on_wire_the_driver_runs_the_plan_against_the_c_peer() {
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
 fn on_wire_the_c_peer_runs_the_plan_against_the_driver() {
-    target_side("the_c_peer_runs_the_plan_against_the_driver", 18611, false);
+    target_side("the_c_peer_runs_the_plan_against_the_driver", 18611, Target::default());
 }
 
 /// A WRITE from the C peer under a wrong rkey: its completion is REM_ACCESS_ERR and our region
-/// is untouched.
+/// is untouched. Addresses here are the user-given neighbours, not ARP: the kernel has our MAC
+/// as a permanent entry and we set the peer's as static, so no ARP frame goes out from us.
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
 fn on_wire_a_wrong_rkey_from_the_c_peer_gets_remote_access_error() {
-    target_side("a_wrong_rkey_from_the_c_peer_gets_remote_access_error", 18612, true);
+    let t = Target { bad_rkey: true, static_neighbours: true, faults: None };
+    target_side("a_wrong_rkey_from_the_c_peer_gets_remote_access_error", 18612, t);
 }
 
-fn target_side(name: &str, port: u16, bad_rkey: bool) {
+/// The C peer's plan against our region with our responses (ACKs, READ responses, atomic
+/// responses) under the fault schedule: rxe retries what it misses, and our responder answers
+/// duplicates without executing them again (the atomic word ends right, every original value
+/// the C peer checks is right).
+#[test]
+#[ignore = "needs the wire tier's veth pair and an rxe peer"]
+fn on_wire_the_c_peer_plan_survives_faults_on_our_responses() {
+    let t = Target { faults: Some((FaultPlan::uniform(10_000), 0x5eed_0002)), ..Target::default() };
+    target_side("the_c_peer_plan_survives_faults_on_our_responses", 18614, t);
+}
+
+/// How a [`target_side`] test runs.
+#[derive(Default)]
+struct Target {
+    /// The C peer WRITEs under a wrong rkey.
+    bad_rkey: bool,
+    /// User-given neighbours on both sides instead of ARP.
+    static_neighbours: bool,
+    /// Our sends under a fault schedule.
+    faults: Option<(FaultPlan, u64)>,
+}
+
+fn target_side(name: &str, port: u16, t: Target) {
     use wire_peer::*;
-    let model = model_on_wire(name);
+    let (model, faults) = our_side(name, t.faults);
     let dev = driver(&model);
-    static_neighbour();
-    let (_, gidx) = peer_addr();
+    let mut net = Net::new(&dev);
+    if t.static_neighbours {
+        static_neighbour();
+        net.eth.set_static(ip("WIRE_PEER"), peer_mac("wp")).unwrap();
+    }
+    let gidx = peer_gidx();
     let seed = 5u32;
     let seed_s = seed.to_string();
     let region = dev.reg(REGION_LEN, ALL).unwrap();
@@ -443,17 +805,18 @@ fn target_side(name: &str, port: u16, bad_rkey: bool) {
         "-s",
         &seed_s,
     ];
-    if bad_rkey {
+    if t.bad_rkey {
         args.push("--bad-rkey");
     }
     args.push(&host);
     let initiator = spawn_in_peer(&args);
-    let (ctl, _) = listener.accept().expect("accept");
-    let mut reader = BufReader::new(ctl.try_clone().unwrap());
-    let mut ctl = ctl;
-    let theirs = Dest::parse(&read_line(&mut reader)).expect("the initiator's line");
+    let mut ctl = accept(&listener, &mut net);
+    let theirs = Dest::parse(&ctl.read_line(&mut net)).expect("the initiator's line");
     let psn = first_psn();
-    connect(&mut qp, theirs.qpn, theirs.psn, theirs.gid, psn);
+    // The peer's MAC: the static entry, or by ARP (the initiator moves its QP to RTR only
+    // after our line, so we ask first).
+    let peer = net.peer_mac();
+    connect(&mut qp, (theirs.qpn, theirs.psn, theirs.gid), peer, psn);
     let remote = region.remote(0);
     let ours = Dest {
         qpn: qp.qp_num().0,
@@ -463,11 +826,11 @@ fn target_side(name: &str, port: u16, bad_rkey: bool) {
         rkey: remote.rkey.0,
         len: REGION_LEN as u32,
     };
-    ctl.write_all(ours.line().as_bytes()).unwrap();
-    let said = read_line(&mut reader);
+    ctl.write_all(ours.line().as_bytes());
+    let said = ctl.read_line(&mut net);
     let mut data = vec![0u8; DATA_LEN];
     region.read(0, &mut data).unwrap();
-    let verdict: Result<(), String> = if bad_rkey {
+    let verdict: Result<(), String> = if t.bad_rkey {
         assert_eq!(said.trim(), "badkey");
         match data.iter().position(|&b| b != 0) {
             None => Ok(()),
@@ -477,11 +840,11 @@ fn target_side(name: &str, port: u16, bad_rkey: bool) {
         assert_eq!(said.trim(), "done", "the initiator finished its plan");
         let mut why = None;
         for (k, &len) in SENDS.iter().enumerate() {
-            let c = wait_recv(&mut qp);
+            let c = wait_recv(&mut qp, &mut net);
             assert_eq!((c.wr_id, c.status), (500 + k as u64, WcStatus::Success), "{c:?}");
             assert_eq!(c.byte_len as usize, len, "{c:?}");
         }
-        let c = wait_recv(&mut qp);
+        let c = wait_recv(&mut qp, &mut net);
         let k = SENDS.len() as u64;
         assert_eq!((c.wr_id, c.status), (500 + k, WcStatus::Success), "{c:?}");
         assert_eq!((c.opcode, c.imm), (WcOpcode::RecvRdmaWithImm, Some(IMM_VALUE)), "{c:?}");
@@ -509,7 +872,109 @@ fn target_side(name: &str, port: u16, bad_rkey: bool) {
         Ok(()) => "ok\n".to_string(),
         Err(e) => format!("bad {e}\n"),
     };
-    ctl.write_all(reply.as_bytes()).unwrap();
-    finish(initiator, "wire_peer (initiator)");
+    ctl.write_all(reply.as_bytes());
+    finish(initiator, "wire_peer (initiator)", &mut net);
     verdict.unwrap();
+    if t.static_neighbours {
+        let (mac, states) = kernel_neighbour().expect("the permanent entry");
+        assert_eq!(mac, mac_text(OUR_MAC));
+        assert!(states.iter().any(|s| s == "PERMANENT"), "{states:?}");
+        let s = net.eth.arp_stats();
+        assert_eq!((s.requests_sent, s.replied), (0, 0), "no ARP from us: {s:?}");
+        assert_eq!(net.eth.stats().tx_frames, 0, "{:?}", net.eth.stats());
+        // The next tests learn our MAC by ARP again.
+        let st = Command::new("ip")
+            .args(["-n", &netns(), "neigh", "del", &env("WIRE_ADDR"), "dev", "wp"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip neigh del");
+    } else {
+        net.check_learned(false);
+    }
+    if let Some(f) = &faults {
+        check_faults(f);
+    }
+}
+
+/// The peer cut off: after one WRITE completes, every frame we send towards the peer is
+/// dropped (the schedule at 100%). With 2 retries and a short ACK timeout the request in
+/// flight ends in RETRY_EXC_ERR, and the three behind it (a READ, a SEND, an atomic) are
+/// flushed (WR_FLUSH_ERR), each exactly once, within the retries' bound.
+#[test]
+#[ignore = "needs the wire tier's veth pair and an rxe peer"]
+fn on_wire_a_peer_cut_off_ends_in_retry_exceeded_and_flushes_the_rest() {
+    use wire_peer::*;
+    let (model, faults) = model_with_faults("a_peer_cut_off", FaultPlan::none(), 0x5eed_0003);
+    let dev = driver(&model);
+    let mut net = Net::new(&dev);
+    let peer = net.peer_mac();
+    let (gidx, peer_dev) = (peer_gidx().to_string(), env("WIRE_PEER_DEV"));
+    let target = spawn_in_peer(&[
+        "/t/wire_peer",
+        "-d",
+        &peer_dev,
+        "-g",
+        &gidx,
+        "-r",
+        "target",
+        "-p",
+        "18615",
+    ]);
+    let local = dev.reg(RECV_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rd = dev.reg(RECV_SLOT + 8, Access::LOCAL_WRITE).unwrap();
+    let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
+    let psn = first_psn();
+    let mut ctl = Ctl::new(connect_ctl(18615));
+    let ours =
+        Dest { qpn: qp.qp_num().0, psn, gid: mapped(ip("WIRE_ADDR")), addr: 0, rkey: 0, len: 0 };
+    ctl.write_all(ours.line().as_bytes());
+    let theirs = Dest::parse(&ctl.read_line(&mut net)).expect("the target's line");
+    assert_eq!(theirs.gid, mapped(ip("WIRE_PEER")));
+    // 4.096 µs × 2^10 ≈ 4 ms (the model bounds it to 10..100 ms), 2 retries.
+    let o = ConnectOpts { timeout: 10, retry_cnt: 2, ..opts(theirs.psn, psn) };
+    let flow = 0xc000 | (theirs.qpn as u16 & 0x3fff);
+    qp.connect_roce_v2(QpNum(theirs.qpn), theirs.gid, peer.0, 0, flow, &o).expect("connect");
+    let remote = RemoteBuf::new(theirs.addr, Rkey(theirs.rkey));
+    qp.post_writev(1, &[local.slice(0, RECV_SLOT).unwrap()], SIG, remote).unwrap();
+    ok_send(&mut qp, 1, &mut net);
+    faults.lock().set_plan(FaultPlan { drop: 1_000_000, ..FaultPlan::none() });
+    let dropped_before = faults.lock().counts().dropped;
+    let start = Instant::now();
+    qp.post_writev(10, &[local.slice(0, RECV_SLOT).unwrap()], SIG, remote).unwrap();
+    let (rd_dest, atomic_dest) = {
+        let mut d = rd.dest().unwrap();
+        let a = d.split_off(RECV_SLOT).unwrap();
+        (d, a)
+    };
+    let pr = qp.post_read(11, rd_dest, SIG, remote).map_err(|r| r.error).unwrap();
+    qp.post_sendv(12, &[local.slice(0, 100).unwrap()], SIG).unwrap();
+    let pa = qp
+        .post_faa(13, atomic_dest, SIG, remote.offset(ATOMIC_OFF as u64), 1)
+        .map_err(|r| r.error)
+        .unwrap();
+    let got = wait_send(&mut qp, 4, &mut net);
+    let took = start.elapsed();
+    let seen: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        seen,
+        [
+            (10, WcStatus::RetryExcErr),
+            (11, WcStatus::WrFlushErr),
+            (12, WcStatus::WrFlushErr),
+            (13, WcStatus::WrFlushErr)
+        ],
+        "{got:?}"
+    );
+    // Three tries (the first and two retries) of at most the model's 100 ms timeout each.
+    assert!(took < Duration::from_secs(3), "retry exceeded only after {took:?}");
+    let dropped = faults.lock().counts().dropped - dropped_before;
+    assert!(dropped >= 3, "the WRITE was sent and retried twice: {dropped} frames dropped");
+    no_more(&mut qp, &mut net);
+    assert!(pr.reclaim(&qp).is_ok(), "the flushed READ's buffer handed back");
+    assert!(pa.reclaim(&qp).is_ok(), "the flushed atomic's buffer handed back");
+    let mut target = target;
+    let _ = target.kill();
+    let _ = target.wait();
+    net.check_learned(false);
+    assert_eq!(faults.bad_from_model.load(Ordering::Relaxed), 0);
 }
