@@ -78,6 +78,8 @@ pub trait Host {
     fn write_stamp(&mut self, cell: usize, value: u64);
     /// Read `out.len()` bytes of destination slot memory at byte offset `off`.
     fn read_dest(&mut self, off: usize, out: &mut [u8]);
+    /// The busy loop's other duties, run when a poll found nothing (on a wire: answering ARP).
+    fn idle(&mut self) {}
 }
 
 /// Bytes of pattern piece `k` (what [`fill_pattern`] writes and verification expects).
@@ -289,6 +291,7 @@ pub fn run<'r, Q: SendQueue<'r> + ?Sized>(
             if got > 0 || (posted < plan.writes && posted - completed < window) {
                 break;
             }
+            host.idle();
             idle += 1;
             if idle > plan.max_idle_polls {
                 return Err(Error::Timeout("completions in the load generator"));
@@ -346,11 +349,25 @@ pub fn read_source_byte(off: usize) -> u8 {
 /// compared byte for byte. Returns the figures (`writes` counts the READs).
 pub fn run_reads<'r, Q: SendQueue<'r>>(
     q: &mut Q,
+    dests: Vec<DestBuf<'r>>,
+    remote: RemoteBuf,
+    slots: u64,
+    len: usize,
+    plan: &Plan,
+) -> Result<Report> {
+    run_reads_idle(q, dests, remote, slots, len, plan, &mut || {})
+}
+
+/// [`run_reads`], calling `idle` whenever a poll finds nothing (the busy loop's other
+/// duties, as [`Host::idle`]).
+pub fn run_reads_idle<'r, Q: SendQueue<'r>>(
+    q: &mut Q,
     mut dests: Vec<DestBuf<'r>>,
     remote: RemoteBuf,
     slots: u64,
     len: usize,
     plan: &Plan,
+    on_idle: &mut dyn FnMut(),
 ) -> Result<Report> {
     let batch = (plan.batch as usize).clamp(1, dests.len()).min(q.caps().max_send_wr as usize);
     let mut rep = Report::default();
@@ -385,6 +402,7 @@ pub fn run_reads<'r, Q: SendQueue<'r>>(
                 }
                 break;
             }
+            on_idle();
             idle += 1;
             if idle > plan.max_idle_polls {
                 return Err(Error::Timeout("READ completions in the load generator"));

@@ -1,6 +1,6 @@
 //! Project tasks: `cargo xtask <task>`.
 //!
-//! * `demo [--backend model|rxe] [args]` — the busy-poll writev demo;
+//! * `demo [--backend model|rxe|wire] [args]` — the busy-poll writev demo;
 //! * `test [--tier NAME]` — every test tier, or one, ending with a `N passed, N failed` line;
 //! * `vectors FILE...` — run mlx5 conformance vector files through the project's builders;
 //! * `nostd` — build and run the freestanding no_std link check;
@@ -19,7 +19,7 @@ use std::process::ExitCode;
 fn usage() -> ExitCode {
     eprintln!(
         "usage: cargo xtask <task>\n\
-         \x20 demo [--backend model|rxe] [ARGS]       busy-poll writev demo (default: mlx5 device model)\n\
+         \x20 demo [--backend model|rxe|wire] [ARGS]  busy-poll writev demo (default: mlx5 device model)\n\
          \x20 test [--tier NAME]                      run every test tier, or one: {}\n\
          \x20 vectors FILE...                         run mlx5 conformance vectors\n\
          \x20 nostd                                   freestanding no_std link check\n\

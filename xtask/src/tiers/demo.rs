@@ -19,15 +19,16 @@ fn run_example(bin: &str, args: &[String]) -> bool {
     util::run(&mut cmd)
 }
 
-/// `cargo xtask demo [--backend model|rxe] [ARGS]`.
+/// `cargo xtask demo [--backend model|rxe|wire] [ARGS]`.
 pub fn demo(args: &[String]) -> bool {
     let backend =
         args.windows(2).find(|w| w[0] == "--backend").map(|w| w[1].as_str()).unwrap_or("model");
     match backend {
         "model" => run_example("demo", args),
         "rxe" => super::rxe::demo(args),
+        "wire" => super::wire::demo(args),
         other => {
-            eprintln!("xtask: unknown backend {other:?} (model, rxe)");
+            eprintln!("xtask: unknown backend {other:?} (model, rxe, wire)");
             false
         }
     }

@@ -602,7 +602,7 @@ pub fn bench(args: &[String]) -> bool {
 }
 
 /// Build a binary of the examples package in release mode; returns its path.
-fn build_examples_bin(name: &str) -> Result<std::path::PathBuf, String> {
+pub(super) fn build_examples_bin(name: &str) -> Result<std::path::PathBuf, String> {
     let out = util::cargo()
         .args(["build", "--release", "-p", "rdma-pmd-examples", "--bin", name])
         .args(["--message-format=json-render-diagnostics"])
