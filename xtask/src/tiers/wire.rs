@@ -19,7 +19,8 @@
 //! holds what really went out, dropped frames absent, duplicates twice, corrupted ones as
 //! corrupted) and write the capture numbers of the frames they corrupted next to it
 //! (`<name>.pcap.injected`, checked against the model's own ICRCs first); those, and only
-//! those, may fail to dissect.
+//! those, may fail to dissect. `tshark` checks no ICRC, so the tier checks every RoCE v2
+//! frame's itself ([`icrc`]): the bad ones must be exactly the listed ones.
 //!
 //! Not run natively on a host with rxe: the tier needs a namespace and a veth pair it owns.
 
@@ -30,6 +31,8 @@ use std::time::Duration;
 
 use super::rxe;
 use super::Outcome;
+
+mod icrc;
 use crate::util;
 use crate::vm::GuestFile;
 
@@ -208,6 +211,31 @@ fn save_pcaps(out: &str, dir: &Path) -> Vec<PathBuf> {
     saved
 }
 
+/// The tier's own ICRC check of one capture ([`icrc`]; `tshark` checks none): true when the
+/// RoCE v2 frames with a bad ICRC are exactly the frames listed as corrupted on purpose.
+fn icrc_ok(pcap: &Path, injected: &BTreeSet<u64>) -> bool {
+    let Some((bad, checked)) = std::fs::read(pcap).ok().and_then(|b| icrc::bad_frames(&b)) else {
+        eprintln!("xtask: wire: {} is not a pcap", pcap.display());
+        return false;
+    };
+    let bad: BTreeSet<u64> = bad.into_iter().collect();
+    let unexpected: Vec<_> = bad.difference(injected).collect();
+    let missing: Vec<_> = injected.difference(&bad).collect();
+    println!(
+        "wire: {}: ICRC of {checked} RoCE frames checked, {} bad, {} of them corrupted on purpose",
+        pcap.display(),
+        bad.len(),
+        bad.len() - unexpected.len()
+    );
+    if !unexpected.is_empty() {
+        eprintln!("xtask: wire: bad ICRC not injected by the test, frames {unexpected:?}");
+    }
+    if !missing.is_empty() {
+        eprintln!("xtask: wire: frames listed as corrupted with a good ICRC: {missing:?}");
+    }
+    unexpected.is_empty() && missing.is_empty()
+}
+
 /// `tshark`, installing Debian's package first where we are root.
 fn tshark() -> bool {
     if util::have("tshark") {
@@ -335,6 +363,15 @@ pub fn run() -> Outcome {
     let injected = injected(out);
     let none = BTreeSet::new();
     let (mut dissected, mut bad) = (0u32, 0u32);
+    let (mut icrc_clean, mut icrc_bad) = (0u32, 0u32);
+    for p in &pcaps {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if icrc_ok(p, injected.get(&name).unwrap_or(&none)) {
+            icrc_clean += 1;
+        } else {
+            icrc_bad += 1;
+        }
+    }
     if pcaps.is_empty() {
         eprintln!("xtask: wire: the guest returned no capture");
         bad += 1;
@@ -351,12 +388,16 @@ pub fn run() -> Outcome {
         eprintln!("xtask: wire: no tshark here; the captures were NOT dissected");
     }
     println!(
-        "wire: {passed} passed, {failed} failed in the {:?} guest ({:.0?}); {} captures, {dissected} dissected clean, {bad} not",
+        "wire: {passed} passed, {failed} failed in the {:?} guest ({:.0?}); {} captures, {dissected} dissected clean, {bad} not; ICRCs right in {icrc_clean} (but for the injected), wrong in {icrc_bad}",
         serial.accel,
         serial.elapsed,
         pcaps.len()
     );
-    Outcome { passed: passed + dissected, failed: failed + bad, skipped: None }
+    Outcome {
+        passed: passed + dissected + icrc_clean,
+        failed: failed + bad + icrc_bad,
+        skipped: None,
+    }
 }
 
 /// `cargo xtask demo --backend wire [--writes N] [--batch N]`: the busy-poll demo (the same load
