@@ -152,7 +152,8 @@ fn a_request_nobody_answers_is_unreachable_within_its_bound() {
     // `retries` requests, each given `retrans_ns`; `resolve` gives up by twice that.
     let bound = Duration::from_nanos(FAST.max_wait_ns());
     assert!(took >= bound, "gave up after {took:?}, before the {bound:?} the retries take");
-    assert!(took < 2 * bound + Duration::from_millis(500), "gave up only after {took:?}");
+    // Plus a margin for a loaded machine (the sanitizer tier runs this too).
+    assert!(took < 2 * bound + Duration::from_secs(2), "gave up only after {took:?}");
     let s = a.arp_stats();
     assert_eq!((s.requests_sent, s.unreachable, s.learned), (2, 1, 0), "{s:?}");
     let seen = drain(&mut probe);
