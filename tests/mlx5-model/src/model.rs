@@ -248,9 +248,10 @@ impl Model {
     /// ([`crate::roce::port::PacketSocket`], all EtherTypes; needs `CAP_NET_RAW`), with the
     /// GID table `gids` — for a test against the kernel's rxe over a veth pair: give the
     /// model's end of the pair an address-less role, put the model's GID (`::ffff:a.b.c.d`)
-    /// and a MAC different from the veth's own in `gids`, and tell the kernel side the
-    /// model's MAC for a.b.c.d (a static neighbour entry: the model does not answer ARP
-    /// itself; non-RoCE frames go to the Ethernet receive queues the driver steered, if any).
+    /// and a MAC different from the veth's own in `gids`. Like a ConnectX, the model answers
+    /// no ARP itself: non-RoCE frames go to the Ethernet receive queues the driver steered,
+    /// so the kernel side learns the model's MAC for a.b.c.d from a driver that answers ARP
+    /// there, or from a static neighbour entry.
     /// Frames the host sends out of `ifname` are not taken as received.
     #[cfg(target_os = "linux")]
     pub fn on_interface(ifname: &str, gids: Vec<Gid>) -> Result<Model, Error> {
