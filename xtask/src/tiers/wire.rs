@@ -107,12 +107,70 @@ for f in /t/pcap/*.pcap; do
 done
 "#;
 
+/// The connection manager against the kernel's rdma_cm and librdmacm's programs
+/// (`drivers/mlx5/tests/wire_cm.rs`): its test target.
+const CM_TESTS: &str = "wire_cm";
+
+/// `examples/c/cm_writev.c` (librdmacm's `rdma_post_writev`) against itself first, rxe to
+/// rxe in namespaces `sa` and `sb`, as the C peer is, before it judges our CM.
+const CM_WRITEV_SELF_CHECK: &str = r#"
+ip netns exec sa timeout 60 /t/cm_writev -s 10.4.0.1 -p 7472 &
+ip netns exec sb timeout 60 /t/cm_writev -c 10.4.0.1 -p 7472
+c=$?
+wait $!
+s=$?
+echo "XTASK-WIRE-CM-SELF client=$c server=$s"
+"#;
+
+/// Compile `examples/c/cm_writev.c` against the host's librdmacm; returns the binary.
+fn build_cm_writev() -> Result<PathBuf, String> {
+    let root = util::root();
+    let out = root.join("target").join("wire").join("cm_writev");
+    let ok = util::run(
+        Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&out)
+            .arg(root.join("examples/c/cm_writev.c"))
+            .args(["-lrdmacm", "-libverbs"]),
+    );
+    if ok {
+        Ok(out)
+    } else {
+        Err("compiling examples/c/cm_writev.c failed".into())
+    }
+}
+
+/// The self-check's verdict: (passed, failed).
+fn cm_self_check(out: &str) -> (u32, u32) {
+    match out.lines().find(|l| l.starts_with("XTASK-WIRE-CM-SELF ")) {
+        Some(l) if l.ends_with("client=0 server=0") => (1, 0),
+        Some(l) => {
+            eprintln!("xtask: wire: cm_writev failed against itself: {l}");
+            (0, 1)
+        }
+        None => {
+            eprintln!("xtask: wire: cm_writev's self-check did not run");
+            (0, 1)
+        }
+    }
+}
+
+/// `script` with the CM tests run after the driver's, before the pcaps are printed.
+fn with_cm_tests(script: String) -> String {
+    let cm = format!("{CM_WRITEV_SELF_CHECK}{}", rxe::per_test_script("/t/wire-cm-tests", ""));
+    match script.rfind(DUMP_PCAPS) {
+        Some(i) => format!("{}{cm}{}", &script[..i], &script[i..]),
+        None => format!("{script}{cm}"),
+    }
+}
+
 fn build_tests() -> Result<Vec<PathBuf>, String> {
     // Release: the model computes an ICRC per frame and moves MiB-sized messages under TCG.
     let out = util::cargo()
         .args(["test", "--release", "--no-run", "--message-format=json-render-diagnostics"])
         .args(["-p", "rdma-pmd-mlx5-model", "--test", "wire_rxe"])
         .args(["-p", "rdma-pmd-mlx5", "--test", "wire"])
+        .args(["--test", CM_TESTS])
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cargo: {e}"))?;
@@ -120,7 +178,7 @@ fn build_tests() -> Result<Vec<PathBuf>, String> {
         return Err("building the wire tests failed".into());
     }
     let json = String::from_utf8_lossy(&out.stdout);
-    ["wire_rxe", "wire"]
+    ["wire_rxe", "wire", CM_TESTS]
         .iter()
         .map(|t| {
             rxe::executable_of(&json, t)
@@ -258,15 +316,25 @@ pub fn run() -> Outcome {
             return Outcome::check(false);
         }
     };
+    let cm_writev = match build_cm_writev() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xtask: wire: {e}");
+            return Outcome::check(false);
+        }
+    };
     let script = format!(
         "{NET_SETUP}\n{C_PEER_SELF_CHECK}\n{TEST_ENV}\n{}{}{DUMP_PCAPS}",
         rxe::per_test_script("/t/wire-model-tests", ""),
         rxe::per_test_script("/t/wire-driver-tests", "")
     );
+    let script = with_cm_tests(script);
     let files = vec![
         GuestFile::dynamic(&bins[0], "/t/wire-model-tests"),
         GuestFile::dynamic(&bins[1], "/t/wire-driver-tests"),
         GuestFile::dynamic(&peer, "/t/wire_peer"),
+        GuestFile::dynamic(&bins[2], "/t/wire-cm-tests"),
+        GuestFile::dynamic(&cm_writev, "/t/cm_writev"),
     ];
     let g = rxe::guest_without_net("wire", files, script);
     let serial = match g.boot(Duration::from_secs(900)) {
@@ -288,6 +356,8 @@ pub fn run() -> Outcome {
             failed += 1;
         }
     }
+    let (p, f) = cm_self_check(out);
+    (passed, failed) = (passed + p, failed + f);
     if self_checks.len() != 2 {
         eprintln!("xtask: wire: the C peer's self-check did not run");
         failed += 1;
