@@ -204,6 +204,38 @@ fn wait_recv<'r, R: RecvQueue<'r>>(q: &mut R) -> Completion {
     out[0]
 }
 
+/// Our last SEND before the peer disconnects: its completion, polling the CM meanwhile. rxe
+/// hands a receive to its program before it sends the ACK, and under emulation the program's
+/// disconnect (its QP to ERR) can overtake that ACK: the SEND was delivered but is never
+/// acknowledged, and completes in error once the peer's DREQ took our QP down (flushed) or the
+/// retries ran out. An error is accepted only together with the DREQ. Returns whether the
+/// connection is down (its `Disconnected` event taken).
+fn last_send(start: Instant, cm: &mut TCm<'_>, qp: &mut RcQp<'_>, id: ConnId, wr_id: u64) -> bool {
+    let mut gone = false;
+    let mut out = [Completion::default(); 1];
+    let t0 = Instant::now();
+    while qp.poll(&mut out).expect("poll") == 0 {
+        if let Some(e) = cm.poll(clock(start), std::slice::from_mut(&mut *qp)) {
+            assert_eq!(e, Event { id, kind: EventKind::Disconnected });
+            gone = true;
+        }
+        assert!(t0.elapsed() < WAIT, "no completion for {wr_id}");
+    }
+    let c = out[0];
+    assert_eq!(c.wr_id, wr_id, "{c:?}");
+    if c.status == WcStatus::Success {
+        assert_eq!(c.opcode, WcOpcode::Send, "{c:?}");
+        return gone;
+    }
+    if !gone {
+        let e = pump(start, cm, std::slice::from_mut(&mut *qp));
+        assert_eq!(e, Event { id, kind: EventKind::Disconnected }, "{c:?} without a DREQ");
+    }
+    assert!(matches!(c.status, WcStatus::WrFlushErr | WcStatus::RetryExcErr), "{c:?}");
+    eprintln!("the peer disconnected before it acknowledged our last SEND ({:?})", c.status);
+    true
+}
+
 fn contents(d: &DestBuf<'_>, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
     d.read(0, &mut v).unwrap();
@@ -347,7 +379,21 @@ fn on_wire_cm_client_pings_rping_server_and_disconnects() {
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
 fn on_wire_rping_client_pings_cm_listener_and_disconnects() {
-    let model = model_on_wire("rping_client");
+    rping_server_side("rping_client", false);
+}
+
+/// As above, but we leave the request unanswered until the client's kernel sends its REQ
+/// again (after 2 × 2^(16−8) + 2^(20−8) ms): our CM answers the repeat with an MRA (service
+/// timeout 24), the kernel then waits without sending more, and the connection accepted
+/// seconds later works.
+#[test]
+#[ignore = "needs the wire tier's veth pair and an rxe peer"]
+fn on_wire_rping_client_waits_on_our_mra_while_we_delay_accepting() {
+    rping_server_side("rping_client_mra", true);
+}
+
+fn rping_server_side(name: &str, delay_accept: bool) {
+    let model = model_on_wire(name);
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
@@ -374,6 +420,25 @@ fn on_wire_rping_client_pings_cm_listener_and_disconnects() {
     ]);
     let start = Instant::now();
     let id = await_request(start, &mut cm, RPING_PORT);
+    if delay_accept {
+        let t0 = Instant::now();
+        while cm.stats().duplicates == 0 {
+            assert_eq!(cm.poll(clock(start), &mut [] as &mut [RcQp]), None);
+            assert!(t0.elapsed() < PATIENCE, "no repeated REQ; {:?}", cm.stats());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (first_repeat, sent) = (t0.elapsed(), cm.stats().sent);
+        assert_eq!(sent, 1, "one MRA for the repeated REQ: {:?}", cm.stats());
+        // Longer than the kernel's REQ timeout again: the MRA holds it.
+        let t1 = Instant::now();
+        while t1.elapsed() < Duration::from_secs(6) {
+            assert_eq!(cm.poll(clock(start), &mut [] as &mut [RcQp]), None);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let s = cm.stats();
+        assert_eq!((s.duplicates, s.sent), (1, 1), "the kernel waited on the MRA: {s:?}");
+        eprintln!("repeated REQ after {first_repeat:?}; accepting {:?} later", t1.elapsed());
+    }
     let mut qp: RcQp = dev.create_qp(&QpConfig::default()).unwrap();
     cm.accept(id, &mut qp, &AcceptParams::default(), clock(start)).unwrap();
     let mut r = qp.post_recv(0, recv.dest().unwrap()).map_err(|r| r.error).unwrap();
@@ -405,11 +470,16 @@ fn on_wire_rping_client_pings_cm_listener_and_disconnects() {
                 wait_send(&mut qp, 3, WcOpcode::RdmaWrite, RPING_SIZE);
             }
             qp.post_send(4, send.slice(0, 16).unwrap(), SIG).unwrap();
-            wait_send(&mut qp, 4, WcOpcode::Send, 16);
+            if (n, k) != (RPING_COUNT - 1, 1) {
+                wait_send(&mut qp, 4, WcOpcode::Send, 16);
+            }
         }
     }
-    let e = pump(start, &mut cm, std::slice::from_mut(&mut qp));
-    assert_eq!(e, Event { id, kind: EventKind::Disconnected }, "the client's DREQ");
+    // The last go-ahead ends the client's last ping; its DREQ follows.
+    if !last_send(start, &mut cm, &mut qp, id, 4) {
+        let e = pump(start, &mut cm, std::slice::from_mut(&mut qp));
+        assert_eq!(e, Event { id, kind: EventKind::Disconnected }, "the client's DREQ");
+    }
     let (ok, out) = finish(client, "rping -c");
     if !ok {
         dmesg_tail();
@@ -490,14 +560,40 @@ fn on_wire_rdma_client_talks_to_cm_listener_and_both_disconnect() {
     let d = r.reclaim(&qp).unwrap_or_else(|_| panic!("receive handed back"));
     assert_eq!(contents(&d, 16), [0u8; 16], "rdma_client's message");
     qp.post_send(1, send.slice(0, 16).unwrap(), SIG).unwrap();
-    wait_send(&mut qp, 1, WcOpcode::Send, 16);
-    cm.disconnect(id, &mut qp, clock(start)).unwrap();
-    let e = pump(start, &mut cm, std::slice::from_mut(&mut qp));
-    assert_eq!(e, Event { id, kind: EventKind::Disconnected });
+    if !last_send(start, &mut cm, &mut qp, id, 1) {
+        cm.disconnect(id, &mut qp, clock(start)).unwrap();
+        let e = pump(start, &mut cm, std::slice::from_mut(&mut qp));
+        assert_eq!(e, Event { id, kind: EventKind::Disconnected });
+    }
     let (ok, out) = finish(client, "rdma_client");
     assert!(ok && out.contains("rdma_client: end 0"), "rdma_client failed");
     let s = cm.stats();
     assert_eq!((s.malformed, s.send_errors, s.unresolved), (0, 0, 0), "{s:?}");
+    clean(&model);
+}
+
+/// `rdma_client` against our listener, which rejects it (`rdma_reject` with private data):
+/// its `rdma_connect` fails with `ECONNREFUSED`.
+#[test]
+#[ignore = "needs the wire tier's veth pair and an rxe peer"]
+fn on_wire_rdma_client_is_rejected_by_cm_listener() {
+    let model = model_on_wire("rdma_client_rejected");
+    let dev = driver(&model);
+    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
+    neighbours(&mut port);
+    let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 11)).unwrap();
+    cm.listen(RDMA_SERVER_PORT).unwrap();
+    let client = spawn_in_peer(&["rdma_client", "-s", &ours().to_string()]);
+    let start = Instant::now();
+    let id = await_request(start, &mut cm, RDMA_SERVER_PORT);
+    cm.reject(id, b"not today").unwrap();
+    assert_eq!(cm.live(), 0);
+    let (ok, out) = finish(client, "rdma_client");
+    assert!(!ok, "rdma_client connected");
+    assert!(out.contains("rdma_connect: Connection refused"), "{out}");
+    let s = cm.stats();
+    assert_eq!((s.sent, s.malformed, s.send_errors), (1, 0, 0), "{s:?}");
     clean(&model);
 }
 
@@ -654,9 +750,10 @@ fn on_wire_cm_writev_client_writes_into_cm_listener() {
     }
     verdict.write(0, &v).unwrap();
     qp.post_send(1, verdict.slice(0, MSG_LEN).unwrap(), SIG).unwrap();
-    wait_send(&mut qp, 1, WcOpcode::Send, MSG_LEN);
-    let e = pump(start, &mut cm, std::slice::from_mut(&mut qp));
-    assert_eq!(e, Event { id, kind: EventKind::Disconnected }, "the client's DREQ");
+    if !last_send(start, &mut cm, &mut qp, id, 1) {
+        let e = pump(start, &mut cm, std::slice::from_mut(&mut qp));
+        assert_eq!(e, Event { id, kind: EventKind::Disconnected }, "the client's DREQ");
+    }
     let (ok, out) = finish(client, "cm_writev -c");
     assert_eq!(bad, None, "region byte {bad:?} differs from the pattern");
     assert!(ok && out.contains("verdict ok"), "cm_writev -c failed");
@@ -698,11 +795,14 @@ fn ucma_await_recvs(qp: &mut RcQp<'_>, which: usize) {
     }
 }
 
-/// SEND `UCMA_COUNT` messages of `UCMA_SIZE` bytes from `src` on `qp`.
+/// SEND `UCMA_COUNT` messages of `UCMA_SIZE` bytes from `src` on `qp`, waiting for each
+/// completion but the last's.
 fn ucma_sends<'r>(qp: &mut RcQp<'r>, src: &'r rdma_pmd_mlx5::Region<'_, MemBar, D, C>) {
     for k in 0..UCMA_COUNT {
         qp.post_send(k as u64, src.slice(k * UCMA_SIZE, UCMA_SIZE).unwrap(), SIG).unwrap();
-        wait_send(qp, k as u64, WcOpcode::Send, UCMA_SIZE);
+        if k + 1 < UCMA_COUNT {
+            wait_send(qp, k as u64, WcOpcode::Send, UCMA_SIZE);
+        }
     }
 }
 
@@ -756,10 +856,15 @@ fn on_wire_cm_client_opens_four_connections_to_ucmatose_server() {
     for (i, qp) in qps.iter_mut().enumerate() {
         ucma_await_recvs(qp, i);
     }
-    for qp in qps.iter_mut() {
+    // Our replies, each connection's last one as the last message before the peer's DREQ.
+    let mut gone = Vec::new();
+    for (id, qp) in ids.iter().zip(qps.iter_mut()) {
         ucma_sends(qp, &src);
+        if last_send(start, &mut cm, qp, *id, UCMA_COUNT as u64 - 1) {
+            gone.push(*id);
+        }
     }
-    await_each(start, &mut cm, &mut qps, UCMA_CONNS, EventKind::Disconnected);
+    await_each(start, &mut cm, &mut qps, UCMA_CONNS - gone.len(), EventKind::Disconnected);
     assert!(qps.iter().all(|q| q.state() == QpState::Error));
     let (ok, out) = finish(server, "ucmatose (server)");
     assert!(ok && out.contains("data transfers complete"), "ucmatose failed");
@@ -828,6 +933,7 @@ fn on_wire_ucmatose_client_opens_four_connections_to_cm_listener() {
     }
     for qp in qps.iter_mut() {
         ucma_sends(qp, &src);
+        wait_send(qp, UCMA_COUNT as u64 - 1, WcOpcode::Send, UCMA_SIZE);
     }
     for (i, qp) in qps.iter_mut().enumerate() {
         ucma_await_recvs(qp, i);
