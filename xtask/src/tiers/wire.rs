@@ -140,6 +140,45 @@ fn build_cm_writev() -> Result<PathBuf, String> {
     }
 }
 
+/// The README's walkthrough as written: `rping -s` on rxe, `cm_rping` (rping's client on the
+/// mlx5 driver, `examples/src/bin/cm_rping.rs`) on our end of the wire.
+const CM_RPING_WALKTHROUGH: &str = r#"
+ip -n peer neigh replace 10.3.0.1 lladdr 02:4d:4c:35:00:02 dev wp nud permanent
+ip netns exec peer timeout 60 rping -s -a 10.3.0.2 -v -V -C 10 > /t/rping-s.out 2>&1 &
+timeout 60 /t/cm_rping wm 10.3.0.1 10.3.0.2 $(ip -n peer -br link show wp | awk '{print $3}') 10 64
+c=$?
+wait $!
+s=$?
+cat /t/rping-s.out
+echo "XTASK-WIRE-CM-RPING client=$c server=$s pings=$(grep -c '^server ping data: rdma-ping-' /t/rping-s.out)"
+"#;
+
+/// Build the `cm_rping` example; returns the binary.
+fn build_cm_rping() -> Result<PathBuf, String> {
+    let out = util::cargo()
+        .args(["build", "--release", "--message-format=json-render-diagnostics"])
+        .args(["-p", "rdma-pmd-examples", "--no-default-features", "--bin", "cm_rping"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !out.status.success() {
+        return Err("building cm_rping failed".into());
+    }
+    rxe::executable_of(&String::from_utf8_lossy(&out.stdout), "cm_rping")
+        .ok_or_else(|| "cargo reported no cm_rping executable".into())
+}
+
+/// The walkthrough's verdict: (passed, failed).
+fn cm_rping_walkthrough(out: &str) -> (u32, u32) {
+    match out.lines().find(|l| l.starts_with("XTASK-WIRE-CM-RPING ")) {
+        Some(l) if l.ends_with("client=0 server=0 pings=10") => (1, 0),
+        l => {
+            eprintln!("xtask: wire: the README's rping walkthrough failed: {l:?}");
+            (0, 1)
+        }
+    }
+}
+
 /// The self-check's verdict: (passed, failed).
 fn cm_self_check(out: &str) -> (u32, u32) {
     match out.lines().find(|l| l.starts_with("XTASK-WIRE-CM-SELF ")) {
@@ -157,7 +196,10 @@ fn cm_self_check(out: &str) -> (u32, u32) {
 
 /// `script` with the CM tests run after the driver's, before the pcaps are printed.
 fn with_cm_tests(script: String) -> String {
-    let cm = format!("{CM_WRITEV_SELF_CHECK}{}", rxe::per_test_script("/t/wire-cm-tests", ""));
+    let cm = format!(
+        "{CM_WRITEV_SELF_CHECK}{}{CM_RPING_WALKTHROUGH}",
+        rxe::per_test_script("/t/wire-cm-tests", "")
+    );
     match script.rfind(DUMP_PCAPS) {
         Some(i) => format!("{}{cm}{}", &script[..i], &script[i..]),
         None => format!("{script}{cm}"),
@@ -323,6 +365,13 @@ pub fn run() -> Outcome {
             return Outcome::check(false);
         }
     };
+    let cm_rping = match build_cm_rping() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xtask: wire: {e}");
+            return Outcome::check(false);
+        }
+    };
     let script = format!(
         "{NET_SETUP}\n{C_PEER_SELF_CHECK}\n{TEST_ENV}\n{}{}{DUMP_PCAPS}",
         rxe::per_test_script("/t/wire-model-tests", ""),
@@ -335,6 +384,7 @@ pub fn run() -> Outcome {
         GuestFile::dynamic(&peer, "/t/wire_peer"),
         GuestFile::dynamic(&bins[2], "/t/wire-cm-tests"),
         GuestFile::dynamic(&cm_writev, "/t/cm_writev"),
+        GuestFile::dynamic(&cm_rping, "/t/cm_rping"),
     ];
     let g = rxe::guest_without_net("wire", files, script);
     let serial = match g.boot(Duration::from_secs(900)) {
@@ -356,8 +406,9 @@ pub fn run() -> Outcome {
             failed += 1;
         }
     }
-    let (p, f) = cm_self_check(out);
-    (passed, failed) = (passed + p, failed + f);
+    for (p, f) in [cm_self_check(out), cm_rping_walkthrough(out)] {
+        (passed, failed) = (passed + p, failed + f);
+    }
     if self_checks.len() != 2 {
         eprintln!("xtask: wire: the C peer's self-check did not run");
         failed += 1;
