@@ -6,10 +6,10 @@
 //! each peer checks its own (`rping -V`, exit codes, what it prints). Run by xtask's `wire`
 //! tier (see `xtask/src/tiers/wire.rs`); ignored elsewhere. Each test saves a pcap of our end.
 //!
-//! Neighbours: the peer's rdma_cm resolves our MAC by ARP, so its namespace gets our MAC as a
-//! static neighbour, and our CM learns the peer's MAC from a hand-filled table
-//! (`GsiPort::add_neighbour`). Both are set in one place, [`neighbours`]; with the driver's
-//! ARP (`Mlx5::eth_port`) they become `EthPort::resolve` there and answering ARP in [`pump`].
+//! Neighbours: by ARP both ways. The peer's rdma_cm resolves our MAC by ARP, which the
+//! driver's Ethernet port answers (`Mlx5::eth_port`, polled whenever the CM polls its port:
+//! `ArpGsiPort`); our CM resolves the peer's MAC by ARP before it connects, and learns a
+//! requester's from the ARP request that precedes its REQ ([`arp_port`], [`resolve_peer`]).
 
 mod common;
 
@@ -27,10 +27,11 @@ use rdma_pmd::{
     Completion, DestBuf, Errno, Gid, Mac, Post, RecvQueue, SendFlags, SendQueue, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
-use rdma_pmd_mlx5::cm::{GsiPort, RX_SLOT};
+use rdma_pmd_hal::StdClock;
+use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, RX_SLOT};
 use rdma_pmd_mlx5::control::fw::FwControl;
 use rdma_pmd_mlx5::control::Access;
-use rdma_pmd_mlx5::{Qp, QpConfig, QpState, SharedDma};
+use rdma_pmd_mlx5::{EthConfig, Qp, QpConfig, QpState, Region, SharedDma};
 use rdma_pmd_mlx5_model::peers::guest::{env, ip, netns, peer_mac, spawn_in_peer, PATIENCE};
 use rdma_pmd_mlx5_model::roce::port::PacketSocket;
 use rdma_pmd_mlx5_model::roce::PcapTap;
@@ -38,7 +39,7 @@ use rdma_pmd_mlx5_model::{Gid as ModelGid, Model, ModelConfig};
 
 type D = SharedDma<Arc<HeapDma>>;
 type C = FwControl<'static, 'static>;
-type Port<'r> = GsiPort<'r, MemBar, D, C>;
+type Port<'r> = ArpGsiPort<'r, 'r, MemBar, D, C, StdClock>;
 type TCm<'r> = Cm<Port<'r>, 8>;
 type RcQp<'r> = Qp<'r, MemBar, D, C, 64, 16, 4>;
 
@@ -84,23 +85,25 @@ fn driver(model: &Model) -> Dev {
     dev
 }
 
-/// Set `ip` → `mac` as a permanent neighbour of the peer's `wp`.
-fn peer_neighbour(ip: Ipv4Addr, mac: Mac) {
-    let m: Vec<String> = mac.0.iter().map(|b| format!("{b:02x}")).collect();
-    let st = Command::new("ip")
-        .args(["-n", &netns(), "neigh", "replace", &ip.to_string(), "lladdr", &m.join(":")])
-        .args(["dev", "wp", "nud", "permanent"])
-        .status()
-        .unwrap();
-    assert!(st.success(), "ip neigh replace");
+/// Our QP1 with the driver's ARP for neighbours: the GSI port and the Ethernet port answering
+/// for our address. The peer's kernel forgets any neighbour entry it has for us, so that it
+/// resolves our MAC by ARP again (earlier tests of the tier may have left a permanent one).
+fn arp_port<'r, 'd: 'r>(dev: &'d Dev, rx: &'r mut Region<'d, MemBar, D, C>) -> Port<'r> {
+    let _ = Command::new("ip")
+        .args(["-n", &netns(), "neigh", "del", &ours().to_string(), "dev", "wp"])
+        .stderr(std::process::Stdio::null())
+        .status();
+    let gsi = GsiPort::new(dev, rx, 1).unwrap();
+    let mut eth = dev.eth_port(&EthConfig::default()).expect("the Ethernet port");
+    eth.add_address(ours()).unwrap();
+    ArpGsiPort::new(gsi, eth, StdClock::default())
 }
 
-/// Both directions of address resolution: our MAC for the peer's kernel, the peer's for our
-/// CM. The one place to change for the driver's ARP (see the module docs).
-fn neighbours(port: &mut Port<'_>) -> Mac {
-    peer_neighbour(ours(), OUR_MAC);
-    let mac = peer_mac("wp");
-    port.add_neighbour(Gid::from_ipv4(theirs().octets()), mac).unwrap();
+/// The peer's MAC by ARP (the active side resolves before it connects), checked against its
+/// interface.
+fn resolve_peer(port: &mut Port<'_>) -> Mac {
+    let mac = port.resolve_ipv4(theirs()).expect("the peer's MAC by ARP");
+    assert_eq!(mac, peer_mac("wp"));
     mac
 }
 
@@ -314,8 +317,8 @@ fn on_wire_cm_client_pings_rping_server_and_disconnects() {
     let model = model_on_wire("rping_server");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    let mac = neighbours(&mut port);
+    let mut port = arp_port(&dev, &mut rx);
+    let mac = resolve_peer(&mut port);
     let (count, size) = (RPING_COUNT.to_string(), RPING_SIZE.to_string());
     let server = spawn_in_peer(&[
         "rping",
@@ -396,8 +399,7 @@ fn rping_server_side(name: &str, delay_accept: bool) {
     let model = model_on_wire(name);
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    neighbours(&mut port);
+    let port = arp_port(&dev, &mut rx);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 2)).unwrap();
     cm.listen(RPING_PORT).unwrap();
     let mut rd = dev.reg(RPING_SIZE, Access::LOCAL_WRITE).unwrap();
@@ -503,8 +505,8 @@ fn on_wire_cm_client_talks_to_rdma_server_which_disconnects() {
     let model = model_on_wire("rdma_server");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    let mac = neighbours(&mut port);
+    let mut port = arp_port(&dev, &mut rx);
+    let mac = resolve_peer(&mut port);
     let server = spawn_in_peer(&["rdma_server", "-s", &theirs().to_string()]);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 5)).unwrap();
     let send = dev.reg(16, Access::LOCAL_WRITE).unwrap();
@@ -539,8 +541,7 @@ fn on_wire_rdma_client_talks_to_cm_listener_and_both_disconnect() {
     let model = model_on_wire("rdma_client");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    neighbours(&mut port);
+    let port = arp_port(&dev, &mut rx);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 6)).unwrap();
     cm.listen(RDMA_SERVER_PORT).unwrap();
     let send = dev.reg(16, Access::LOCAL_WRITE).unwrap();
@@ -580,8 +581,7 @@ fn on_wire_rdma_client_is_rejected_by_cm_listener() {
     let model = model_on_wire("rdma_client_rejected");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    neighbours(&mut port);
+    let port = arp_port(&dev, &mut rx);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 11)).unwrap();
     cm.listen(RDMA_SERVER_PORT).unwrap();
     let client = spawn_in_peer(&["rdma_client", "-s", &ours().to_string()]);
@@ -646,8 +646,8 @@ fn on_wire_cm_client_writev_into_cm_writev_server() {
     let model = model_on_wire("cm_writev_server");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    let mac = neighbours(&mut port);
+    let mut port = arp_port(&dev, &mut rx);
+    let mac = resolve_peer(&mut port);
     let seed = 13u32;
     let (port_s, seed_s) = (PORT.to_string(), seed.to_string());
     let server =
@@ -704,8 +704,7 @@ fn on_wire_cm_writev_client_writes_into_cm_listener() {
     let model = model_on_wire("cm_writev_client");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    neighbours(&mut port);
+    let port = arp_port(&dev, &mut rx);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 8)).unwrap();
     cm.listen(PORT).unwrap();
     let seed = 14u32;
@@ -825,8 +824,8 @@ fn on_wire_cm_client_opens_four_connections_to_ucmatose_server() {
     let model = model_on_wire("ucmatose_server");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    let mac = neighbours(&mut port);
+    let mut port = arp_port(&dev, &mut rx);
+    let mac = resolve_peer(&mut port);
     let (n, count, size) = (UCMA_CONNS.to_string(), UCMA_COUNT.to_string(), UCMA_SIZE.to_string());
     let server = spawn_in_peer(&[
         "ucmatose",
@@ -856,15 +855,36 @@ fn on_wire_cm_client_opens_four_connections_to_ucmatose_server() {
     for (i, qp) in qps.iter_mut().enumerate() {
         ucma_await_recvs(qp, i);
     }
-    // Our replies, each connection's last one as the last message before the peer's DREQ.
-    let mut gone = Vec::new();
-    for (id, qp) in ids.iter().zip(qps.iter_mut()) {
+    // Our replies. Each connection's last one is the last message before the server's DREQs
+    // (it disconnects them all once every reply came): as in `last_send`, it may be
+    // delivered yet never acknowledged, and then completes in error, with the DREQ.
+    for qp in qps.iter_mut() {
         ucma_sends(qp, &src);
-        if last_send(start, &mut cm, qp, *id, UCMA_COUNT as u64 - 1) {
-            gone.push(*id);
-        }
     }
-    await_each(start, &mut cm, &mut qps, UCMA_CONNS - gone.len(), EventKind::Disconnected);
+    let (mut last, mut gone) = (vec![None; UCMA_CONNS], Vec::new());
+    let t0 = Instant::now();
+    while last.iter().any(Option::is_none) || gone.len() < UCMA_CONNS {
+        if let Some(e) = cm.poll(clock(start), &mut qps[..]) {
+            assert_eq!(e.kind, EventKind::Disconnected, "{e:?}");
+            assert!(ids.contains(&e.id) && !gone.contains(&e.id), "{e:?}");
+            gone.push(e.id);
+        }
+        for (l, qp) in last.iter_mut().zip(qps.iter_mut()).filter(|(l, _)| l.is_none()) {
+            let mut out = [Completion::default(); 1];
+            if qp.poll(&mut out).unwrap() == 1 {
+                assert_eq!(out[0].wr_id, UCMA_COUNT as u64 - 1, "{:?}", out[0]);
+                *l = Some(out[0].status);
+            }
+        }
+        assert!(t0.elapsed() < WAIT, "last replies {last:?}, {} disconnected", gone.len());
+    }
+    for (i, s) in last.iter().enumerate() {
+        let s = s.expect("completed");
+        assert!(
+            s == WcStatus::Success || matches!(s, WcStatus::WrFlushErr | WcStatus::RetryExcErr),
+            "connection {i}: {s:?}"
+        );
+    }
     assert!(qps.iter().all(|q| q.state() == QpState::Error));
     let (ok, out) = finish(server, "ucmatose (server)");
     assert!(ok && out.contains("data transfers complete"), "ucmatose failed");
@@ -882,8 +902,7 @@ fn on_wire_ucmatose_client_opens_four_connections_to_cm_listener() {
     let model = model_on_wire("ucmatose_client");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    neighbours(&mut port);
+    let port = arp_port(&dev, &mut rx);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 10)).unwrap();
     cm.listen(RDMA_SERVER_PORT).unwrap();
     let src = dev.reg(UCMA_COUNT * UCMA_SIZE, Access::LOCAL_WRITE).unwrap();
@@ -960,8 +979,8 @@ fn on_wire_cm_connect_to_a_port_nobody_listens_on_is_refused() {
     let model = model_on_wire("refused");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
-    let mac = neighbours(&mut port);
+    let mut port = arp_port(&dev, &mut rx);
+    let mac = resolve_peer(&mut port);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 3)).unwrap();
     let start = Instant::now();
     let mut qp: RcQp = dev.create_qp(&QpConfig::default()).unwrap();
@@ -983,10 +1002,10 @@ fn on_wire_cm_connect_to_an_address_that_never_answers_times_out_within_the_boun
     let model = model_on_wire("unreachable");
     let dev = driver(&model);
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut port: Port = GsiPort::new(&dev, &mut rx, 1).unwrap();
+    let mut port = arp_port(&dev, &mut rx);
     let ghost = Ipv4Addr::new(10, 3, 0, 99);
     let hole = Mac([0x02, 0x00, 0x00, 0xde, 0xad, 0x99]);
-    port.add_neighbour(Gid::from_ipv4(ghost.octets()), hole).unwrap();
+    port.gsi_mut().add_neighbour(Gid::from_ipv4(ghost.octets()), hole).unwrap();
     // 2 × 2^(10-8) + 2^(16-8) = 264 ms a try, 3 tries.
     let short = CmConfig {
         cm_response_timeout: 16,

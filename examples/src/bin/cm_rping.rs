@@ -1,9 +1,10 @@
-//! `cm_rping IF OUR_IP PEER_IP PEER_MAC [COUNT [SIZE]]`: rping's client on the mlx5 driver,
-//! connecting through the connection manager to a Linux host's `rping -s -a PEER_IP -V`.
+//! `cm_rping IF OUR_IP PEER_IP [COUNT [SIZE]]`: rping's client on the mlx5 driver, connecting
+//! through the connection manager to a Linux host's `rping -s -a PEER_IP -V`.
 //!
 //! The driver runs on the device model, whose port is an `AF_PACKET` socket on interface `IF`
-//! (root, or `CAP_NET_RAW`): the model owns `OUR_IP` with MAC 02:4d:4c:35:00:02, which the
-//! host must reach (a static neighbour: this program answers no ARP). The protocol is rping's
+//! (root, or `CAP_NET_RAW`): the model owns `OUR_IP` with MAC 02:4d:4c:35:00:02. Neighbours
+//! by ARP both ways: the driver's Ethernet port answers the host's requests for `OUR_IP` and
+//! resolves `PEER_IP` (`ArpGsiPort`). The protocol is rping's
 //! (`librdmacm/examples/rping.c`): per ping, SEND {be64 addr, be32 rkey, be32 size} of the
 //! start buffer (the server READs it), wait for the go-ahead, SEND the sink's (the server
 //! WRITEs the data back), wait, compare; then disconnect. See the README's walkthrough; the
@@ -19,11 +20,11 @@ use rdma_pmd::cm::{Cm, CmConfig, ConnectParams, Event, EventKind, Micros, QpPara
 use rdma_pmd::{Completion, Gid, Mac, Post, RecvQueue, SendFlags, SendQueue, WcStatus};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::StdClock;
-use rdma_pmd_mlx5::cm::{GsiPort, RX_SLOT};
+use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, RX_SLOT};
 use rdma_pmd_mlx5::control::bringup::{bitmap_words, Hca, HcaConfig, PagePool};
 use rdma_pmd_mlx5::control::fw::FwControl;
 use rdma_pmd_mlx5::control::Access;
-use rdma_pmd_mlx5::{Mlx5, QpConfig, SharedDma};
+use rdma_pmd_mlx5::{EthConfig, Mlx5, QpConfig, SharedDma};
 use rdma_pmd_mlx5_model::fw::{Firmware, FwConfig};
 use rdma_pmd_mlx5_model::roce::port::PacketSocket;
 use rdma_pmd_mlx5_model::{Gid as ModelGid, Model, ModelConfig};
@@ -68,34 +69,24 @@ fn rping_msg(n: u32, size: usize) -> Vec<u8> {
     v
 }
 
-fn parse_mac(s: &str) -> Option<Mac> {
-    let mut m = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in m.iter_mut() {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(Mac(m))
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: cm_rping IF OUR_IP PEER_IP PEER_MAC [COUNT [SIZE]]";
+    let usage = "usage: cm_rping IF OUR_IP PEER_IP [COUNT [SIZE]]";
     let parsed = (|| {
         let ip = |s: &String| s.parse::<Ipv4Addr>().ok();
         Some((
             args.first()?.clone(),
             ip(args.get(1)?)?,
             ip(args.get(2)?)?,
-            parse_mac(args.get(3)?)?,
-            args.get(4).map_or(Some(10), |s| s.parse().ok())?,
-            args.get(5).map_or(Some(64), |s| s.parse().ok()).filter(|&n: &usize| n >= 26)?,
+            args.get(3).map_or(Some(10), |s| s.parse().ok())?,
+            args.get(4).map_or(Some(64), |s| s.parse().ok()).filter(|&n: &usize| n >= 26)?,
         ))
     })();
-    let Some((ifname, ours, theirs, peer_mac, count, size)) = parsed else {
+    let Some((ifname, ours, theirs, count, size)) = parsed else {
         eprintln!("{usage}");
         return ExitCode::FAILURE;
     };
-    match run(&ifname, ours, theirs, peer_mac, count, size) {
+    match run(&ifname, ours, theirs, count, size) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cm_rping: {e}");
@@ -108,7 +99,6 @@ fn run(
     ifname: &str,
     ours: Ipv4Addr,
     theirs: Ipv4Addr,
-    peer_mac: Mac,
     count: u32,
     size: usize,
 ) -> Result<(), String> {
@@ -121,10 +111,14 @@ fn run(
     dev.set_gid(0, IpAddr::V4(ours)).map_err(e)?;
     let (our_gid, peer_gid) = (Gid::from_ipv4(ours.octets()), Gid::from_ipv4(theirs.octets()));
 
-    // QP1 for the MADs, the peer in its neighbour table, the CM.
+    // QP1 for the MADs, the Ethernet port for ARP, the CM; the peer's MAC by ARP.
     let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).map_err(e)?;
-    let mut port: GsiPort<_, _, _> = GsiPort::new(&dev, &mut rx, 1).map_err(e)?;
-    port.add_neighbour(peer_gid, peer_mac).map_err(e)?;
+    let gsi: GsiPort<_, _, _> = GsiPort::new(&dev, &mut rx, 1).map_err(e)?;
+    let mut eth = dev.eth_port(&EthConfig::default()).map_err(e)?;
+    eth.add_address(ours).map_err(e)?;
+    let mut port = ArpGsiPort::new(gsi, eth, StdClock::default());
+    let peer_mac = port.resolve_ipv4(theirs).map_err(e)?;
+    println!("cm_rping: {theirs} is at {peer_mac:?}");
     let mut cm: Cm<_, 2> = Cm::new(port, CmConfig::new(0x024d_4cff_fe35_0002, 1)).map_err(e)?;
 
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;

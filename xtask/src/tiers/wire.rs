@@ -143,9 +143,9 @@ fn build_cm_writev() -> Result<PathBuf, String> {
 /// The README's walkthrough as written: `rping -s` on rxe, `cm_rping` (rping's client on the
 /// mlx5 driver, `examples/src/bin/cm_rping.rs`) on our end of the wire.
 const CM_RPING_WALKTHROUGH: &str = r#"
-ip -n peer neigh replace 10.3.0.1 lladdr 02:4d:4c:35:00:02 dev wp nud permanent
+ip -n peer neigh del 10.3.0.1 dev wp 2>/dev/null
 ip netns exec peer timeout 60 rping -s -a 10.3.0.2 -v -V -C 10 > /t/rping-s.out 2>&1 &
-timeout 60 /t/cm_rping wm 10.3.0.1 10.3.0.2 $(ip -n peer -br link show wp | awk '{print $3}') 10 64
+timeout 60 /t/cm_rping wm 10.3.0.1 10.3.0.2 10 64
 c=$?
 wait $!
 s=$?
