@@ -201,7 +201,9 @@ impl<M: Mmio, D: Dma, C: Control, const RQ: usize> MadPort for GsiPort<'_, M, D,
 /// it does not know (a MAD that needed it is not answered; the peer sends it again).
 ///
 /// The active side resolves its peer before [`rdma_pmd::cm::Cm::connect`] with
-/// [`ArpGsiPort::resolve_ipv4`], a bounded wait.
+/// [`ArpGsiPort::resolve_ipv4`], a bounded wait. Keep polling the CM while connections run:
+/// a peer's kernel probes our MAC again once its entry goes stale (by unicast ARP, seconds
+/// apart), and drops its traffic to us if nobody answers.
 pub struct ArpGsiPort<'r, 'd, M: Mmio, D: Dma, C: Control, K: Clock, const RQ: usize = 16> {
     gsi: GsiPort<'r, M, D, C, RQ>,
     eth: EthPort<'d, M, D, C>,

@@ -287,6 +287,21 @@ fn rping_msg(n: u32, size: usize) -> Vec<u8> {
     v
 }
 
+/// rping's exit: as [`finish`], except that the race rdma-core fixed in rping in 2025
+/// (linux-rdma/rdma-core#1622, "rping: Fix spurious failure return codes": its CM thread
+/// calls `rdma_get_cm_event` again after the last event, on a channel the main thread is
+/// destroying, and exits with a failure) counts as the success it was. The guest's rping
+/// predates the fix.
+fn rping_finish(child: Child, what: &str) -> (bool, String) {
+    let (ok, out) = finish(child, what);
+    let raced = out.lines().any(|l| l == "rdma_get_cm_event: Bad file descriptor");
+    if !ok && raced {
+        eprintln!("{what}: its teardown race (rdma-core#1622); the test had finished");
+        return (true, out);
+    }
+    (ok, out)
+}
+
 /// rping's advertisement: {be64 addr, be32 rkey, be32 size}.
 fn rping_adv(addr: u64, rkey: u32, size: u32) -> [u8; 16] {
     let mut a = [0u8; 16];
@@ -360,10 +375,12 @@ fn on_wire_cm_client_pings_rping_server_and_disconnects() {
         sink.read(0, &mut got).unwrap();
         assert!(got == msg, "ping {n}: the server wrote back what it read");
     }
+    // rping -s never disconnects first: nothing may have come from its CM meanwhile.
+    assert_eq!(cm.poll(clock(start), std::slice::from_mut(&mut qp)), None, "{:?}", cm.stats());
     cm.disconnect(id, &mut qp, clock(start)).unwrap();
     let e = pump(start, &mut cm, std::slice::from_mut(&mut qp));
     assert_eq!(e, Event { id, kind: EventKind::Disconnected });
-    let (ok, out) = finish(server, "rping -s");
+    let (ok, out) = rping_finish(server, "rping -s");
     if !ok {
         dmesg_tail();
     }
@@ -482,7 +499,7 @@ fn rping_server_side(name: &str, delay_accept: bool) {
         let e = pump(start, &mut cm, std::slice::from_mut(&mut qp));
         assert_eq!(e, Event { id, kind: EventKind::Disconnected }, "the client's DREQ");
     }
-    let (ok, out) = finish(client, "rping -c");
+    let (ok, out) = rping_finish(client, "rping -c");
     if !ok {
         dmesg_tail();
     }

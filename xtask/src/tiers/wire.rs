@@ -17,6 +17,11 @@
 //! as root), every frame must dissect with no malformed packet.
 //!
 //! Not run natively on a host with rxe: the tier needs a namespace and a veth pair it owns.
+//!
+//! Then the connection manager against the kernel's rdma_cm ([`CM_TESTS`]): the project's
+//! librdmacm program `examples/c/cm_writev.c` against itself in `sa`/`sb` first, the CM tests
+//! (`rping`, `rdma_server`/`rdma_client`, `ucmatose`, `cm_writev`, REJ, MRA, timeout), and the
+//! README's `cm_rping` walkthrough as written.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -150,6 +155,9 @@ c=$?
 wait $!
 s=$?
 cat /t/rping-s.out
+# rping's teardown race (rdma-core#1622, fixed after the guest's rping): a failure exit after
+# a finished run.
+[ $s -ne 0 ] && grep -qx 'rdma_get_cm_event: Bad file descriptor' /t/rping-s.out && s=0
 echo "XTASK-WIRE-CM-RPING client=$c server=$s pings=$(grep -c '^server ping data: rdma-ping-' /t/rping-s.out)"
 "#;
 
