@@ -55,7 +55,7 @@ fn open(model: &Model) -> Result<Dev, String> {
         .map_err(|e| format!("open: {e}"))
 }
 
-/// rping's ping `n` of `size` bytes: "rdma-ping-<n>: ", letters cycling from 'A' + n mod 58
+/// rping's ping `n` of `size` bytes: `"rdma-ping-<n>: "`, letters cycling from 'A' + n mod 58
 /// through 'A'..='z', a NUL last.
 fn rping_msg(n: u32, size: usize) -> Vec<u8> {
     let mut v = format!("rdma-ping-{n}: ").into_bytes();
