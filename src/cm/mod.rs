@@ -42,6 +42,14 @@
 //! connection it names is dropped and counted ([`CmStats`]). A MAD changes only the
 //! connection its communication IDs name.
 //!
+//! # Interop
+//!
+//! The `wire` tier (`drivers/mlx5/tests/wire_cm.rs`) runs this CM on the mlx5 driver against
+//! the Linux kernel's rdma_cm on rxe, with unmodified librdmacm programs in both roles:
+//! `rping`, `rdma_server`/`rdma_client`, `ucmatose` (four connections), and the project's
+//! `examples/c/cm_writev.c` (`rdma_post_writev`); REJ both ways, MRA, disconnects from either
+//! side, `ETIMEDOUT`. See `DESIGN.md`.
+//!
 //! # Limits
 //!
 //! RC over RoCE (v2, or any port where GIDs are IP addresses); `RDMA_PS_TCP` service IDs; no

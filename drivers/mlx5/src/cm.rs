@@ -5,7 +5,9 @@
 //! The GSI QP sends each MAD inline (256 bytes, no buffer to keep), signalled, reaping send
 //! completions as it goes; it receives into `RQ` slots of one region, each a 40-byte GRH and
 //! a MAD, reposted as soon as the MAD is copied out. The peer's MAC comes from a small
-//! neighbour table the application fills ([`GsiPort::add_neighbour`]): this driver has no ARP.
+//! neighbour table the application fills ([`GsiPort::add_neighbour`]), or from the port's
+//! ARP: [`ArpGsiPort`] pairs a `GsiPort` with the driver's [`EthPort`], answers ARP whenever
+//! the CM polls, and resolves from what ARP learned.
 //!
 //! ```
 //! use rdma_pmd::cm::{Cm, CmConfig};
@@ -29,10 +31,11 @@ use rdma_pmd::{
     Completion, DestBuf, Error, Gid, Mac, Pending, Post, QpNum, RecvQueue, Result, RoceAddr,
     SendFlags, SendQueue, Source, UdDest, WcStatus, GSI_QKEY,
 };
-use rdma_pmd_hal::{Dma, Mmio};
+use rdma_pmd_hal::{Clock, Dma, Mmio};
 
 use crate::control::{Access, Control, Path, Service};
 use crate::device::Mlx5;
+use crate::eth::EthPort;
 use crate::mr::Region;
 use crate::qp::{ConnectOpts, Qp, QpConfig, QpState};
 
@@ -188,6 +191,78 @@ impl<M: Mmio, D: Dma, C: Control, const RQ: usize> MadPort for GsiPort<'_, M, D,
 
     fn resolve(&mut self, gid: &Gid) -> Option<Mac> {
         self.neighbours.iter().flatten().find(|e| e.0 == *gid).map(|e| e.1)
+    }
+}
+
+/// A [`GsiPort`] whose neighbours come from the port's ARP ([`EthPort`], its clock `K`): each
+/// [`MadPort::recv_mad`] first takes the Ethernet port's frames (a peer's ARP request is
+/// answered, and its sender learned, before the peer's REQ arrives), and [`MadPort::resolve`]
+/// looks in the GSI port's own table, then in ARP's, sending an ARP request for an IPv4 GID
+/// it does not know (a MAD that needed it is not answered; the peer sends it again).
+///
+/// The active side resolves its peer before [`rdma_pmd::cm::Cm::connect`] with
+/// [`ArpGsiPort::resolve_ipv4`], a bounded wait. Keep polling the CM while connections run:
+/// a peer's kernel probes our MAC again once its entry goes stale (by unicast ARP, seconds
+/// apart), and drops its traffic to us if nobody answers.
+pub struct ArpGsiPort<'r, 'd, M: Mmio, D: Dma, C: Control, K: Clock, const RQ: usize = 16> {
+    gsi: GsiPort<'r, M, D, C, RQ>,
+    eth: EthPort<'d, M, D, C>,
+    clock: K,
+    /// Errors the Ethernet port returned while it was polled.
+    pub eth_errors: u64,
+}
+
+impl<'r, 'd, M: Mmio, D: Dma, C: Control, K: Clock, const RQ: usize>
+    ArpGsiPort<'r, 'd, M, D, C, K, RQ>
+{
+    /// Pair `gsi` with `eth` (which answers for our addresses: [`EthPort::add_address`]).
+    pub fn new(gsi: GsiPort<'r, M, D, C, RQ>, eth: EthPort<'d, M, D, C>, clock: K) -> Self {
+        ArpGsiPort { gsi, eth, clock, eth_errors: 0 }
+    }
+
+    /// The MAC of `ip` by ARP, polling the Ethernet port until the answer comes
+    /// ([`Error::Unreachable`] after the retries: [`EthPort::resolve`]).
+    pub fn resolve_ipv4(&mut self, ip: core::net::Ipv4Addr) -> Result<Mac> {
+        self.eth.resolve(ip, &self.clock)
+    }
+
+    /// The GSI port.
+    pub fn gsi_mut(&mut self) -> &mut GsiPort<'r, M, D, C, RQ> {
+        &mut self.gsi
+    }
+
+    /// The Ethernet port.
+    pub fn eth_mut(&mut self) -> &mut EthPort<'d, M, D, C> {
+        &mut self.eth
+    }
+}
+
+impl<M: Mmio, D: Dma, C: Control, K: Clock, const RQ: usize> MadPort
+    for ArpGsiPort<'_, '_, M, D, C, K, RQ>
+{
+    fn send_mad(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) -> Result<()> {
+        self.gsi.send_mad(to, mad)
+    }
+
+    fn recv_mad(&mut self, buf: &mut [u8; GRH_LEN + MAD_LEN]) -> Result<Option<usize>> {
+        if self.eth.poll_eth(self.clock.now_ns()).is_err() {
+            self.eth_errors += 1;
+        }
+        self.gsi.recv_mad(buf)
+    }
+
+    fn resolve(&mut self, gid: &Gid) -> Option<Mac> {
+        if let Some(m) = self.gsi.resolve(gid) {
+            return Some(m);
+        }
+        let ip = core::net::Ipv4Addr::from(gid.ipv4()?);
+        match self.eth.poll_resolve(ip, self.clock.now_ns()) {
+            Ok(m) => m,
+            Err(_) => {
+                self.eth_errors += 1;
+                None
+            }
+        }
     }
 }
 

@@ -387,3 +387,97 @@ fn junk_datagrams_to_qp1_are_counted_and_the_cm_keeps_working() {
     let mut qb: RcQp = d2.create_qp(&QpConfig::default()).unwrap();
     connect(start, &mut a, &h1, &mut qa, &mut b, &h2, &mut qb, &[]);
 }
+
+/// Neighbours by ARP instead of tables: two drivers on two models on one in-process hub, each
+/// CM over an `ArpGsiPort` (its GSI QP and the driver's Ethernet port). A resolves B by ARP
+/// and connects; B knows A's MAC from A's ARP request when A's REQ arrives; a SEND crosses.
+#[test]
+fn two_drivers_resolve_each_other_by_arp_and_connect_through_their_cms() {
+    use rdma_pmd_hal::StdClock;
+    use rdma_pmd_mlx5::cm::ArpGsiPort;
+    use rdma_pmd_mlx5::EthConfig;
+    use rdma_pmd_mlx5_model::roce::Hub;
+    use rdma_pmd_mlx5_model::Gid as ModelGid;
+    use std::net::Ipv4Addr;
+    let hub = Hub::new();
+    let on_hub = |mac: [u8; 6], ip: Ipv4Addr| {
+        let gids = vec![ModelGid { gid: Gid::from_ipv4(ip.octets()).0, mac }];
+        let cfg = ModelConfig { gids, ..ModelConfig::default() }.with_port(hub.port(Mac(mac)));
+        Model::with_config(cfg).unwrap()
+    };
+    let (ip1, ip2) = (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 2));
+    let (m1, m2) = (on_hub([2, 0x4d, 0x41, 0, 0, 1], ip1), on_hub([2, 0x4d, 0x42, 0, 0, 2], ip2));
+    let (d1, d2) = (open(&m1), open(&m2));
+    let (h1, h2) = (host(&m1, &d1), host(&m2, &d2));
+    let (mut rx1, mut rx2) = (
+        d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+    );
+    fn arp(dev: &Dev, ip: Ipv4Addr) -> rdma_pmd_mlx5::EthPort<'_, MemBar, D, C> {
+        let mut eth = dev.eth_port(&EthConfig::default()).unwrap();
+        eth.add_address(ip).unwrap();
+        eth
+    }
+    let p1 =
+        ArpGsiPort::new(Port::new(&d1, &mut rx1, 1).unwrap(), arp(&d1, ip1), StdClock::default());
+    let p2 =
+        ArpGsiPort::new(Port::new(&d2, &mut rx2, 1).unwrap(), arp(&d2, ip2), StdClock::default());
+    let mut a: Cm<_, 4> = Cm::new(p1, CmConfig::new(0x0002_c903_00a1_0001, 77)).unwrap();
+    let mut b: Cm<_, 4> = Cm::new(p2, CmConfig::new(0x0002_c903_00b2_0002, 88)).unwrap();
+    b.listen(PORT).unwrap();
+    // A's ARP request goes out; B's CM polls (its Ethernet port answers) until A has the reply.
+    use rdma_pmd_hal::Clock;
+    let clk = StdClock::default();
+    let t0 = Instant::now();
+    let mac = loop {
+        let eth = a.port_mut().eth_mut();
+        if let Some(m) = eth.poll_resolve(ip2, clk.now_ns()).unwrap() {
+            break m;
+        }
+        eth.poll_eth(clk.now_ns()).unwrap();
+        assert_eq!(b.poll(Micros(0), &mut [] as &mut [RcQp]), None);
+        assert!(t0.elapsed() < WAIT, "no ARP reply from B");
+    };
+    assert_eq!(mac, h2.mac);
+    let src = d1.reg(256, Access::LOCAL_WRITE).unwrap();
+    src.write(0, &pattern(3, 256)).unwrap();
+    let mut dst = d2.reg(256, Access::LOCAL_WRITE).unwrap();
+    let start = Instant::now();
+    let mut qa: RcQp = d1.create_qp(&QpConfig::default()).unwrap();
+    let mut qb: RcQp = d2.create_qp(&QpConfig::default()).unwrap();
+    let ida = a.connect(&mut qa, &params(&h1, &h2, PORT, b"by ARP"), clock(start)).unwrap();
+    let t0 = Instant::now();
+    let idb = loop {
+        assert_eq!(a.poll(clock(start), std::slice::from_mut(&mut qa)), None);
+        if let Some(e) = b.poll(clock(start), &mut [] as &mut [RcQp]) {
+            assert_eq!(e.kind, EventKind::ConnectRequest, "{e:?}");
+            break e.id;
+        }
+        assert!(t0.elapsed() < WAIT, "no REQ at B: {:?}", b.stats());
+    };
+    assert_eq!(b.stats().unresolved, 0, "B learned A from its ARP request");
+    b.accept(idb, &mut qb, &AcceptParams::default(), clock(start)).unwrap();
+    let (mut up_a, mut up_b) = (false, false);
+    while !(up_a && up_b) {
+        if let Some(e) = a.poll(clock(start), std::slice::from_mut(&mut qa)) {
+            assert_eq!(e, Event { id: ida, kind: EventKind::Established });
+            up_a = true;
+        }
+        if let Some(e) = b.poll(clock(start), std::slice::from_mut(&mut qb)) {
+            assert_eq!(e, Event { id: idb, kind: EventKind::Established });
+            up_b = true;
+        }
+        assert!(t0.elapsed() < WAIT, "not established");
+    }
+    let p = qb.post_recv(1, dst.dest().unwrap()).unwrap();
+    qa.post_send(2, src.slice(0, 256).unwrap(), SIG).unwrap();
+    assert!(wait(&mut qa, 1)[0].status.is_ok());
+    assert_eq!(wait_recv(&mut qb).byte_len, 256);
+    let buf = p.reclaim(&qb).unwrap();
+    let mut got = vec![0u8; 256];
+    buf.read(0, &mut got).unwrap();
+    assert_eq!(got, pattern(3, 256));
+    assert_eq!((a.port_mut().eth_errors, b.port_mut().eth_errors), (0, 0));
+    clean(&m1);
+    clean(&m2);
+}

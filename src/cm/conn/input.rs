@@ -153,8 +153,8 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         let (Some(mad_mac), Some(path_mac)) =
             (self.port.resolve(&src), self.port.resolve(&peer_gid))
         else {
-            // cm_req_handler: no address vector for the requester, REJ invalid GID.
-            self.stats.unresolved += 1;
+            // cm_req_handler: no address vector for the requester, REJ invalid GID (which
+            // counts the REQ as unresolved if the REJ cannot go out either).
             self.issue_rej(mad, src, RejReason::InvalidGid, MsgResponse::Req);
             return;
         };

@@ -611,6 +611,31 @@ fn requests_b_cannot_take_are_rejected_with_the_reasons_cm_c_and_cma_c_give() {
 }
 
 #[test]
+fn a_request_whose_path_is_unknown_is_rejected_and_one_from_an_unknown_source_goes_unanswered() {
+    let (net, _a, mut b) = pair();
+    b.listen(PORT).unwrap();
+    let ghost = Gid::from_ipv4([10, 0, 0, 77]);
+    // From A (resolvable), for a path to a GID nobody resolves: REJ, invalid GID.
+    req_to_b(&net, |r| r.set_primary_local_gid(&ghost.0));
+    let sent = net.borrow().log.len();
+    assert_eq!(b.poll(Micros(0), &mut [] as &mut [FakeQp]), None);
+    assert_eq!(net.borrow().log.len(), sent + 1);
+    let last = net.borrow().log.last().unwrap().mad;
+    let rej = Rej::new_checked(&last[..]).unwrap();
+    assert_eq!(RejReason::from(rej.reason()), RejReason::InvalidGid);
+    assert_eq!(b.stats().unresolved, 0, "answered");
+    // From a source nobody resolves: no answer can go out (the requester tries again, by
+    // when ARP may know it), counted once.
+    req_to_b(&net, |r| r.set_primary_local_gid(&ghost.0));
+    net.borrow_mut().inbox[1].back_mut().unwrap().from = ghost;
+    let sent = net.borrow().log.len();
+    assert_eq!(b.poll(Micros(0), &mut [] as &mut [FakeQp]), None);
+    assert_eq!(net.borrow().log.len(), sent, "nothing sent");
+    assert_eq!(b.stats().unresolved, 1);
+    assert_eq!(b.live(), 0);
+}
+
+#[test]
 fn a_full_table_drops_the_request_for_the_requester_to_retry() {
     let net: Shared = Rc::new(RefCell::new(Net::default()));
     let mut a: Cm<Port, 4, 8> = Cm::new(host(&net, 1), CmConfig::new(0xa1, 1)).unwrap();
