@@ -384,3 +384,105 @@ fn the_connection_manager_allocates_nothing() {
     assert_eq!(n, 0, "allocations in the connection manager");
     assert_eq!(a.stats().malformed + b.stats().malformed, 0);
 }
+
+/// The same with neighbours by ARP: two drivers on one in-process hub, each CM over an
+/// `ArpGsiPort`. The resolution (request, reply, the table), the Ethernet port's polling
+/// inside the CM's, and a connection made and closed run with nothing allocated.
+#[test]
+fn arp_resolution_and_the_cm_over_it_allocate_nothing() {
+    use rdma_pmd::cm::{AcceptParams, Cm, CmConfig, ConnectParams, EventKind, Micros, QpParams};
+    use rdma_pmd::{Gid, Mac};
+    use rdma_pmd_hal::{Clock, StdClock};
+    use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, RX_SLOT};
+    use rdma_pmd_mlx5::control::Access;
+    use rdma_pmd_mlx5::EthConfig;
+    use rdma_pmd_mlx5_model::roce::Hub;
+    use rdma_pmd_mlx5_model::{Gid as ModelGid, ModelConfig};
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+    let hub = Hub::new();
+    let on_hub = |mac: [u8; 6], ip: Ipv4Addr| {
+        let gids = vec![ModelGid { gid: Gid::from_ipv4(ip.octets()).0, mac }];
+        let cfg = ModelConfig { gids, ..ModelConfig::default() }.with_port(hub.port(Mac(mac)));
+        Model::with_config(cfg).unwrap()
+    };
+    let (ip1, ip2) = (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 2));
+    let (mac1, mac2) = ([2, 0x4d, 0x41, 0, 0, 1], [2, 0x4d, 0x42, 0, 0, 2]);
+    let (m1, m2) = (on_hub(mac1, ip1), on_hub(mac2, ip2));
+    let (d1, d2) = (open_with(&m1, DeviceSide), open_with(&m2, DeviceSide));
+    let mut rx1 = d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx2 = d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut e1 = d1.eth_port(&EthConfig::default()).unwrap();
+    let mut e2 = d2.eth_port(&EthConfig::default()).unwrap();
+    e1.add_address(ip1).unwrap();
+    e2.add_address(ip2).unwrap();
+    let clock = StdClock::default();
+    let p1 = ArpGsiPort::new(GsiPort::<_, _, _>::new(&d1, &mut rx1, 1).unwrap(), e1, clock);
+    let p2 = ArpGsiPort::new(GsiPort::<_, _, _>::new(&d2, &mut rx2, 1).unwrap(), e2, clock);
+    let mut a: Cm<_, 4> = Cm::new(p1, CmConfig::new(0xa1, 1)).unwrap();
+    let mut b: Cm<_, 4> = Cm::new(p2, CmConfig::new(0xb2, 2)).unwrap();
+    b.listen(7174).unwrap();
+    let mut qa = d1.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+    let mut qb = d2.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+    let start = std::time::Instant::now();
+    let now = || Micros(start.elapsed().as_micros() as u64);
+    let bound = std::time::Duration::from_secs(60);
+
+    let (mac, n) = counted(|| {
+        let mac = loop {
+            let eth = a.port_mut().eth_mut();
+            if let Some(m) = eth.poll_resolve(ip2, clock.now_ns()).unwrap() {
+                break m;
+            }
+            eth.poll_eth(clock.now_ns()).unwrap();
+            let _ = b.poll(now(), core::slice::from_mut(&mut qb));
+            assert!(start.elapsed() < bound, "no ARP reply");
+        };
+        let params = ConnectParams {
+            local: SocketAddr::new(IpAddr::V4(ip1), 40000),
+            remote: SocketAddr::new(IpAddr::V4(ip2), 7174),
+            local_gid: Gid::from_ipv4(ip1.octets()),
+            remote_gid: Gid::from_ipv4(ip2.octets()),
+            remote_mac: mac,
+            private_data: b"arp, no alloc",
+            qp: QpParams::default(),
+        };
+        let ida = a.connect(&mut qa, &params, now()).unwrap();
+        let idb = loop {
+            let _ = a.poll(now(), core::slice::from_mut(&mut qa));
+            if let Some(e) = b.poll(now(), core::slice::from_mut(&mut qb)) {
+                assert_eq!(e.kind, EventKind::ConnectRequest);
+                break e.id;
+            }
+            assert!(start.elapsed() < bound, "no request");
+        };
+        b.accept(idb, &mut qb, &AcceptParams::default(), now()).unwrap();
+        let (mut ua, mut ub) = (false, false);
+        while !(ua && ub) {
+            ua |= a
+                .poll(now(), core::slice::from_mut(&mut qa))
+                .is_some_and(|e| e.kind == EventKind::Established);
+            ub |= b
+                .poll(now(), core::slice::from_mut(&mut qb))
+                .is_some_and(|e| e.kind == EventKind::Established);
+            assert!(start.elapsed() < bound, "not established");
+        }
+        b.disconnect(idb, &mut qb, now()).unwrap();
+        let (mut da, mut db) = (false, false);
+        while !(da && db) {
+            da |= a
+                .poll(now(), core::slice::from_mut(&mut qa))
+                .is_some_and(|e| e.kind == EventKind::Disconnected);
+            db |= b
+                .poll(now(), core::slice::from_mut(&mut qb))
+                .is_some_and(|e| e.kind == EventKind::Disconnected);
+            assert!(start.elapsed() < bound, "not disconnected");
+        }
+        let _ = ida;
+        mac
+    });
+    assert_eq!(mac, Mac(mac2));
+    assert_eq!(n, 0, "allocations in ARP or the CM over it");
+    assert_eq!(b.stats().unresolved, 0, "B learned A from A's ARP request");
+    assert_eq!((a.port_mut().eth_errors, b.port_mut().eth_errors), (0, 0));
+}
