@@ -361,10 +361,43 @@ fn tshark() -> bool {
     util::have("tshark")
 }
 
-/// tshark's arguments for our captures: RPC-over-RDMA's heuristic dissector claims any RC
-/// SEND payload it likes (a 1-byte SEND makes it throw "Malformed Packet: RPCoRDMA"), and no
-/// peer here speaks it.
-const TSHARK_ARGS: &[&str] = &["--disable-protocol", "rpcordma"];
+/// tshark's arguments for our captures: no peer here speaks a protocol over RDMA, but
+/// tshark's InfiniBand dissector lets heuristic sub-dissectors claim any SEND payload (and
+/// CM private data) they like, and they throw "Malformed Packet" on ours: RPC-over-RDMA on a
+/// 1-byte SEND, and `eth_over_ib`, which reads a 1-2 byte payload and its zero pad as an
+/// EtherType and a reserved word and hands the rest to VLAN or LAPB. With every heuristic on
+/// InfiniBand payloads and CM private data off (the names `tshark -G heuristic-decodes`
+/// lists, as Debian 12's tshark 4.0 registers them), a payload is data.
+const TSHARK_ARGS: &[&str] = &[
+    "--disable-protocol",
+    "rpcordma",
+    "--disable-heuristic",
+    "eth_over_ib",
+    "--disable-heuristic",
+    "mellanox_eoib",
+    "--disable-heuristic",
+    "rpcrdma_infiniband",
+    "--disable-heuristic",
+    "fc_infiniband",
+    "--disable-heuristic",
+    "iser_infiniband",
+    "--disable-heuristic",
+    "iser_ib_private",
+    "--disable-heuristic",
+    "lnet_ib",
+    "--disable-heuristic",
+    "lnet_ib_cm_private",
+    "--disable-heuristic",
+    "nvme_rdma_cm_private",
+    "--disable-heuristic",
+    "sdp_infiniband",
+    "--disable-heuristic",
+    "sdp_ib_private",
+    "--disable-heuristic",
+    "smb_direct_infiniband",
+    "--disable-heuristic",
+    "smcr_infiniband",
+];
 
 /// Dissect one capture: true when every frame dissects and none is malformed, except the
 /// frames in `injected` (corrupted on purpose by the test's fault schedule), which are
