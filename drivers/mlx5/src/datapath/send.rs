@@ -83,7 +83,7 @@ use rdma_pmd::{
 use rdma_pmd_hal::{access, barrier, Dma, DmaBuf, Mmio};
 
 use crate::control::{Control, Uar};
-use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder, WqeShape, HEADER_DS};
+use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder, WqeShape};
 use crate::layout::codes::CqeOpcode;
 use crate::layout::codes::SendOpcode;
 use crate::layout::codes::SEND_WQE_BB;
@@ -519,16 +519,20 @@ impl<'r, const N: usize> SendRing<'r, N> {
     ) -> Result<()> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
-        let ds = match builder.emit_one_head(&mut self.sink.view(), at.pi, room, e, flags, head) {
+        // An empty element is not in the WQE: nothing reads it, so it counts no region. The
+        // region is counted on the builder's own test of the length.
+        let mut first = None;
+        let count = || {
+            if let Some(r) = region {
+                r.acquire()?;
+                first = Some(r);
+            }
+            Ok(())
+        };
+        let sink = &mut self.sink.view();
+        let ds = match builder.emit_one_with(sink, at.pi, room, e, flags, head, count) {
             Ok(ds) => ds,
             Err(err) => return Err(if at.open { err } else { Error::NotConnected }),
-        };
-        let first = match region {
-            Some(r) if e.length != 0 => {
-                r.acquire()?;
-                Some(r)
-            }
-            _ => None,
         };
         self.record(at, wr_id, first, Meta::new(ds, builder.signals(flags), at.stamp), 1);
         Ok(())
@@ -589,24 +593,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<()> {
-        let builder = at.builder;
-        let room = at.limit.wrapping_sub(at.pi) as u32;
-        if let Err(err) =
-            builder.emit_one(&mut self.sink.view(), at.pi, room, e, flags, remote, imm)
-        {
-            return Err(if at.open { err } else { Error::NotConnected });
+        if at.builder.is_datagram() {
+            return Err(if at.open {
+                Error::InvalidArgument("a datagram QP posts only sends")
+            } else {
+                Error::NotConnected
+            });
         }
-        // An empty element is not in the WQE: nothing reads it.
-        let first = match region {
-            Some(r) if e.length != 0 => {
-                r.acquire()?;
-                Some(r)
-            }
-            _ => None,
-        };
-        let ds = HEADER_DS as u8 + (e.length != 0) as u8;
-        self.record(at, wr_id, first, Meta::new(ds, builder.signals(flags), at.stamp), 1);
-        Ok(())
+        self.push_one_head(at, wr_id, e, region, flags, Head::Write { remote, imm })
     }
 
     /// [`push`](Self::push) of a request over registered buffers (a gather WRITE or SEND
@@ -840,7 +834,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
 
     /// Close the batch: the WQEs pushed at the cursor join the ring. Returns the last of them
     /// and how many there were, for the doorbell, or `None` if none was pushed.
-    #[inline]
+    #[inline(always)]
     pub fn commit(&mut self, at: SqCursor) -> Option<(Last, u32)> {
         let pushed = self.pushed(&at);
         // A cursor that is not this ring's live one (committed twice, or from another ring:
@@ -1193,7 +1187,9 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         self.sq.posted()
     }
 
-    #[inline]
+    // Always inlined: the cursor is a caller's local, which an out-of-line call would copy
+    // field by field to the stack to pass it.
+    #[inline(always)]
     unsafe fn commit(&mut self, at: SqCursor) {
         if let Some((last, nreq)) = self.sq.commit(at) {
             let ring = RingAt { buf: &self.mem.wq, off: self.sq_off, wqe_cnt: SQ as u32 };
