@@ -35,8 +35,8 @@
 //!   starts a *run*: an entry (region, ordinal of its first request) in a queue of `2N`.
 //!   Each request still [`acquire`](RegionUse::acquire)s its region at the push, so
 //!   [`RegionUse::in_flight`] counts requests as before, but retirement releases a run's
-//!   retired requests with one [`RegionUse::release_many`]: the work is per run passed, not
-//!   per WQE. The queue holds at most one run per live request plus the last one (which stays
+//!   retired requests with one [`Released::release_many`] (one atomic add: the queue may
+//!   live on another thread than the region): the work is per run passed, not per WQE. The queue holds at most one run per live request plus the last one (which stays
 //!   while later pushes may extend it), so `2N` entries always suffice.
 //! * **Further regions.** A request reading several regions queues the ones after its first
 //!   in a reference queue of `4N` entries, each tagged with the request's ordinal; retirement
@@ -77,8 +77,8 @@ use core::ptr;
 
 use rdma_pmd::post::SourceKind;
 use rdma_pmd::{
-    Caps, Completion, DestKind, DeviceFault, Error, QpNum, RegionUse, RemoteBuf, Result, SendFlags,
-    SendOp, SendQueue, SendRequest, Sge, WcOpcode, WcStatus,
+    Caps, Completion, DestKind, DeviceFault, Error, QpNum, RegionUse, Released, RemoteBuf, Result,
+    SendFlags, SendOp, SendQueue, SendRequest, Sge, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::{access, barrier, Dma, DmaBuf, Mmio};
 
@@ -210,8 +210,8 @@ impl Stamp {
 
 /// The key a run is told by: its region's address, 0 for requests that read none.
 #[inline(always)]
-fn run_key(r: Option<&RegionUse>) -> usize {
-    r.map_or(0, |r| r as *const RegionUse as usize)
+fn run_key(r: Option<&Released>) -> usize {
+    r.map_or(0, |r| r as *const Released as usize)
 }
 
 /// A CQE being turned into completions one WQE at a time: retire WQEs from `tail` up to
@@ -307,7 +307,7 @@ pub struct SendRing<'r, const N: usize> {
     meta: [Meta; N],
     /// The first region of each run of requests (`None` for requests that read none): a
     /// queue of `2N` entries indexed by free-running counters.
-    run_regions: [[Option<&'r RegionUse>; RUNS_PER_BB]; N],
+    run_regions: [[Option<&'r Released>; RUNS_PER_BB]; N],
     /// The ordinal of each run's first request.
     run_starts: [[u16; RUNS_PER_BB]; N],
     /// Next free run entry after the last commit.
@@ -318,7 +318,7 @@ pub struct SendRing<'r, const N: usize> {
     run_key: usize,
     /// The further region references of outstanding WQEs, in posting order: a queue of `4N`
     /// entries (`refs[i / 4][i % 4]`) indexed by free-running counters.
-    refs: [[Option<&'r RegionUse>; REFS_PER_BB]; N],
+    refs: [[Option<&'r Released>; REFS_PER_BB]; N],
     /// The ordinal of the request each reference entry belongs to.
     ref_ords: [[u16; REFS_PER_BB]; N],
     /// Next free reference entry after the last committed WQE.
@@ -525,7 +525,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let count = || {
             if let Some(r) = region {
                 r.acquire()?;
-                first = Some(r);
+                first = Some(r.released());
             }
             Ok(())
         };
@@ -642,7 +642,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 if first.is_none() {
                     first = Some(r);
                 } else {
-                    *entry(refs, head_ref) = Some(r);
+                    *entry(refs, head_ref) = Some(r.released());
                     *entry(ref_ords, head_ref) = ord;
                     head_ref = head_ref.wrapping_add(1);
                 }
@@ -665,7 +665,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         };
         at.ref_head = head_ref;
         let meta = Meta::new(shape.ds, builder.signals(req.flags), at.stamp);
-        self.record(at, req.wr_id, first, meta, shape.wqebbs as u16);
+        self.record(at, req.wr_id, first.map(RegionUse::released), meta, shape.wqebbs as u16);
         Ok(())
     }
 
@@ -714,7 +714,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         &mut self,
         at: &mut SqCursor,
         wr_id: u64,
-        first: Option<&'r RegionUse>,
+        first: Option<&'r Released>,
         meta: Meta,
         bbs: u16,
     ) {
@@ -746,7 +746,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             if let Some(r) = entry(&mut self.refs, from.wrapping_add(k)).take() {
                 // SAFETY: each queued entry answers one `acquire` of `push_gather`, and is
                 // taken out here, so it is released once.
-                unsafe { r.release() };
+                unsafe { r.release_many(1) };
             }
         }
     }
@@ -826,7 +826,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             if let Some(r) = entry(&mut self.refs, i).take() {
                 // SAFETY: each queued entry answers one `acquire` of `push_gather` for the
                 // request its tag names, which is retired now; taken out, it is released once.
-                unsafe { r.release() };
+                unsafe { r.release_many(1) };
             }
             self.ref_tail = i.wrapping_add(1);
         }
