@@ -27,6 +27,17 @@
 //! turns going first, round by round, so machine noise hits them alike; the figure per case is
 //! the median of the rounds' ns/WQE. The floor must be the fastest variant of every case: the
 //! bench says loudly where it is not (it never fails on timing).
+//!
+//! `--threads N` measures something else: the aggregate posting rate of 1 and of N threads,
+//! each with its own QP (created on the main thread and moved to its worker, as an
+//! application gives one queue pair to each worker core), its own UAR page and BlueFlame
+//! register, its own regions and completion queue, so that no cache line is shared between
+//! them; the device is played as above. Each thread posts `BENCH_LAPS` laps of 1-SGE writes
+//! in batches of 32 per round (and, as a second case, single posts with a BlueFlame copy),
+//! one CQE retiring each lap; a round is timed on the main thread from a barrier that starts
+//! every worker to the one they all reach when done. The figure is the median over the
+//! rounds of all the threads' WQEs divided by the round's wall time, and the scaling line is
+//! the N-thread rate over the 1-thread rate.
 
 mod bench_util;
 mod c_mlx5;
@@ -138,6 +149,12 @@ const DEST_LEN: usize = 64;
 fn main() {
     let (rounds, laps) = bench_util::rounds_and_laps();
     let (heap, dev) = bench_util::device();
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(w) = args.windows(2).find(|w| w[0] == "--threads") {
+        let n: usize = w[1].parse().expect("--threads N: a number");
+        threads(&heap, &dev, n.max(1), rounds, laps);
+        return;
+    }
     let src = dev.reg(16 * 64, Access::LOCAL_WRITE).expect("register source");
     let dst = dev.reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).expect("register dest");
     let remote = dst.remote(0);
@@ -554,4 +571,108 @@ fn read_raw_lap<'r, Q: SendQueue<'r>>(
         b.commit();
         left -= n;
     }
+}
+
+/// `--threads N`: the aggregate rate of 1 and of `n` threads, each posting on its own QP (see
+/// the module docs).
+fn threads(
+    heap: &std::sync::Arc<HeapDma>,
+    dev: &bench_util::Dev,
+    n: usize,
+    rounds: usize,
+    laps: usize,
+) {
+    println!(
+        "posting rate, 1 and {n} threads, each with its own QP and BlueFlame register: median \
+         of {rounds} rounds of {laps} laps per thread (1-thread and {n}-thread rounds \
+         interleaved), ring of {SQ} WQE basic blocks"
+    );
+    for (case, batch) in [("1sge-batch32", 32usize), ("1sge-single-bf", 1)] {
+        let (one, many) = threads_rates(heap, dev, n, batch, rounds, laps);
+        println!("{case:<24} 1 thread: {:>8.2} M WQE/s", one / 1e6);
+        println!("{case:<24} {n} threads: {:>7.2} M WQE/s", many / 1e6);
+        println!("scaling {n}/1 {case}: {:.3}", many / one);
+    }
+}
+
+/// The medians over `rounds` of the WQEs per second that 1 and `n` threads post together.
+/// The same `n` workers serve both: in a 1-thread round only the first posts, the others wait
+/// at the barriers; the two kinds of round alternate, after one untimed round of each.
+fn threads_rates(
+    heap: &std::sync::Arc<HeapDma>,
+    dev: &bench_util::Dev,
+    n: usize,
+    batch: usize,
+    rounds: usize,
+    laps: usize,
+) -> (f64, f64) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Barrier;
+    // Created here, at "start-up", and moved to the workers.
+    let mut qps = Vec::new();
+    for _ in 0..n {
+        let mut qp = dev.create_qp::<SQ, 16>(&Default::default()).expect("create qp");
+        qp.connect_loopback(QpNum(0x124)).expect("connect");
+        let scq = {
+            let ctl = dev.control();
+            let p = ctl.qp(qp.qp_num()).expect("QP recorded");
+            CqWriter::new(ctl.cq(p.send_cq).expect("send CQ recorded"))
+        };
+        qps.push((qp, scq));
+    }
+    let per_lap = (SQ - batch) / batch * batch;
+    let (start, done) = (Barrier::new(n + 1), Barrier::new(n + 1));
+    // How many workers post in the current round (read after `start`).
+    let active = AtomicUsize::new(0);
+    let plan: Vec<usize> = (0..rounds + 1).flat_map(|_| [1, n]).collect();
+    let (mut one, mut many) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    std::thread::scope(|s| {
+        for (k, (qp, mut scq)) in qps.into_iter().enumerate() {
+            let (start, done, active, plan) = (&start, &done, &active, &plan);
+            s.spawn(move || {
+                // Each worker's own regions (buffers do not cross threads).
+                let src = dev.reg(64, Access::LOCAL_WRITE).expect("register source");
+                let dst = dev
+                    .reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                    .expect("register dest");
+                let remote = dst.remote(0);
+                let bufs = [src.slice(0, 64).expect("slice")];
+                let sges = [bufs[0].sge()];
+                let mut qp = qp;
+                let mut wc = [Completion::default(); 64];
+                let mut wr_id = 0u64;
+                for _ in plan {
+                    start.wait();
+                    if k < active.load(Ordering::Relaxed) {
+                        for _ in 0..laps {
+                            post_lap::<_, false>(
+                                &mut qp, &bufs, &sges, per_lap, batch, remote, wr_id,
+                            );
+                            wr_id += per_lap as u64;
+                            let last = qp.sq_pi().wrapping_sub(1);
+                            retire(&mut qp, &mut scq, heap, &mut wc, last, per_lap / batch);
+                        }
+                    }
+                    done.wait();
+                }
+                black_box(wr_id);
+            });
+        }
+        for (r, &t) in plan.iter().enumerate() {
+            active.store(t, Ordering::Relaxed);
+            start.wait();
+            let t0 = Instant::now();
+            done.wait();
+            let rate = (t * laps * per_lap) as f64 / t0.elapsed().as_secs_f64();
+            // The first round of each kind warms up.
+            if r >= 2 {
+                if t == 1 {
+                    one.push(rate)
+                } else {
+                    many.push(rate)
+                }
+            }
+        }
+    });
+    (bench_util::median(&mut one), bench_util::median(&mut many))
 }
