@@ -36,7 +36,8 @@
 //!   Each request still [`acquire`](RegionUse::acquire)s its region at the push, so
 //!   [`RegionUse::in_flight`] counts requests as before, but retirement releases a run's
 //!   retired requests with one [`Released::release_many`] (one atomic add: the queue may
-//!   live on another thread than the region): the work is per run passed, not per WQE. The queue holds at most one run per live request plus the last one (which stays
+//!   live on another thread than the region): the work is per run passed, not per WQE, and
+//!   the run a poll keeps retiring from is counted down once, at the end of the poll. The queue holds at most one run per live request plus the last one (which stays
 //!   while later pushes may extend it), so `2N` entries always suffice.
 //! * **Further regions.** A request reading several regions queues the ones after its first
 //!   in a reference queue of `4N` entries, each tagged with the request's ordinal; retirement
@@ -229,6 +230,18 @@ struct Pending {
     flush_skipped: bool,
 }
 
+/// What the retirement of a requester CQE needs from it.
+#[derive(Clone, Copy, Debug)]
+struct Done {
+    /// `wqe_counter`: the last WQE it retires.
+    counter: u16,
+    status: WcStatus,
+    vendor_err: u32,
+    /// The opcode of the WQE it names.
+    op: SendOpcode,
+    byte_cnt: u32,
+}
+
 /// `wc.byte_len` of a successful requester completion (`cq.c` `handle_good_req`): the CQE's
 /// byte count for an RDMA READ, 8 for an atomic, nothing (0) for writes and sends.
 #[inline]
@@ -314,6 +327,10 @@ pub struct SendRing<'r, const N: usize> {
     run_head: u16,
     /// The run holding the oldest request not retired (or the last run).
     run_tail: u16,
+    /// Requests of run `run_tail` retired in this poll and not yet released (see
+    /// [`flush_released`](Self::flush_released)): the run's region is counted down once per
+    /// poll, not once per CQE.
+    unreleased: u32,
     /// [`run_key`] of the last committed run.
     run_key: usize,
     /// The further region references of outstanding WQEs, in posting order: a queue of `4N`
@@ -359,6 +376,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             run_starts: [[0; RUNS_PER_BB]; N],
             run_head: 1,
             run_tail: 0,
+            unreleased: 0,
             run_key: run_key(None),
             refs: [[None; REFS_PER_BB]; N],
             ref_ords: [[0; REFS_PER_BB]; N],
@@ -797,12 +815,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let done = self.done();
         if self.run_tail.wrapping_add(1) == self.run_head {
             // One live run (the common case: one region, or none): it holds all of them.
-            if let Some(region) = *entry(&mut self.run_regions, self.run_tail as u32) {
-                // SAFETY: as in `release_runs`: the `count` requests from `done` are the
-                // run's, each acquired the region once, and retire now, once.
-                unsafe { region.release_many(count as u32) };
-            }
+            // Released with the others of this poll, by one atomic add at its end.
+            self.unreleased += count as u32;
         } else {
+            self.flush_released();
             let to = done.wrapping_add(count);
             self.run_tail = self.release_runs(self.run_tail, self.run_head, done, to);
         }
@@ -812,6 +828,22 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.tail = t.wrapping_add(meta.wqebbs());
         self.outstanding -= count as u32;
         self.sigs_done = meta.sigs_before().wrapping_add(meta.signaled() as u16);
+    }
+
+    /// Release the requests of run `run_tail` retired since the last call: every poll ends
+    /// with it, so a region's count is exact whenever the caller can look at it.
+    #[inline(always)]
+    pub fn flush_released(&mut self) {
+        if self.unreleased != 0 {
+            if let Some(region) = *entry(&mut self.run_regions, self.run_tail as u32) {
+                // SAFETY: as in `release_runs`: the `unreleased` requests, the last retired
+                // ones, are the run's (the run does not change while some are held: a move of
+                // `run_tail` releases them first); each acquired the region once and is
+                // released here once.
+                unsafe { region.release_many(self.unreleased) };
+            }
+            self.unreleased = 0;
+        }
     }
 
     /// Release the further references of the `count` requests from ordinal `done` on: the
@@ -885,11 +917,25 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// nothing.
     #[inline(always)]
     pub fn on_cqe(&mut self, cqe: &CqeRepr, qpn: QpNum, out: &mut Completion) -> Result<bool> {
-        debug_assert!(self.pending.is_none());
         if !matches!(cqe.opcode, CqeOpcode::Req | CqeOpcode::ReqErr) {
             return Err(DeviceFault::UnexpectedOpcode { opcode: cqe.opcode.into() }.into());
         }
-        let t = cqe.wqe_counter;
+        let done = Done {
+            counter: cqe.wqe_counter,
+            status: cqe.status(),
+            vendor_err: cqe.vendor_err(),
+            op: cqe.s_wqe_opcode,
+            byte_cnt: cqe.byte_cnt,
+        };
+        self.on_req(done, qpn, out)
+    }
+
+    /// [`on_cqe`](Self::on_cqe) of a requester CQE already decoded into `done` (for a
+    /// success CQE, the poll reads these fields straight from the entry).
+    #[inline(always)]
+    fn on_req(&mut self, done: Done, qpn: QpNum, out: &mut Completion) -> Result<bool> {
+        debug_assert!(self.pending.is_none());
+        let Done { counter: t, status, vendor_err, op, byte_cnt } = done;
         if t.wrapping_sub(self.tail) >= self.pi.wrapping_sub(self.tail) {
             return Err(DeviceFault::NotOutstanding { counter: t }.into());
         }
@@ -905,10 +951,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
         // which follows the sizes from `tail`, retires what is there.
         let behind = m.ord(t).wrapping_sub(self.done());
         let count = behind.wrapping_add(1);
-        let status = cqe.status();
         let flush_skipped = status == WcStatus::WrFlushErr && self.in_error;
-        let opcode = cqe.s_wqe_opcode.wc_opcode().unwrap_or(WcOpcode::RdmaWrite);
-        let byte_len = requester_byte_len(cqe.s_wqe_opcode, cqe.byte_cnt);
+        let opcode = op.wc_opcode().unwrap_or(WcOpcode::RdmaWrite);
+        let byte_len = requester_byte_len(op, byte_cnt);
         if status != WcStatus::Success {
             self.in_error = true;
         }
@@ -918,14 +963,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
             || (flush_skipped && behind != 0)
             || behind as u32 >= self.outstanding
         {
-            self.pending = Some(Pending {
-                target: t,
-                status,
-                vendor_err: cqe.vendor_err(),
-                opcode,
-                byte_len,
-                flush_skipped,
-            });
+            self.pending =
+                Some(Pending { target: t, status, vendor_err, opcode, byte_len, flush_skipped });
             return Ok(false);
         }
         let wr_id = self.wr_ids[slot];
@@ -934,7 +973,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             return Ok(false);
         }
         let mut c = Completion::new(wr_id, status, opcode, qpn);
-        c.vendor_err = cqe.vendor_err();
+        c.vendor_err = vendor_err;
         if status == WcStatus::Success {
             c.byte_len = byte_len;
         }
@@ -992,6 +1031,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// Release every region still referenced by a committed WQE and forget them all: for
     /// teardown, once the device can no longer read the ring (the QP is destroyed).
     pub fn release_everything(&mut self) {
+        self.flush_released();
         let (done, to) = (self.done(), self.posted as u16);
         self.run_tail = self.release_runs(self.run_tail, self.run_head, done, to);
         self.release_refs(self.ref_tail, self.ref_head);
@@ -1221,7 +1261,27 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
                 break Ok(n);
             }
             let Some(raw) = self.mem.scq.pop_req() else { break Ok(n) };
-            let cqe = match CqeRepr::parse(&Cqe::new_unchecked(&raw[..])) {
+            let view = Cqe::new_unchecked(&raw[..]);
+            // A success requester CQE (`MLX5_CQE_REQ`), the common case, is read straight from
+            // the entry, as `cq.c` reads it; anything else takes the general decode below.
+            if view.op_own() >> 4 == u8::from(CqeOpcode::Req) {
+                if view.qpn() != self.qpn {
+                    break Err(DeviceFault::WrongQp { qpn: view.qpn() }.into());
+                }
+                let done = Done {
+                    counter: view.wqe_counter(),
+                    status: WcStatus::Success,
+                    vendor_err: 0,
+                    op: view.s_wqe_opcode(),
+                    byte_cnt: view.byte_cnt(),
+                };
+                match self.sq.on_req(done, self.qpn, &mut out[n]) {
+                    Ok(wrote) => n += wrote as usize,
+                    Err(e) => break Err(e),
+                }
+                continue;
+            }
+            let cqe = match CqeRepr::parse(&view) {
                 Ok(c) => c,
                 Err(e) => break Err(e),
             };
@@ -1234,6 +1294,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
             }
         };
         self.mem.scq.publish();
+        self.sq.flush_released();
         if self.sq.in_error() {
             self.state = QpState::Error;
         }
