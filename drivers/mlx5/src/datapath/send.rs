@@ -1126,7 +1126,7 @@ impl SqDoorbell {
     /// Publish every WQE up to counter `pi` (exclusive): `nreq` requests were pushed since the
     /// last doorbell, the last of them at counter `last.pi` with size `last.ds`, inline or not.
     /// `dbrec` is the QP's doorbell record.
-    #[inline]
+    #[inline(always)]
     pub fn ring<M: Mmio>(
         &mut self,
         mmio: &M,
