@@ -47,5 +47,5 @@ pub use post::{
     Source,
 };
 pub use psn::PsnGen;
-pub use region::{LocalBuf, RegionUse};
+pub use region::{LocalBuf, RegionUse, Released};
 pub use sge::Sge;

@@ -33,11 +33,46 @@
 //! usage.begin_dereg().unwrap(); // nor mark a region deregistered behind its backend's back
 //! ```
 //!
-//! The counter is a `Cell`: a region is used from one thread, like the busy-poll loop that owns
-//! its queue. That keeps the data path free of atomics and locks.
+//! # Threads
+//!
+//! The count is two counters, so that counting a post needs no atomic read-modify-write and a
+//! queue pair can still be moved to another thread with requests in flight:
+//!
+//! * **acquired** (a `Cell`): requests counted by [`acquire`](RegionUse::acquire), mod 2^32.
+//!   `RegionUse` is `!Sync`, so a `&RegionUse`, and every [`LocalBuf`] and
+//!   [`DestBuf`](crate::DestBuf) holding one, stays on one thread: acquires are made only by
+//!   the thread that holds the region, one at a time, as plain loads and stores.
+//! * **released** (a [`Released`], an atomic): requests finished, mod 2^32, plus 2^31 while the
+//!   region is deregistered. A backend keeps `&Released` for what it has in flight (that is
+//!   `Send`), so a queue pair moved to another thread retires its requests there; each release
+//!   is one atomic add (`Release` ordering), made per run of retired requests, not per request.
+//!
+//! The in-flight count is `acquired - released`; read by the holding thread it is never less
+//! than the truth (a release not yet seen only delays deregistration), and
+//! [`begin_dereg`](RegionUse::begin_dereg) reads `released` with `Acquire`, so everything the
+//! retiring thread did before its release happens before the region is deregistered. The
+//! "deregistered" state is the count at 2^31: it is entered only with nothing in flight, so no
+//! release races it, and a saturated count (2^31 - 1) stays below it.
+//!
+//! ```
+//! fn send<T: Send>() {}
+//! send::<&rdma_pmd::region::Released>();
+//! send::<rdma_pmd::RegionUse>();
+//! ```
+//!
+//! ```compile_fail,E0277
+//! fn send<T: Send>() {}
+//! send::<&rdma_pmd::RegionUse>(); // acquires stay on the region's thread
+//! ```
+//!
+//! ```compile_fail,E0277
+//! fn send<T: Send>() {}
+//! send::<rdma_pmd::LocalBuf<'static>>(); // and so do its buffers
+//! ```
 
 use core::cell::Cell;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::addr::Lkey;
 use crate::error::{Error, Result};
@@ -45,36 +80,48 @@ use crate::sge::Sge;
 
 /// In-flight accounting and registration state of one registered region.
 ///
-/// One word holds both: the count of posted requests in bits 0..31 and "deregistered" in bit
-/// 31, so that counting a post reads and writes the same four bytes (a flag in a neighbouring
-/// byte, read right after the previous post's increment, stalls the load on some CPUs).
+/// Requests counted by [`acquire`](Self::acquire) on the region's thread, and requests
+/// finished ([`Released`], from any thread); see the module docs.
 #[derive(Debug, Default)]
 pub struct RegionUse {
-    state: Cell<u32>,
+    acquired: Cell<u32>,
+    released: Released,
 }
 
-/// Bit 31 of [`RegionUse::state`]: the region was deregistered.
+/// The finished-request count of a [`RegionUse`]: what a backend keeps for a request in
+/// flight, and releases when the device can no longer read the region for it. `Sync`: the
+/// queue pair holding it may live on another thread than the region.
+#[derive(Debug, Default)]
+pub struct Released(AtomicU32);
+
+/// The in-flight count of a deregistered region (with nothing in flight).
 const DEREGISTERED: u32 = 1 << 31;
 
-/// The most requests a region counts at once: the count stays below the "deregistered" bit.
+/// The most requests a region counts at once: the count stays below the "deregistered" value.
 pub const MAX_IN_FLIGHT: u32 = DEREGISTERED - 1;
 
 impl RegionUse {
     /// A registered region with nothing in flight.
     pub const fn new() -> Self {
-        Self { state: Cell::new(0) }
+        Self { acquired: Cell::new(0), released: Released(AtomicU32::new(0)) }
+    }
+
+    /// `acquired - released`: the in-flight count, or [`DEREGISTERED`].
+    #[inline(always)]
+    fn state(&self, order: Ordering) -> u32 {
+        self.acquired.get().wrapping_sub(self.released.0.load(order))
     }
 
     /// Posted requests that still reference the region.
     #[inline]
     pub fn in_flight(&self) -> u32 {
-        self.state.get() & !DEREGISTERED
+        self.state(Ordering::Acquire) & !DEREGISTERED
     }
 
     /// Whether the region is still registered.
     #[inline]
     pub fn is_registered(&self) -> bool {
-        self.state.get() & DEREGISTERED == 0
+        self.state(Ordering::Relaxed) < DEREGISTERED
     }
 
     /// Count one more posted request. Fails if the region was deregistered
@@ -82,47 +129,45 @@ impl RegionUse {
     /// ([`Error::TooManyInFlight`]; only requests leaked by `mem::forget` get there).
     #[inline]
     pub fn acquire(&self) -> Result<()> {
-        let s = self.state.get();
-        // One compare covers both refusals: a deregistered word is at least the flag, and a
-        // saturated live one is the flag minus one.
+        // A release not seen yet only makes the count look higher (refusing sooner); the
+        // deregistered value is set by this thread, so it is always seen.
+        let s = self.state(Ordering::Relaxed);
+        // One compare covers both refusals: a deregistered count is at least the value, and a
+        // saturated live one is the value minus one.
         if s >= MAX_IN_FLIGHT {
             return Err(if s >= DEREGISTERED { Error::BadLkey } else { Error::TooManyInFlight });
         }
-        self.state.set(s + 1);
+        self.acquired.set(self.acquired.get().wrapping_add(1));
         Ok(())
+    }
+
+    /// The finished-request count, for a backend to keep while the request is in flight.
+    #[inline(always)]
+    pub fn released(&self) -> &Released {
+        &self.released
     }
 
     /// Count one request finished (completed or flushed).
     ///
     /// # Safety
-    /// Each call must answer exactly one successful [`acquire`](Self::acquire), made for a
-    /// request the device can no longer read: its completion or flush was reaped, it was
-    /// rolled back before its doorbell, or its queue pair was destroyed. A release without
-    /// that would let [`begin_dereg`](Self::begin_dereg) succeed while the device still reads
-    /// the region.
+    /// As [`Released::release_many`] with `n = 1`.
     #[allow(unsafe_code)]
     #[inline]
     pub unsafe fn release(&self) {
-        let s = self.state.get();
-        debug_assert!(s & !DEREGISTERED > 0, "region released more often than acquired");
-        if s & !DEREGISTERED > 0 {
-            self.state.set(s - 1);
-        }
+        // SAFETY: forwarded to our caller.
+        unsafe { self.released.release_many(1) }
     }
 
-    /// Count `n` requests finished at once: [`release`](Self::release) `n` times, in one
-    /// update (a backend retiring a run of requests that all read this region).
+    /// Count `n` requests finished at once.
     ///
     /// # Safety
-    /// As for [`release`](Self::release), for each of the `n`: they answer `n` successful
-    /// acquires, made for requests the device can no longer read.
+    /// As [`Released::release_many`].
     #[allow(unsafe_code)]
     #[inline]
     pub unsafe fn release_many(&self, n: u32) {
-        let s = self.state.get();
-        let count = s & !DEREGISTERED;
-        debug_assert!(count >= n, "region released more often than acquired");
-        self.state.set(s - n.min(count));
+        debug_assert!(self.in_flight() >= n, "region released more often than acquired");
+        // SAFETY: forwarded to our caller.
+        unsafe { self.released.release_many(n) }
     }
 
     /// Mark the region deregistered, unless requests still use it.
@@ -134,9 +179,11 @@ impl RegionUse {
     /// "the device no longer knows the key": it keeps that fact itself.
     #[allow(unsafe_code)]
     pub unsafe fn begin_dereg(&self) -> Result<()> {
-        match self.state.get() {
+        // `Acquire`: every release read here happens before the deregistration. With nothing
+        // in flight no release can come, so the add below races none.
+        match self.state(Ordering::Acquire) {
             0 => {
-                self.state.set(DEREGISTERED);
+                self.released.0.fetch_add(DEREGISTERED, Ordering::Relaxed);
                 Ok(())
             }
             DEREGISTERED => Ok(()),
@@ -152,9 +199,28 @@ impl RegionUse {
     /// holds the key registered.
     #[allow(unsafe_code)]
     pub unsafe fn cancel_dereg(&self) {
-        if self.state.get() == DEREGISTERED {
-            self.state.set(0);
+        if self.state(Ordering::Relaxed) == DEREGISTERED {
+            self.released.0.fetch_sub(DEREGISTERED, Ordering::Relaxed);
         }
+    }
+}
+
+impl Released {
+    /// Count `n` requests of the region finished, in one atomic add: a backend retiring a run
+    /// of requests that all read the region.
+    ///
+    /// # Safety
+    /// The `n` must answer `n` successful [`RegionUse::acquire`]s of this region, not
+    /// released before, made for requests the device can no longer read: their completion or
+    /// flush was reaped, they were rolled back before their doorbell, or their queue pair was
+    /// destroyed. A release without that would let [`RegionUse::begin_dereg`] succeed while
+    /// the device still reads the region.
+    #[allow(unsafe_code)]
+    #[inline]
+    pub unsafe fn release_many(&self, n: u32) {
+        // `Release`: the retirement (the CQE read that says the device is done) happens
+        // before a deregistration that sees this count.
+        self.0.fetch_add(n, Ordering::Release);
     }
 }
 
@@ -330,7 +396,7 @@ mod tests {
 
     #[test]
     fn the_count_saturates_below_the_deregistered_bit() {
-        let r = RegionUse { state: Cell::new(MAX_IN_FLIGHT - 1) };
+        let r = RegionUse { acquired: Cell::new(MAX_IN_FLIGHT - 1), ..RegionUse::new() };
         assert_eq!(r.acquire(), Ok(()));
         assert_eq!(r.in_flight(), MAX_IN_FLIGHT);
         assert_eq!(r.acquire(), Err(Error::TooManyInFlight));

@@ -23,7 +23,8 @@ fn usage() -> ExitCode {
          \x20 test [--tier NAME]                      run every test tier, or one: {}\n\
          \x20 vectors FILE...                         run mlx5 conformance vectors\n\
          \x20 nostd                                   freestanding no_std link check\n\
-         \x20 bench post|poll|rxe [--rounds N] [--sizes L]  side-by-side benchmarks (options: rxe)",
+         \x20 bench post|poll|rxe [--rounds N] [--sizes L]  side-by-side benchmarks (options: rxe)\n\
+         \x20 bench post --threads N                 aggregate posting rate of 1 and N threads",
         tiers::names().join(", ")
     );
     ExitCode::from(2)

@@ -7,8 +7,10 @@
 //! pairs ([`crate::qp::Qp`]) borrow it, so it is closed (PD and UAR given back) only after they
 //! are gone.
 //!
-//! [`Control`] takes `&mut self`; it is used only on the setup and teardown paths, through a
-//! `RefCell` (no lock, no atomics), never while posting or polling.
+//! [`Control`] takes `&mut self`; it is used only on the setup and teardown paths, behind a spin
+//! lock, never while posting or polling. So `Mlx5` is `Sync` when its handles are (`M: Sync`,
+//! `D: Sync`, `C: Send`), and a queue pair, which borrows it, can be created at start-up and
+//! moved to the worker thread that polls it (see [`crate::qp`]).
 //!
 //! # The data path, module by module
 //!
@@ -29,8 +31,9 @@
 //! bookkeeping is fixed-size, inside the `Qp` (about `56 * SQ + 8 * RQ` bytes: box it, or keep
 //! it in a `static`, for large rings).
 
-use core::cell::{RefCell, RefMut};
 use core::net::IpAddr;
+
+use spin::{Mutex, MutexGuard};
 
 use rdma_pmd::{Error, Gid, Mac, Result};
 use rdma_pmd_hal::{Dma, Mmio};
@@ -42,7 +45,7 @@ use crate::datapath::send::BF_OFFSET;
 pub struct Mlx5<M: Mmio, D: Dma, C: Control> {
     mmio: M,
     dma: D,
-    ctl: RefCell<C>,
+    ctl: Mutex<C>,
     caps: DeviceCaps,
     uar: Uar,
     pd: Pdn,
@@ -65,7 +68,7 @@ impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
                 return Err(e);
             }
         };
-        Ok(Mlx5 { mmio, dma, ctl: RefCell::new(ctl), caps, uar, pd })
+        Ok(Mlx5 { mmio, dma, ctl: Mutex::new(ctl), caps, uar, pd })
     }
 
     /// The device's limits (`QUERY_HCA_CAP`).
@@ -93,40 +96,40 @@ impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
         &self.dma
     }
 
-    /// The firmware seam, for setup and teardown only.
+    /// The firmware seam, for setup and teardown only: held by one thread at a time (others
+    /// spin until it is free), and never by the data path.
     ///
-    /// # Panics
-    /// If called while another borrow is live (a `Control` implementation calling back into
-    /// the device).
-    pub fn control(&self) -> RefMut<'_, C> {
-        self.ctl.borrow_mut()
+    /// Holding the guard while calling back into the device (creating a QP, registering a
+    /// region) would wait for itself: a `Control` implementation must not reach the device.
+    pub fn control(&self) -> MutexGuard<'_, C> {
+        self.ctl.lock()
     }
 
     /// The port's MAC, as firmware reports it (the NIC vport context's permanent address).
     pub fn mac(&self) -> Result<Mac> {
-        self.ctl.borrow_mut().mac()
+        self.ctl.lock().mac()
     }
 
     /// Give the port the IP address `addr` as RoCE v2 GID table entry `index` (IPv4 becomes
     /// the IPv4-mapped GID), with the port's MAC. The kernel does this for every address of
     /// its netdev; a driver that owns its function does it for the addresses its user gives.
     pub fn set_gid(&self, index: u16, addr: IpAddr) -> Result<()> {
-        self.ctl.borrow_mut().set_gid(index, addr)
+        self.ctl.lock().set_gid(index, addr)
     }
 
     /// Clear GID table entry `index`.
     pub fn clear_gid(&self, index: u16) -> Result<()> {
-        self.ctl.borrow_mut().clear_gid(index)
+        self.ctl.lock().clear_gid(index)
     }
 
     /// GID table entry `index`: its GID and MAC, `None` when empty.
     pub fn gid(&self, index: u16) -> Result<Option<(Gid, Mac)>> {
-        self.ctl.borrow_mut().gid(index)
+        self.ctl.lock().gid(index)
     }
 
     /// The RoCE path MTU the port allows, and where that figure came from.
     pub fn port_mtu(&self) -> Result<PortMtu> {
-        self.ctl.borrow_mut().port_mtu()
+        self.ctl.lock().port_mtu()
     }
 
     /// Half of the BlueFlame register (`mlx5dv_qp.bf.size`): `(1 << log_bf_reg_size) / 2`,

@@ -63,6 +63,69 @@
 //! # Ok::<(), rdma_pmd::Error>(())
 //! ```
 
+//! # One queue pair per thread
+//!
+//! A `Qp` is `Send` (when its device's handles are: `M: Sync`, `D: Sync`, `C: Send`), so an
+//! application can create its queue pairs at start-up and give one to each worker thread, the
+//! way a DPDK application owns one queue per lcore. It is not `Sync`: posting and polling take
+//! `&mut self`, and one thread drives a queue pair at a time. What it holds for requests in
+//! flight are their regions' [`rdma_pmd::Released`] counts (atomic, `Sync`); the buffers it is
+//! given ([`rdma_pmd::LocalBuf`], [`rdma_pmd::DestBuf`]) are `!Send`, so a worker posts only
+//! from regions it holds itself (see [`rdma_pmd::region`]). The device's control path is
+//! behind a spin lock taken only at setup and teardown ([`crate::device`]).
+//!
+//! ```
+//! use rdma_pmd::{Completion, Post, SendFlags, SendQueue};
+//! use rdma_pmd_mlx5::{control::Access, Mlx5, QpConfig, SharedDma};
+//!
+//! let model = rdma_pmd_mlx5_model::Model::new();
+//! let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())?;
+//! let dst = dev.reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let (mut a, mut b) = (dev.create_qp::<64, 16>(&QpConfig::default())?,
+//!                       dev.create_qp::<64, 16>(&QpConfig::default())?);
+//! let (na, nb) = (a.qp_num(), b.qp_num());
+//! a.connect_loopback(nb)?;
+//! b.connect_loopback(na)?;
+//! let (remote, dev) = (dst.remote(0), &dev);
+//! std::thread::scope(|s| {
+//!     s.spawn(move || -> rdma_pmd::Result<()> {
+//!         // The worker registers what it posts from, and moves `a` in.
+//!         let src = dev.reg(64, Access::LOCAL_WRITE)?;
+//!         let mut a = a;
+//!         a.post_write(1, src.slice(0, 8)?, SendFlags::SIGNALED, remote)?;
+//!         let mut wc = [Completion::default(); 1];
+//!         assert_eq!(a.poll_bounded(&mut wc, 1_000_000_000)?, 1);
+//!         Ok(())
+//!     }).join().unwrap()
+//! })?;
+//! # drop(b);
+//! # Ok::<(), rdma_pmd::Error>(())
+//! ```
+//!
+//! Not `Sync`: two threads cannot share one.
+//!
+//! ```compile_fail,E0277
+//! fn sync<T: Sync>() {}
+//! sync::<rdma_pmd_mlx5::qp::Qp<'static, rdma_pmd_hal::mem::MemBar,
+//!     rdma_pmd_mlx5::SharedDma<std::sync::Arc<rdma_pmd_hal::mem::HeapDma>>,
+//!     rdma_pmd_mlx5_model::ModelControl>>();
+//! ```
+//!
+//! And a buffer cannot follow it to another thread: a worker posts from its own regions.
+//!
+//! ```compile_fail,E0277
+//! use rdma_pmd::{Post, SendFlags};
+//! use rdma_pmd_mlx5::{control::Access, Mlx5, QpConfig, SharedDma};
+//! # let model = rdma_pmd_mlx5_model::Model::new();
+//! # let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control()).unwrap();
+//! let src = dev.reg(64, Access::LOCAL_WRITE).unwrap();
+//! let buf = src.slice(0, 8).unwrap();
+//! let mut qp = dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
+//! std::thread::scope(|s| {
+//!     s.spawn(move || qp.post_write(1, buf, SendFlags::SIGNALED, Default::default()));
+//! });
+//! ```
+
 use core::mem::ManuallyDrop;
 
 use rdma_pmd::{
@@ -187,6 +250,24 @@ pub struct Qp<
     recv_fault: Option<Error>,
     pub(crate) mem: ManuallyDrop<Mem>,
 }
+
+/// The compile-time check that a queue pair can be moved to another thread whenever its
+/// device's handles allow it (the module docs show it is not `Sync`).
+const _: () = {
+    const fn send<T: Send>() {}
+    #[allow(dead_code)]
+    const fn qp_is_send<
+        'r,
+        M: Mmio + Sync + 'r,
+        D: Dma + Sync + 'r,
+        C: Control + Send + 'r,
+        const SQ: usize,
+        const RQ: usize,
+        const RS: usize,
+    >() {
+        send::<Qp<'r, M, D, C, SQ, RQ, RS>>();
+    }
+};
 
 impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
     /// Create an RC QP with `SQ` send blocks (a power of two up to 2^15) and `RQ` receive WQEs

@@ -27,6 +27,19 @@
 //! turns going first, round by round, so machine noise hits them alike; the figure per case is
 //! the median of the rounds' ns/WQE. The floor must be the fastest variant of every case: the
 //! bench says loudly where it is not (it never fails on timing).
+//!
+//! `--threads N` measures something else: the aggregate posting rate of 1 and of N threads,
+//! each with its own QP (created on the main thread and moved to its worker, as an
+//! application gives one queue pair to each worker core), its own UAR page and BlueFlame
+//! register, its own regions and completion queue, so that no cache line is shared between
+//! them; the device is played as above. Each thread posts `BENCH_LAPS` laps (default 128 in
+//! this mode) of 1-SGE writes
+//! in batches of 32 per round (and, as a second case, single posts with a BlueFlame copy),
+//! one CQE retiring each lap (stored straight into the CQ's memory: the heap's `write` takes
+//! a lock all threads share); a round is timed from the first worker's start, after a barrier
+//! that starts them all, to the last one's end, each worker reading the clock itself. The figure is the median over the
+//! rounds of all the threads' WQEs divided by the round's wall time, and the scaling line is
+//! the N-thread rate over the 1-thread rate.
 
 mod bench_util;
 mod c_mlx5;
@@ -138,6 +151,15 @@ const DEST_LEN: usize = 64;
 fn main() {
     let (rounds, laps) = bench_util::rounds_and_laps();
     let (heap, dev) = bench_util::device();
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(w) = args.windows(2).find(|w| w[0] == "--threads") {
+        let n: usize = w[1].parse().expect("--threads N: a number");
+        // Longer rounds than the per-WQE cases' (BENCH_LAPS, default 128 here): a round spans
+        // the threads' start and end, which a wake-up from the barrier can skew.
+        let _ = laps;
+        threads(&heap, &dev, n.max(1), rounds, bench_util::env("BENCH_LAPS", 128).max(1));
+        return;
+    }
     let src = dev.reg(16 * 64, Access::LOCAL_WRITE).expect("register source");
     let dst = dev.reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE).expect("register dest");
     let remote = dst.remote(0);
@@ -554,4 +576,163 @@ fn read_raw_lap<'r, Q: SendQueue<'r>>(
         b.commit();
         left -= n;
     }
+}
+
+/// `--threads N`: the aggregate rate of 1 and of `n` threads, each posting on its own QP (see
+/// the module docs).
+fn threads(
+    heap: &std::sync::Arc<HeapDma>,
+    dev: &bench_util::Dev,
+    n: usize,
+    rounds: usize,
+    laps: usize,
+) {
+    println!(
+        "posting rate, 1 and {n} threads, each with its own QP and BlueFlame register: median \
+         of {rounds} rounds of {laps} laps per thread (1-thread and {n}-thread rounds \
+         interleaved), ring of {SQ} WQE basic blocks"
+    );
+    for (case, batch) in [("1sge-batch32", 32usize), ("1sge-single-bf", 1)] {
+        let (one, many) = threads_rates(heap, dev, n, batch, rounds, laps);
+        println!("{case:<24} 1 thread: {:>8.2} M WQE/s", one / 1e6);
+        println!("{case:<24} {n} threads: {:>7.2} M WQE/s", many / 1e6);
+        println!("scaling {n}/1 {case}: {:.3}", many / one);
+    }
+}
+
+/// The medians over `rounds` of the WQEs per second that 1 and `n` threads post together.
+/// The same `n` workers serve both: in a 1-thread round only the first posts, the others wait
+/// at the barriers; the two kinds of round alternate, after one untimed round of each.
+fn threads_rates(
+    heap: &std::sync::Arc<HeapDma>,
+    dev: &bench_util::Dev,
+    n: usize,
+    batch: usize,
+    rounds: usize,
+    laps: usize,
+) -> (f64, f64) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Barrier;
+    // Created here, at "start-up", and moved to the workers.
+    let mut qps = Vec::new();
+    for _ in 0..n {
+        let mut qp = dev.create_qp::<SQ, 16>(&Default::default()).expect("create qp");
+        qp.connect_loopback(QpNum(0x124)).expect("connect");
+        let (scq, cq) = {
+            let ctl = dev.control();
+            let p = ctl.qp(qp.qp_num()).expect("QP recorded");
+            let cq = ctl.cq(p.send_cq).expect("send CQ recorded");
+            (CqWriter::new(cq), cq)
+        };
+        // The device's CQE stores go straight to the CQ's memory: `HeapDma::write` would take
+        // the heap's map lock, a cache line every thread shares.
+        let len = 64usize << cq.log_size;
+        let base = heap.translate(cq.buf, len).expect("CQ buffer mapped").as_ptr() as usize;
+        qps.push((qp, scq, CqMem { bus: cq.buf.0, base, len }));
+    }
+    let per_lap = (SQ - batch) / batch * batch;
+    let (start, done) = (Barrier::new(n + 1), Barrier::new(n + 1));
+    // How many workers post in the current round (read after `start`).
+    let active = AtomicUsize::new(0);
+    // When each worker started and finished its laps in the current round: the workers keep
+    // the time themselves, as the main thread, a third thread on two cores, may be
+    // descheduled right after the start barrier.
+    let spans: Vec<std::sync::Mutex<Option<(Instant, Instant)>>> =
+        (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    let plan: Vec<usize> = (0..rounds + 1).flat_map(|_| [1, n]).collect();
+    let (mut one, mut many) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    std::thread::scope(|s| {
+        for (k, (qp, mut scq, mem)) in qps.into_iter().enumerate() {
+            let (start, done, active, plan, span) = (&start, &done, &active, &plan, &spans[k]);
+            s.spawn(move || {
+                // Each worker's own regions (buffers do not cross threads).
+                let src = dev.reg(64, Access::LOCAL_WRITE).expect("register source");
+                let dst = dev
+                    .reg(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                    .expect("register dest");
+                let remote = dst.remote(0);
+                let bufs = [src.slice(0, 64).expect("slice")];
+                let sges = [bufs[0].sge()];
+                let mut qp = qp;
+                let mut wc = [Completion::default(); 64];
+                let mut wr_id = 0u64;
+                for _ in plan {
+                    start.wait();
+                    if k < active.load(Ordering::Relaxed) {
+                        let t0 = Instant::now();
+                        for _ in 0..laps {
+                            post_lap::<_, false>(
+                                &mut qp, &bufs, &sges, per_lap, batch, remote, wr_id,
+                            );
+                            wr_id += per_lap as u64;
+                            let last = qp.sq_pi().wrapping_sub(1);
+                            retire_at(&mut qp, &mut scq, &mem, &mut wc, last, per_lap / batch);
+                        }
+                        *span.lock().expect("span") = Some((t0, Instant::now()));
+                    }
+                    done.wait();
+                }
+                black_box(wr_id);
+            });
+        }
+        for (r, &t) in plan.iter().enumerate() {
+            active.store(t, Ordering::Relaxed);
+            start.wait();
+            done.wait();
+            // From the first worker's start to the last one's end.
+            let got: Vec<(Instant, Instant)> =
+                spans.iter().filter_map(|m| m.lock().expect("span").take()).collect();
+            assert_eq!(got.len(), t, "every active worker timed its round");
+            let from = got.iter().map(|g| g.0).min().expect("a worker");
+            let to = got.iter().map(|g| g.1).max().expect("a worker");
+            let rate = (t * laps * per_lap) as f64 / (to - from).as_secs_f64();
+            // The first round of each kind warms up.
+            if r >= 2 {
+                if t == 1 {
+                    one.push(rate)
+                } else {
+                    many.push(rate)
+                }
+            }
+        }
+    });
+    (bench_util::median(&mut one), bench_util::median(&mut many))
+}
+
+/// A send CQ's buffer as the bench's device writes it: bus address, CPU address, length.
+struct CqMem {
+    bus: u64,
+    base: usize,
+    len: usize,
+}
+
+/// [`retire`], with the CQE stored straight into the CQ's memory (no lock shared between
+/// threads).
+fn retire_at<'r, Q: SendQueue<'r>>(
+    qp: &mut Q,
+    scq: &mut CqWriter,
+    mem: &CqMem,
+    wc: &mut [Completion],
+    last: u16,
+    expect: usize,
+) {
+    scq.requester(qp.qp_num(), last, None, |at, bytes| {
+        let off = (at.0 - mem.bus) as usize;
+        assert!(off + bytes.len() <= mem.len, "CQE inside the CQ");
+        // As `HeapDma::write`: the device's earlier accesses before these stores.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        // SAFETY: the range lies inside the CQ buffer (checked above), which stays allocated
+        // while its QP lives, and the QP outlives this call; the driver accesses the buffer
+        // only atomically.
+        unsafe { rdma_pmd::access::store_bytes((mem.base + off) as *mut u8, bytes) }
+    });
+    let mut got = 0;
+    for _ in 0..1_000_000 {
+        got += qp.poll(wc).expect("poll");
+        if qp.outstanding() == 0 {
+            break;
+        }
+    }
+    assert_eq!(got, expect, "one completion per batch");
+    assert_eq!(qp.outstanding(), 0, "one CQE retires the lap");
 }

@@ -151,8 +151,8 @@ pub fn bench(args: &[String]) -> bool {
         Some("rxe") => rxe::bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask bench post | bench poll | bench rxe [--rounds N] \
-                 [--sizes 64,4096,65536]"
+                "usage: cargo xtask bench post [--threads N] | bench poll | bench rxe \
+                 [--rounds N] [--sizes 64,4096,65536]"
             );
             false
         }

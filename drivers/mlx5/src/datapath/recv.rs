@@ -18,7 +18,7 @@
 //! reach meanwhile ([`rdma_pmd::Pending`]).
 
 use rdma_pmd::{
-    Completion, Dest, DestKind, DeviceFault, Error, QpNum, RegionUse, Result, Sge, WcOpcode,
+    Completion, Dest, DestKind, DeviceFault, Error, QpNum, Released, Result, Sge, WcOpcode,
     WcStatus,
 };
 use rdma_pmd_hal::{barrier, DmaBuf};
@@ -37,7 +37,7 @@ pub struct RecvRing<'r, const N: usize, const S: usize> {
     posted: u64,
     wr_id: [u64; N],
     /// The regions each posted WQE's entries name (one per non-empty entry).
-    regions: [[Option<&'r RegionUse>; S]; N],
+    regions: [[Option<&'r Released>; S]; N],
 }
 
 impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
@@ -94,14 +94,14 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
         }
         let slot = self.head as usize & Self::MASK;
         // Count the regions first: a refusal then leaves the ring as it was.
-        let mut held: [Option<&'r RegionUse>; S] = [None; S];
+        let mut held: [Option<&'r Released>; S] = [None; S];
         if let DestKind::Bufs(bufs) = *dest.kind() {
             for (k, b) in bufs.iter().filter(|b| !b.is_empty()).enumerate() {
                 if let Err(e) = b.region().acquire() {
                     release(&mut held);
                     return Err(e);
                 }
-                held[k] = Some(b.region());
+                held[k] = Some(b.region().released());
             }
         }
         let at = self.off + slot * Self::STRIDE;
@@ -213,13 +213,13 @@ pub fn responder_completion<T: AsRef<[u8]>>(
 }
 
 /// Release (once) each region counted in `held`.
-fn release<const S: usize>(held: &mut [Option<&RegionUse>; S]) {
+fn release<const S: usize>(held: &mut [Option<&Released>; S]) {
     for h in held.iter_mut() {
         if let Some(r) = h.take() {
             // SAFETY: each entry answers one `acquire` of `post`, made for a receive the
             // device can no longer write (completed, or never rung, or its QP destroyed), and
             // is taken out here, so it is released once.
-            unsafe { r.release() };
+            unsafe { r.release_many(1) };
         }
     }
 }

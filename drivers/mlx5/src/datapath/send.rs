@@ -35,8 +35,9 @@
 //!   starts a *run*: an entry (region, ordinal of its first request) in a queue of `2N`.
 //!   Each request still [`acquire`](RegionUse::acquire)s its region at the push, so
 //!   [`RegionUse::in_flight`] counts requests as before, but retirement releases a run's
-//!   retired requests with one [`RegionUse::release_many`]: the work is per run passed, not
-//!   per WQE. The queue holds at most one run per live request plus the last one (which stays
+//!   retired requests with one [`Released::release_many`] (one atomic add: the queue may
+//!   live on another thread than the region): the work is per run passed, not per WQE, and
+//!   the run a poll keeps retiring from is counted down once, at the end of the poll. The queue holds at most one run per live request plus the last one (which stays
 //!   while later pushes may extend it), so `2N` entries always suffice.
 //! * **Further regions.** A request reading several regions queues the ones after its first
 //!   in a reference queue of `4N` entries, each tagged with the request's ordinal; retirement
@@ -77,13 +78,13 @@ use core::ptr;
 
 use rdma_pmd::post::SourceKind;
 use rdma_pmd::{
-    Caps, Completion, DestKind, DeviceFault, Error, QpNum, RegionUse, RemoteBuf, Result, SendFlags,
-    SendOp, SendQueue, SendRequest, Sge, WcOpcode, WcStatus,
+    Caps, Completion, DestKind, DeviceFault, Error, QpNum, RegionUse, Released, RemoteBuf, Result,
+    SendFlags, SendOp, SendQueue, SendRequest, Sge, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::{access, barrier, Dma, DmaBuf, Mmio};
 
 use crate::control::{Control, Uar};
-use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder, WqeShape, HEADER_DS};
+use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder, WqeShape};
 use crate::layout::codes::CqeOpcode;
 use crate::layout::codes::SendOpcode;
 use crate::layout::codes::SEND_WQE_BB;
@@ -210,8 +211,8 @@ impl Stamp {
 
 /// The key a run is told by: its region's address, 0 for requests that read none.
 #[inline(always)]
-fn run_key(r: Option<&RegionUse>) -> usize {
-    r.map_or(0, |r| r as *const RegionUse as usize)
+fn run_key(r: Option<&Released>) -> usize {
+    r.map_or(0, |r| r as *const Released as usize)
 }
 
 /// A CQE being turned into completions one WQE at a time: retire WQEs from `tail` up to
@@ -227,6 +228,18 @@ struct Pending {
     byte_len: u32,
     /// Report WQEs skipped on the way as flushed.
     flush_skipped: bool,
+}
+
+/// What the retirement of a requester CQE needs from it.
+#[derive(Clone, Copy, Debug)]
+struct Done {
+    /// `wqe_counter`: the last WQE it retires.
+    counter: u16,
+    status: WcStatus,
+    vendor_err: u32,
+    /// The opcode of the WQE it names.
+    op: SendOpcode,
+    byte_cnt: u32,
 }
 
 /// `wc.byte_len` of a successful requester completion (`cq.c` `handle_good_req`): the CQE's
@@ -307,18 +320,22 @@ pub struct SendRing<'r, const N: usize> {
     meta: [Meta; N],
     /// The first region of each run of requests (`None` for requests that read none): a
     /// queue of `2N` entries indexed by free-running counters.
-    run_regions: [[Option<&'r RegionUse>; RUNS_PER_BB]; N],
+    run_regions: [[Option<&'r Released>; RUNS_PER_BB]; N],
     /// The ordinal of each run's first request.
     run_starts: [[u16; RUNS_PER_BB]; N],
     /// Next free run entry after the last commit.
     run_head: u16,
     /// The run holding the oldest request not retired (or the last run).
     run_tail: u16,
+    /// Requests of run `run_tail` retired in this poll and not yet released (see
+    /// [`flush_released`](Self::flush_released)): the run's region is counted down once per
+    /// poll, not once per CQE.
+    unreleased: u32,
     /// [`run_key`] of the last committed run.
     run_key: usize,
     /// The further region references of outstanding WQEs, in posting order: a queue of `4N`
     /// entries (`refs[i / 4][i % 4]`) indexed by free-running counters.
-    refs: [[Option<&'r RegionUse>; REFS_PER_BB]; N],
+    refs: [[Option<&'r Released>; REFS_PER_BB]; N],
     /// The ordinal of the request each reference entry belongs to.
     ref_ords: [[u16; REFS_PER_BB]; N],
     /// Next free reference entry after the last committed WQE.
@@ -359,6 +376,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             run_starts: [[0; RUNS_PER_BB]; N],
             run_head: 1,
             run_tail: 0,
+            unreleased: 0,
             run_key: run_key(None),
             refs: [[None; REFS_PER_BB]; N],
             ref_ords: [[0; REFS_PER_BB]; N],
@@ -519,16 +537,20 @@ impl<'r, const N: usize> SendRing<'r, N> {
     ) -> Result<()> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
-        let ds = match builder.emit_one_head(&mut self.sink.view(), at.pi, room, e, flags, head) {
+        // An empty element is not in the WQE: nothing reads it, so it counts no region. The
+        // region is counted on the builder's own test of the length.
+        let mut first = None;
+        let count = || {
+            if let Some(r) = region {
+                r.acquire()?;
+                first = Some(r.released());
+            }
+            Ok(())
+        };
+        let sink = &mut self.sink.view();
+        let ds = match builder.emit_one_with(sink, at.pi, room, e, flags, head, count) {
             Ok(ds) => ds,
             Err(err) => return Err(if at.open { err } else { Error::NotConnected }),
-        };
-        let first = match region {
-            Some(r) if e.length != 0 => {
-                r.acquire()?;
-                Some(r)
-            }
-            _ => None,
         };
         self.record(at, wr_id, first, Meta::new(ds, builder.signals(flags), at.stamp), 1);
         Ok(())
@@ -589,24 +611,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<()> {
-        let builder = at.builder;
-        let room = at.limit.wrapping_sub(at.pi) as u32;
-        if let Err(err) =
-            builder.emit_one(&mut self.sink.view(), at.pi, room, e, flags, remote, imm)
-        {
-            return Err(if at.open { err } else { Error::NotConnected });
+        if at.builder.is_datagram() {
+            return Err(if at.open {
+                Error::InvalidArgument("a datagram QP posts only sends")
+            } else {
+                Error::NotConnected
+            });
         }
-        // An empty element is not in the WQE: nothing reads it.
-        let first = match region {
-            Some(r) if e.length != 0 => {
-                r.acquire()?;
-                Some(r)
-            }
-            _ => None,
-        };
-        let ds = HEADER_DS as u8 + (e.length != 0) as u8;
-        self.record(at, wr_id, first, Meta::new(ds, builder.signals(flags), at.stamp), 1);
-        Ok(())
+        self.push_one_head(at, wr_id, e, region, flags, Head::Write { remote, imm })
     }
 
     /// [`push`](Self::push) of a request over registered buffers (a gather WRITE or SEND
@@ -648,7 +660,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 if first.is_none() {
                     first = Some(r);
                 } else {
-                    *entry(refs, head_ref) = Some(r);
+                    *entry(refs, head_ref) = Some(r.released());
                     *entry(ref_ords, head_ref) = ord;
                     head_ref = head_ref.wrapping_add(1);
                 }
@@ -671,7 +683,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         };
         at.ref_head = head_ref;
         let meta = Meta::new(shape.ds, builder.signals(req.flags), at.stamp);
-        self.record(at, req.wr_id, first, meta, shape.wqebbs as u16);
+        self.record(at, req.wr_id, first.map(RegionUse::released), meta, shape.wqebbs as u16);
         Ok(())
     }
 
@@ -720,7 +732,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         &mut self,
         at: &mut SqCursor,
         wr_id: u64,
-        first: Option<&'r RegionUse>,
+        first: Option<&'r Released>,
         meta: Meta,
         bbs: u16,
     ) {
@@ -752,7 +764,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             if let Some(r) = entry(&mut self.refs, from.wrapping_add(k)).take() {
                 // SAFETY: each queued entry answers one `acquire` of `push_gather`, and is
                 // taken out here, so it is released once.
-                unsafe { r.release() };
+                unsafe { r.release_many(1) };
             }
         }
     }
@@ -803,12 +815,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let done = self.done();
         if self.run_tail.wrapping_add(1) == self.run_head {
             // One live run (the common case: one region, or none): it holds all of them.
-            if let Some(region) = *entry(&mut self.run_regions, self.run_tail as u32) {
-                // SAFETY: as in `release_runs`: the `count` requests from `done` are the
-                // run's, each acquired the region once, and retire now, once.
-                unsafe { region.release_many(count as u32) };
-            }
+            // Released with the others of this poll, by one atomic add at its end.
+            self.unreleased += count as u32;
         } else {
+            self.flush_released();
             let to = done.wrapping_add(count);
             self.run_tail = self.release_runs(self.run_tail, self.run_head, done, to);
         }
@@ -818,6 +828,22 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.tail = t.wrapping_add(meta.wqebbs());
         self.outstanding -= count as u32;
         self.sigs_done = meta.sigs_before().wrapping_add(meta.signaled() as u16);
+    }
+
+    /// Release the requests of run `run_tail` retired since the last call: every poll ends
+    /// with it, so a region's count is exact whenever the caller can look at it.
+    #[inline(always)]
+    pub fn flush_released(&mut self) {
+        if self.unreleased != 0 {
+            if let Some(region) = *entry(&mut self.run_regions, self.run_tail as u32) {
+                // SAFETY: as in `release_runs`: the `unreleased` requests, the last retired
+                // ones, are the run's (the run does not change while some are held: a move of
+                // `run_tail` releases them first); each acquired the region once and is
+                // released here once.
+                unsafe { region.release_many(self.unreleased) };
+            }
+            self.unreleased = 0;
+        }
     }
 
     /// Release the further references of the `count` requests from ordinal `done` on: the
@@ -832,7 +858,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             if let Some(r) = entry(&mut self.refs, i).take() {
                 // SAFETY: each queued entry answers one `acquire` of `push_gather` for the
                 // request its tag names, which is retired now; taken out, it is released once.
-                unsafe { r.release() };
+                unsafe { r.release_many(1) };
             }
             self.ref_tail = i.wrapping_add(1);
         }
@@ -840,7 +866,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
 
     /// Close the batch: the WQEs pushed at the cursor join the ring. Returns the last of them
     /// and how many there were, for the doorbell, or `None` if none was pushed.
-    #[inline]
+    #[inline(always)]
     pub fn commit(&mut self, at: SqCursor) -> Option<(Last, u32)> {
         let pushed = self.pushed(&at);
         // A cursor that is not this ring's live one (committed twice, or from another ring:
@@ -891,11 +917,25 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// nothing.
     #[inline(always)]
     pub fn on_cqe(&mut self, cqe: &CqeRepr, qpn: QpNum, out: &mut Completion) -> Result<bool> {
-        debug_assert!(self.pending.is_none());
         if !matches!(cqe.opcode, CqeOpcode::Req | CqeOpcode::ReqErr) {
             return Err(DeviceFault::UnexpectedOpcode { opcode: cqe.opcode.into() }.into());
         }
-        let t = cqe.wqe_counter;
+        let done = Done {
+            counter: cqe.wqe_counter,
+            status: cqe.status(),
+            vendor_err: cqe.vendor_err(),
+            op: cqe.s_wqe_opcode,
+            byte_cnt: cqe.byte_cnt,
+        };
+        self.on_req(done, qpn, out)
+    }
+
+    /// [`on_cqe`](Self::on_cqe) of a requester CQE already decoded into `done` (for a
+    /// success CQE, the poll reads these fields straight from the entry).
+    #[inline(always)]
+    fn on_req(&mut self, done: Done, qpn: QpNum, out: &mut Completion) -> Result<bool> {
+        debug_assert!(self.pending.is_none());
+        let Done { counter: t, status, vendor_err, op, byte_cnt } = done;
         if t.wrapping_sub(self.tail) >= self.pi.wrapping_sub(self.tail) {
             return Err(DeviceFault::NotOutstanding { counter: t }.into());
         }
@@ -911,10 +951,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
         // which follows the sizes from `tail`, retires what is there.
         let behind = m.ord(t).wrapping_sub(self.done());
         let count = behind.wrapping_add(1);
-        let status = cqe.status();
         let flush_skipped = status == WcStatus::WrFlushErr && self.in_error;
-        let opcode = cqe.s_wqe_opcode.wc_opcode().unwrap_or(WcOpcode::RdmaWrite);
-        let byte_len = requester_byte_len(cqe.s_wqe_opcode, cqe.byte_cnt);
+        let opcode = op.wc_opcode().unwrap_or(WcOpcode::RdmaWrite);
+        let byte_len = requester_byte_len(op, byte_cnt);
         if status != WcStatus::Success {
             self.in_error = true;
         }
@@ -924,14 +963,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
             || (flush_skipped && behind != 0)
             || behind as u32 >= self.outstanding
         {
-            self.pending = Some(Pending {
-                target: t,
-                status,
-                vendor_err: cqe.vendor_err(),
-                opcode,
-                byte_len,
-                flush_skipped,
-            });
+            self.pending =
+                Some(Pending { target: t, status, vendor_err, opcode, byte_len, flush_skipped });
             return Ok(false);
         }
         let wr_id = self.wr_ids[slot];
@@ -940,7 +973,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             return Ok(false);
         }
         let mut c = Completion::new(wr_id, status, opcode, qpn);
-        c.vendor_err = cqe.vendor_err();
+        c.vendor_err = vendor_err;
         if status == WcStatus::Success {
             c.byte_len = byte_len;
         }
@@ -998,6 +1031,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// Release every region still referenced by a committed WQE and forget them all: for
     /// teardown, once the device can no longer read the ring (the QP is destroyed).
     pub fn release_everything(&mut self) {
+        self.flush_released();
         let (done, to) = (self.done(), self.posted as u16);
         self.run_tail = self.release_runs(self.run_tail, self.run_head, done, to);
         self.release_refs(self.ref_tail, self.ref_head);
@@ -1092,7 +1126,7 @@ impl SqDoorbell {
     /// Publish every WQE up to counter `pi` (exclusive): `nreq` requests were pushed since the
     /// last doorbell, the last of them at counter `last.pi` with size `last.ds`, inline or not.
     /// `dbrec` is the QP's doorbell record.
-    #[inline]
+    #[inline(always)]
     pub fn ring<M: Mmio>(
         &mut self,
         mmio: &M,
@@ -1193,7 +1227,9 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         self.sq.posted()
     }
 
-    #[inline]
+    // Always inlined: the cursor is a caller's local, which an out-of-line call would copy
+    // field by field to the stack to pass it.
+    #[inline(always)]
     unsafe fn commit(&mut self, at: SqCursor) {
         if let Some((last, nreq)) = self.sq.commit(at) {
             let ring = RingAt { buf: &self.mem.wq, off: self.sq_off, wqe_cnt: SQ as u32 };
@@ -1225,7 +1261,27 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
                 break Ok(n);
             }
             let Some(raw) = self.mem.scq.pop_req() else { break Ok(n) };
-            let cqe = match CqeRepr::parse(&Cqe::new_unchecked(&raw[..])) {
+            let view = Cqe::new_unchecked(&raw[..]);
+            // A success requester CQE (`MLX5_CQE_REQ`), the common case, is read straight from
+            // the entry, as `cq.c` reads it; anything else takes the general decode below.
+            if view.op_own() >> 4 == u8::from(CqeOpcode::Req) {
+                if view.qpn() != self.qpn {
+                    break Err(DeviceFault::WrongQp { qpn: view.qpn() }.into());
+                }
+                let done = Done {
+                    counter: view.wqe_counter(),
+                    status: WcStatus::Success,
+                    vendor_err: 0,
+                    op: view.s_wqe_opcode(),
+                    byte_cnt: view.byte_cnt(),
+                };
+                match self.sq.on_req(done, self.qpn, &mut out[n]) {
+                    Ok(wrote) => n += wrote as usize,
+                    Err(e) => break Err(e),
+                }
+                continue;
+            }
+            let cqe = match CqeRepr::parse(&view) {
                 Ok(c) => c,
                 Err(e) => break Err(e),
             };
@@ -1238,6 +1294,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
             }
         };
         self.mem.scq.publish();
+        self.sq.flush_released();
         if self.sq.in_error() {
             self.state = QpState::Error;
         }

@@ -556,6 +556,25 @@ impl WqeBuilder {
         flags: SendFlags,
         head: Head<'_>,
     ) -> Result<u8> {
+        self.emit_one_with(sink, pi, room, e, flags, head, || Ok(()))
+    }
+
+    /// [`emit_one_head`](Self::emit_one_head), calling `each` once, after the checks and
+    /// before anything is written, if the element is not empty (and so gets a data segment):
+    /// the send queue counts its region there, on the same test of the length that decides
+    /// the WQE's size. An error from `each` is returned with the ring untouched.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn emit_one_with<S: WqeSink + ?Sized>(
+        &self,
+        sink: &mut S,
+        pi: u16,
+        room: u32,
+        e: Sge,
+        flags: SendFlags,
+        head: Head<'_>,
+        each: impl FnOnce() -> Result<()>,
+    ) -> Result<u8> {
         let hdr = head.units();
         debug_assert!(hdr <= 3, "one block holds the head and one data segment");
         if self.max_sge == 0 {
@@ -565,6 +584,7 @@ impl WqeBuilder {
         head.check_len(e.length as u64)?;
         let base = pi as usize * SEND_WQE_BB;
         let ds = if e.length != 0 {
+            each()?;
             let (w0, w1) = halves(DataSeg::encode(&e));
             sink.put16(base + hdr * SEND_WQE_DS, w0, w1);
             hdr as u8 + 1

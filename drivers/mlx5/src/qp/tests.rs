@@ -42,7 +42,7 @@ fn rig_over<C: Control>(ctl: C) -> Rig<C> {
 
 impl<C: Control> Rig<C> {
     /// What the control seam recorded.
-    fn log(&self) -> core::cell::RefMut<'_, C> {
+    fn log(&self) -> spin::MutexGuard<'_, C> {
         self.dev.control()
     }
 }
