@@ -87,8 +87,8 @@
 //! * The transport is packets ([`transport`]): RC messages are cut by the path MTU into
 //!   RoCE v2 frames with 24-bit PSNs, acknowledged (coalesced ACKs, NAKs, RNR NAKs), and
 //!   retransmitted go-back-N on a sequence NAK, an RNR wait or the local ACK timeout, whose
-//!   length the model bounds to a few tens of milliseconds ([`transport::timer`]) so that
-//!   "retry exceeded" (0x15) arrives quickly. A request that reaches nobody (no route, a
+//!   length the model bounds to 10..100 ms ([`transport::timer`]: 14, 67 ms, is waited in
+//!   full) so that "retry exceeded" (0x15) arrives quickly. A request that reaches nobody (no route, a
 //!   target QP not ready or of another transport, an ACK path that does not lead back) is
 //!   retried `retry_cnt` times and then completes with 0x15, as on a network.
 //! * The requester learns a remote error from the NAK only: `vendor_err` says which NAK

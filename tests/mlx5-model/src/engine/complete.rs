@@ -81,6 +81,9 @@ fn fail_unnoted(
     let Device { qps, cqs, .. } = dev;
     let Some(qp) = qps.get_mut(&qpn) else { return Prepared::Failed };
     qp.state = QpState::Error;
+    // WQEs still on the wire were posted before this one: their flushes come first
+    // (completions are in the order posted).
+    super::flush::flush_inflight(sh, cqs, qp, qpn);
     qp.sq_pi = qp.sq_pi.wrapping_add(adv as u16);
     let syndrome = r.syndrome().expect("fatal reasons have a syndrome");
     let mut c = CqeRepr::new(CqeOpcode::ReqErr, qpn);

@@ -1,7 +1,14 @@
-//! Flush: a QP in ERR completes every send WQE up to each doorbell's counter with a flush
-//! CQE, one per WQE, signaled or not, and every posted receive WQE with a `RESP_ERR` flush.
+//! Flush: a QP in ERR completes every outstanding send WQE with a flush CQE, one per WQE,
+//! signaled or not, and every posted receive WQE with a `RESP_ERR` flush.
+//!
+//! IBTA vol 1 §10.3.1 and §11.6.2 (and rxe `rxe_comp.c` `flush_send_queue`): in ERR every
+//! work request not yet completed completes with `WR_FLUSH_ERR`, in the order posted. The
+//! send WQEs already on the wire waiting for an ACK or a response (the requester's
+//! outstanding list, oldest first) come first, then those the engine never started (from its
+//! counter up to each doorbell's). The outstanding list is emptied as it is flushed, so a
+//! late ACK or response finds nothing to complete (and a QP not in RTS drops it anyway).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
 use rdma_pmd::BusAddr;
@@ -11,15 +18,15 @@ use super::done_doorbell;
 use crate::codes::CqeOpcode;
 use crate::counters::Reason;
 use crate::model::Shared;
-use crate::objects::{Device, Doorbell, Qp};
+use crate::objects::{Cq, Device, Doorbell, Qp};
 use crate::wqe::wqebbs;
 
-/// Flush a QP in ERR: every send WQE up to each pending doorbell, every posted receive WQE.
-/// True if anything was flushed.
+/// Flush a QP in ERR: every send WQE on the wire, then every one up to each pending
+/// doorbell, then every posted receive WQE. True if anything was flushed.
 pub(super) fn flush(sh: &Shared, dev: &mut Device, qpn: u32) -> bool {
     let Device { qps, cqs, ready, .. } = dev;
     let Some(qp) = qps.get_mut(&qpn) else { return false };
-    let mut did = false;
+    let mut did = flush_inflight(sh, cqs, qp, qpn);
     while let Some(db) = qp.pending.pop_front() {
         did = true;
         let mut covered = u32::from(db.target.wrapping_sub(qp.sq_pi));
@@ -54,6 +61,24 @@ pub(super) fn flush(sh: &Shared, dev: &mut Device, qpn: u32) -> bool {
                 }
             }
         }
+    }
+    did
+}
+
+/// Flush the WQEs on the wire, oldest first, and forget the requester's state (timers,
+/// retry counts): nothing is left for an ACK, a response or a timer to complete. True if
+/// any was flushed.
+pub(super) fn flush_inflight(
+    sh: &Shared,
+    cqs: &mut BTreeMap<u32, Cq>,
+    qp: &mut Qp,
+    qpn: u32,
+) -> bool {
+    let outstanding = std::mem::take(&mut qp.req.inflight);
+    qp.req = Default::default();
+    let did = !outstanding.is_empty();
+    for w in outstanding {
+        flush_cqe(sh, cqs, qp.spec.send_cq, CqeOpcode::ReqErr, qpn, w.req.idx, w.req.opcode);
     }
     did
 }

@@ -31,8 +31,9 @@
 //! 5. complete: a `REQ` CQE if the WQE asked for one (`fm_ce_se & 0x08`), or an error CQE
 //!    and the QP to ERR.
 //!
-//! In ERR every WQE up to each doorbell's counter gets a flush CQE (`REQ_ERR`, syndrome
-//! `WR_FLUSH_ERR`), one per WQE, signaled or not; posted receive WQEs get `RESP_ERR` flushes.
+//! In ERR every WQE on the wire (sent, not yet acknowledged), then every WQE up to each
+//! doorbell's counter, gets a flush CQE (`REQ_ERR`, syndrome `WR_FLUSH_ERR`), one per WQE,
+//! signaled or not, in the order posted; posted receive WQEs get `RESP_ERR` flushes.
 //!
 //! Steps 1 to 3 run under the device lock; step 4 runs with no lock held, and step 5 takes
 //! the lock again and drops the result if the QP was reset or destroyed meanwhile.
@@ -98,7 +99,7 @@ fn pass(sh: &Arc<Shared>) -> bool {
                 .filter(|(n, q)| {
                     !dev.ready.contains(n)
                         && q.state == QpState::Error
-                        && q.spec.log_rq_size.is_some()
+                        && (q.spec.log_rq_size.is_some() || !q.req.inflight.is_empty())
                 })
                 .map(|(n, _)| *n),
         );

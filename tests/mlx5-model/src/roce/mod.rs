@@ -20,8 +20,8 @@
 //!   ([`DropCounters`]).
 //! * [`port`]: the [`Port`] trait (send a frame, receive one without blocking), an
 //!   in-process [`Hub`] and, on Linux, an `AF_PACKET` socket ([`port::PacketSocket`]).
-//! * [`fault`]: [`FaultPort`], a seeded schedule of drops, duplicates, reordering and
-//!   corruption on a port. [`pcap`]: a classic libpcap writer and [`PcapTap`], the port
+//! * [`fault`]: [`FaultPort`], seeded schedules of drops, duplicates, reordering and
+//!   corruption on a port, one for what it sends and one for what it receives. [`pcap`]: a classic libpcap writer and [`PcapTap`], the port
 //!   wrapper that records every frame.
 //!
 //! The model's transport does not use this layer yet: its engine delivers whole messages
@@ -46,7 +46,7 @@ pub mod udp;
 mod tests;
 
 pub use error::{DropCounters, Layer, Malformed};
-pub use fault::{FaultCounts, FaultPlan, FaultPort};
+pub use fault::{Exempt, FaultCounts, FaultEvent, FaultKind, FaultPlan, FaultPort};
 pub use packet::{IpRepr, RocePacket, RoceRepr};
 pub use pcap::{PcapTap, PcapWriter};
 pub use port::{Hub, HubPort, Port, PortError};

@@ -8,6 +8,7 @@ mod control;
 mod datagram;
 mod errors;
 mod faults;
+mod flush;
 mod imm;
 mod retry;
 mod vectors;
