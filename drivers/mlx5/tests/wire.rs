@@ -43,7 +43,7 @@ use rdma_pmd_mlx5_model::peers::{pingpong, wire_peer};
 use rdma_pmd_mlx5_model::roce::pcap::SharedPcap;
 use rdma_pmd_mlx5_model::roce::port::PacketSocket;
 use rdma_pmd_mlx5_model::roce::{
-    FaultPlan, FaultPort, Malformed, PcapTap, Port, PortError, RocePacket,
+    Exempt, FaultPlan, FaultPort, Malformed, PcapTap, Port, PortError, RocePacket,
 };
 use rdma_pmd_mlx5_model::{Gid, Model, ModelConfig};
 
@@ -329,13 +329,16 @@ impl Port for Marked {
 }
 
 /// Our port under a seeded fault schedule ([`FaultPort`]: drops, duplicates, reordering,
-/// ICRC corruption) on what we send. The schedule applies to RoCE v2 frames only: ARP passes
-/// untouched (a corrupted ARP reply would teach the kernel a wrong MAC, which tests the
-/// kernel, not our transport). The test keeps a handle to read and change the schedule.
+/// ICRC corruption) on what we send and, with its own plan and stream, on what we receive
+/// (taken from the socket after the capture: the capture shows the wire, the model sees the
+/// faults). The schedule applies to RoCE v2 frames only: ARP passes untouched both ways (a
+/// corrupted ARP reply would teach the kernel a wrong MAC, which tests the kernel, not our
+/// transport). The test keeps a handle to read and change the schedule.
 #[derive(Clone)]
 struct Faults {
     port: Arc<Mutex<FaultPort<Marked>>>,
     bad_from_model: Arc<AtomicU64>,
+    sched: Schedule,
 }
 
 impl Faults {
@@ -363,8 +366,29 @@ impl Port for Faults {
     }
 }
 
-/// [`model_on_wire`] with our sends under `plan`, drawn from `seed`.
-fn model_with_faults(name: &str, plan: FaultPlan, seed: u64) -> (Model, Faults) {
+/// A fault schedule for our side of the wire: what we send, what we receive, the seed (the
+/// receive stream is drawn from the seed's successor, so the two differ).
+#[derive(Clone, Copy, Debug)]
+struct Schedule {
+    send: FaultPlan,
+    recv: FaultPlan,
+    seed: u64,
+}
+
+impl Schedule {
+    /// 1% of each fault on what we send.
+    fn sends(seed: u64) -> Schedule {
+        Schedule { send: FaultPlan::uniform(10_000), recv: FaultPlan::none(), seed }
+    }
+
+    /// 1% of each fault on what we send and on what we receive.
+    fn both_ways(seed: u64) -> Schedule {
+        Schedule { recv: FaultPlan::uniform(10_000), ..Schedule::sends(seed) }
+    }
+}
+
+/// [`model_on_wire`] with our side of the wire under `sched`.
+fn model_with_faults(name: &str, sched: Schedule) -> (Model, Faults) {
     let (sock, pcap, path) = wire_port(name);
     let mut injected = path.into_os_string();
     injected.push(".injected");
@@ -372,8 +396,13 @@ fn model_with_faults(name: &str, plan: FaultPlan, seed: u64) -> (Model, Faults) 
     let _ = std::fs::remove_file(&injected);
     let marked = Marked { inner: PcapTap::new(sock, pcap.clone()), pcap, injected };
     let faults = Faults {
-        port: Arc::new(Mutex::new(FaultPort::new(marked, plan, seed))),
+        port: Arc::new(Mutex::new(
+            FaultPort::new(marked, sched.send, sched.seed)
+                .with_recv_plan(sched.recv, sched.seed.wrapping_add(1))
+                .exempt_received(Exempt::NonRoce),
+        )),
         bad_from_model: Arc::new(AtomicU64::new(0)),
+        sched,
     };
     let model = Model::with_config(model_config().with_port(faults.clone())).expect("model");
     (model, faults)
@@ -560,11 +589,11 @@ fn be_u64(d: &DestBuf<'_>) -> u64 {
 
 /// Our side of a C peer test: the model on the wire (with our sends under a fault schedule, if
 /// given), the driver on it, its Ethernet port.
-fn our_side(name: &str, faults: Option<(FaultPlan, u64)>) -> (Model, Option<Faults>) {
+fn our_side(name: &str, faults: Option<Schedule>) -> (Model, Option<Faults>) {
     match faults {
         None => (model_on_wire(name), None),
-        Some((plan, seed)) => {
-            let (m, f) = model_with_faults(name, plan, seed);
+        Some(sched) => {
+            let (m, f) = model_with_faults(name, sched);
             (m, Some(f))
         }
     }
@@ -572,10 +601,18 @@ fn our_side(name: &str, faults: Option<(FaultPlan, u64)>) -> (Model, Option<Faul
 
 /// After a test under faults: the schedule did act, and every bad ICRC on the wire was its own.
 fn check_faults(f: &Faults) {
-    let c = f.lock().counts();
-    eprintln!("fault schedule: {c:?}");
-    assert!(c.frames > 0 && c.forwarded > 0, "{c:?}");
-    assert!(c.dropped + c.corrupted + c.duplicated + c.reordered > 0, "no fault happened: {c:?}");
+    let (c, r) = {
+        let p = f.lock();
+        (p.counts(), p.recv_counts())
+    };
+    eprintln!("fault schedule {:?}: sent {c:?}, received {r:?}", f.sched);
+    for (plan, c) in [(f.sched.send, c), (f.sched.recv, r)] {
+        if plan != FaultPlan::none() {
+            assert!(c.frames > 0 && c.forwarded > 0, "{c:?}");
+            let n = c.dropped + c.corrupted + c.duplicated + c.reordered;
+            assert!(n > 0, "no fault happened: {c:?}");
+        }
+    }
     assert_eq!(f.bad_from_model.load(Ordering::Relaxed), 0, "the model sent a bad ICRC itself");
 }
 
@@ -607,11 +644,25 @@ fn on_wire_the_plan_survives_faults_on_our_sends() {
     initiator_side(
         "the_plan_survives_faults_on_our_sends",
         18613,
-        Some((FaultPlan::uniform(10_000), 0x5eed_0001)),
+        Some(Schedule::sends(0x5eed_0001)),
     );
 }
 
-fn initiator_side(name: &str, port: u16, faults: Option<(FaultPlan, u64)>) {
+/// The same plan with faults both ways on our side of the wire: our sends, and what rxe sends
+/// us (its ACKs, NAKs, READ and atomic responses), dropped, duplicated, held back and
+/// corrupted at 1% each: every request still completes once with every byte right (our
+/// requester retries what it misses and ignores duplicate responses).
+#[test]
+#[ignore = "needs the wire tier's veth pair and an rxe peer"]
+fn on_wire_the_plan_survives_faults_both_ways() {
+    initiator_side(
+        "the_plan_survives_faults_both_ways",
+        18615,
+        Some(Schedule::both_ways(0x5eed_0004)),
+    );
+}
+
+fn initiator_side(name: &str, port: u16, faults: Option<Schedule>) {
     use wire_peer::*;
     let (model, faults) = our_side(name, faults);
     let dev = driver(&model);
@@ -746,8 +797,18 @@ fn on_wire_a_wrong_rkey_from_the_c_peer_gets_remote_access_error() {
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
 fn on_wire_the_c_peer_plan_survives_faults_on_our_responses() {
-    let t = Target { faults: Some((FaultPlan::uniform(10_000), 0x5eed_0002)), ..Target::default() };
+    let t = Target { faults: Some(Schedule::sends(0x5eed_0002)), ..Target::default() };
     target_side("the_c_peer_plan_survives_faults_on_our_responses", 18614, t);
+}
+
+/// The C peer's plan against our region with faults both ways: its requests to us and our
+/// responses. Our responder sees gaps (it NAKs them once), duplicates (answered again, never
+/// executed twice: the atomic word ends right) and bad ICRCs (dropped); rxe retries.
+#[test]
+#[ignore = "needs the wire tier's veth pair and an rxe peer"]
+fn on_wire_the_c_peer_plan_survives_faults_both_ways() {
+    let t = Target { faults: Some(Schedule::both_ways(0x5eed_0005)), ..Target::default() };
+    target_side("the_c_peer_plan_survives_faults_both_ways", 18616, t);
 }
 
 /// How a [`target_side`] test runs.
@@ -757,8 +818,8 @@ struct Target {
     bad_rkey: bool,
     /// User-given neighbours on both sides instead of ARP.
     static_neighbours: bool,
-    /// Our sends under a fault schedule.
-    faults: Option<(FaultPlan, u64)>,
+    /// Our side of the wire under a fault schedule.
+    faults: Option<Schedule>,
 }
 
 fn target_side(name: &str, port: u16, t: Target) {
@@ -904,7 +965,8 @@ fn target_side(name: &str, port: u16, t: Target) {
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
 fn on_wire_a_peer_cut_off_ends_in_retry_exceeded_and_flushes_the_rest() {
     use wire_peer::*;
-    let (model, faults) = model_with_faults("a_peer_cut_off", FaultPlan::none(), 0x5eed_0003);
+    let none = Schedule { send: FaultPlan::none(), recv: FaultPlan::none(), seed: 0x5eed_0003 };
+    let (model, faults) = model_with_faults("a_peer_cut_off", none);
     let dev = driver(&model);
     let mut net = Net::new(&dev);
     let peer = net.peer_mac();
