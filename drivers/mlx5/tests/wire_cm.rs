@@ -211,17 +211,16 @@ fn wait_recv<'r, R: RecvQueue<'r>>(q: &mut R) -> Completion {
 /// hands a receive to its program before it sends the ACK, and under emulation the program's
 /// disconnect (its QP to ERR) can overtake that ACK: the SEND was delivered but is never
 /// acknowledged, and completes in error once its retries ran out. An error is accepted only
-/// together with the peer's DREQ. The QP is not lent to the CM meanwhile, so a DREQ leaves it
-/// in RTS: the device model does not complete a WQE already on the wire when its QP is moved
-/// to ERR (hardware flushes it), so the SEND would never complete; its retries end it
-/// instead. Returns whether the connection is down (its `Disconnected` event taken), and
-/// leaves the QP in ERR then.
+/// together with the peer's DREQ: the QP is lent to the CM, which moves it to ERR on the DREQ,
+/// and the device flushes the SEND still on the wire (WR_FLUSH_ERR), or its retries ran out
+/// first (RETRY_EXC_ERR). Returns whether the connection is down (its `Disconnected` event
+/// taken); the QP is in ERR then.
 fn last_send(start: Instant, cm: &mut TCm<'_>, qp: &mut RcQp<'_>, id: ConnId, wr_id: u64) -> bool {
     let mut gone = false;
     let mut out = [Completion::default(); 1];
     let t0 = Instant::now();
     while qp.poll(&mut out).expect("poll") == 0 {
-        match cm.poll(clock(start), &mut [] as &mut [RcQp]) {
+        match cm.poll(clock(start), std::slice::from_mut(qp)) {
             None => {}
             Some(Event { id: i, kind: EventKind::Disconnected }) if i == id => gone = true,
             Some(Event { id: i, kind: EventKind::TimewaitExit }) if i == id && gone => {}
@@ -235,7 +234,7 @@ fn last_send(start: Instant, cm: &mut TCm<'_>, qp: &mut RcQp<'_>, id: ConnId, wr
         assert_eq!(c.opcode, WcOpcode::Send, "{c:?}");
     } else {
         if !gone {
-            let e = pump(start, cm, &mut [] as &mut [RcQp]);
+            let e = pump(start, cm, std::slice::from_mut(qp));
             assert_eq!(e, Event { id, kind: EventKind::Disconnected }, "{c:?} without a DREQ");
             gone = true;
         }
@@ -243,8 +242,7 @@ fn last_send(start: Instant, cm: &mut TCm<'_>, qp: &mut RcQp<'_>, id: ConnId, wr
         eprintln!("the peer disconnected before it acknowledged our last SEND ({:?})", c.status);
     }
     if gone {
-        // What the CM does to a lent QP on a DREQ.
-        let _ = qp.to_error();
+        assert_eq!(qp.state(), QpState::Error, "the CM moves a lent QP to ERR on a DREQ");
     }
     gone
 }
@@ -920,11 +918,11 @@ fn on_wire_cm_client_opens_four_connections_to_ucmatose_server() {
     for qp in qps.iter_mut() {
         ucma_sends(qp, &src);
     }
-    // The QPs are not lent to the CM meanwhile (see `last_send`): each is moved to ERR here.
+    // The QPs are lent to the CM, which moves each to ERR on its DREQ (see `last_send`).
     let (mut last, mut gone) = (vec![None; UCMA_CONNS], Vec::new());
     let t0 = Instant::now();
     while last.iter().any(Option::is_none) || gone.len() < UCMA_CONNS {
-        match cm.poll(clock(start), &mut [] as &mut [RcQp]) {
+        match cm.poll(clock(start), &mut qps[..]) {
             None => {}
             Some(Event { id, kind: EventKind::TimewaitExit }) if gone.contains(&id) => {}
             Some(e) => {
@@ -948,9 +946,6 @@ fn on_wire_cm_client_opens_four_connections_to_ucmatose_server() {
             s == WcStatus::Success || matches!(s, WcStatus::WrFlushErr | WcStatus::RetryExcErr),
             "connection {i}: {s:?}"
         );
-    }
-    for qp in qps.iter_mut() {
-        let _ = qp.to_error();
     }
     assert!(qps.iter().all(|q| q.state() == QpState::Error));
     let (ok, out) = finish(server, "ucmatose (server)");
