@@ -13,8 +13,9 @@
 //! mlx5 driver on the model (`drivers/mlx5/tests/wire.rs`: addresses by the driver's own ARP;
 //! `ibv_rc_pingpong` in both roles, the C peer's plan in both directions and under a seeded
 //! fault schedule on our side of the wire, both ways, a wrong rkey, a peer cut off until retry
-//! exceeded). Their names start with `on_wire_`, which the `model` tier skips. The guest prints the pcaps, gzipped and in base64, on the console, and
-//! they land in `target/wire/pcap/`. Where the host has `tshark` (it is installed when running
+//! exceeded). Their names start with `on_wire_`, which the `model` tier skips. The guest
+//! prints the pcaps, gzipped and in base64, on the console, and they land in
+//! `target/wire/pcap/`. Where the host has `tshark` (it is installed when running
 //! as root), every frame must dissect with no malformed packet — except the frames a test's
 //! fault schedule corrupted on purpose: the tests tap the wire after the schedule (so a capture
 //! holds what really went out, dropped frames absent, duplicates twice, corrupted ones as
