@@ -192,6 +192,13 @@ fn qkey_mismatch_is_dropped_and_counted_and_the_sender_completes() {
     post_recv_sges(&mut g.qp, &[(g.mem.va, 512, g.mem.key.0)]);
     let gg = g.env.model.gids()[0];
     send(&mut x, &av(gg, 1, GSI_QKEY), 8, None);
+    // The sender's completion does not mean the frame reached g's port yet (the wire hands
+    // it over on its own thread): wait, bounded, for g to count it.
+    let t0 = std::time::Instant::now();
+    while g.env.model.counters().datagrams_dropped == 0 {
+        assert!(t0.elapsed() < WAIT, "the datagram never reached QP1's port");
+        std::thread::yield_now();
+    }
     assert!(g.env.model.quiesce(WAIT));
     assert_empty(&g.env.model, &g.cq);
     assert_eq!(g.env.model.counters().datagrams_dropped, 1);
