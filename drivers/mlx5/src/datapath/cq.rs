@@ -4,12 +4,24 @@
 //! `op_own = 0xf0` (opcode `MLX5_CQE_INVALID`) as rdma-core's `cq.c` does, plus an 8-byte
 //! doorbell record (`[0]` consumer index, `[1]` arm; this poll-mode driver never arms).
 //!
-//! Polling follows `cq.c` `get_sw_cqe` / `mlx5_poll_cq`:
+//! Polling follows `cq.c` `get_sw_cqe` / `mlx5_poll_cq`, with one change of order:
 //! 1. load the entry's `op_own` at consumer index `ci`; it is software's iff the opcode is not
 //!    `0xf` and the owner bit equals `!!(ci & cqe_cnt)` ([`crate::layout::cqe::sw_owned`]);
-//! 2. [`barrier::from_device`], so the body is not read before the ownership byte;
-//! 3. copy the 64 bytes out (no reference into DMA memory is ever formed) and parse the copy;
+//!    and so on for the entries after it, up to [`LOOKAHEAD`], stopping at the first that is
+//!    not software's;
+//! 2. [`barrier::from_device`], once for all of them, so that no body is read before its
+//!    ownership byte;
+//! 3. copy each entry out in turn (no reference into DMA memory is ever formed) and parse
+//!    the copy;
 //! 4. after the batch, `dbrec[CQ_SET_CI] = htobe32(ci & 0xffffff)` hands the entries back.
+//!
+//! The provider takes the barrier for every entry (`mlx5_get_next_cqe`); on x86 it is an
+//! `lfence`, which holds back every later instruction until the earlier ones are done, so a
+//! barrier per entry serialises the loop. One barrier after a scan of several ownership bytes
+//! orders the same loads: every body is read after the ownership byte that handed it over.
+//! An entry found software's stays so until the consumer index is published past it (the
+//! device writes an entry only once it is handed back), so what a scan found may be consumed
+//! by a later poll without another look.
 
 use rdma_pmd::{BusAddr, Error, Result};
 use rdma_pmd_hal::{barrier, Dma, DmaBuf};
@@ -25,6 +37,9 @@ pub struct CqRing {
     dbrec: DmaBuf,
     log_size: u8,
     ci: u32,
+    /// Entries from `ci` on whose ownership bytes a scan found software's, after which the
+    /// body barrier was taken.
+    ready: u32,
     /// Consumer index last written to the doorbell record.
     published: u32,
 }
@@ -35,6 +50,10 @@ const REQ_WORDS: usize = 3;
 
 /// `op_own` of an unwritten entry, as the last 8-byte word of the entry in memory order.
 const INVALID_WORD: u64 = u64::from_ne_bytes([0, 0, 0, 0, 0, 0, 0, OP_OWN_INVALID]);
+
+/// The most entries one scan of ownership bytes looks at (see the module docs): as many as a
+/// typical poll asks for, so that a poll takes the barrier once.
+pub const LOOKAHEAD: u32 = 32;
 
 impl CqRing {
     /// Allocate and initialise a ring of `2^log_size` entries and its doorbell record.
@@ -55,7 +74,7 @@ impl CqRing {
         for i in 0..entries {
             buf.write_u64(i * cqe::LEN + 56, INVALID_WORD);
         }
-        Ok(CqRing { buf, dbrec, log_size, ci: 0, published: 0 })
+        Ok(CqRing { buf, dbrec, log_size, ci: 0, ready: 0, published: 0 })
     }
 
     /// The `CREATE_CQ` fields for this ring on `uar`.
@@ -82,46 +101,70 @@ impl CqRing {
     /// consumer index; call [`publish`](Self::publish) after a batch.
     #[inline]
     pub fn pop(&mut self) -> Option<[u8; 64]> {
-        let size = 1u32 << self.log_size;
-        let off = (self.ci & (size - 1)) as usize * cqe::LEN;
-        let op_own = self.buf.read_u64(off + 56).to_ne_bytes()[7];
-        if !cqe::sw_owned(op_own, self.ci, size) {
-            return None;
-        }
-        // The rest of the entry must not be read before its ownership byte said it is
-        // complete (udma_from_device_barrier).
-        barrier::from_device();
+        let off = self.next_owned()?;
         let mut out = [0u8; 64];
         for (k, chunk) in out.chunks_exact_mut(8).enumerate() {
             chunk.copy_from_slice(&self.buf.read_u64(off + 8 * k).to_ne_bytes());
         }
-        self.ci = self.ci.wrapping_add(1);
         Some(out)
     }
 
-    /// [`pop`](Self::pop) for a requester CQE: the same ownership check and barrier, but
-    /// only the entry's last three words are copied (bytes 40..64: `byte_cnt`, the error
-    /// syndromes or timestamp, `sop_drop_qpn`, `wqe_counter`, `op_own`), which is all the
-    /// requester path parses, as `cq.c` reads only those fields of a send completion. The
-    /// other bytes of the copy are zero.
+    /// [`pop`](Self::pop) for a send CQ, where every entry is a requester CQE (or a stray
+    /// one, which its parse refuses): only the entry's last three words are copied (bytes
+    /// 40..64: `byte_cnt`, the error syndromes or timestamp, `sop_drop_qpn`, `wqe_counter`,
+    /// `op_own`), which is all the requester path parses, as `cq.c` reads only those fields of
+    /// a send completion. The other bytes of the copy are zero.
     #[inline]
     pub fn pop_req(&mut self) -> Option<[u8; 64]> {
-        let size = 1u32 << self.log_size;
-        let off = (self.ci & (size - 1)) as usize * cqe::LEN;
-        let op_own = self.buf.read_u64(off + 56).to_ne_bytes()[7];
-        if !cqe::sw_owned(op_own, self.ci, size) {
-            return None;
-        }
-        // As in `pop`: the body after its ownership byte (udma_from_device_barrier).
-        barrier::from_device();
+        let off = self.next_owned()?;
         let words: [u64; REQ_WORDS] = self.buf.read_u64s(off + cqe::LEN - 8 * REQ_WORDS);
         let mut out = [0u8; 64];
         for (k, w) in words.iter().enumerate() {
             let at = cqe::LEN - 8 * REQ_WORDS + 8 * k;
             out[at..at + 8].copy_from_slice(&w.to_ne_bytes());
         }
-        self.ci = self.ci.wrapping_add(1);
         Some(out)
+    }
+
+    /// The byte offset of the entry at the consumer index if software owns it, moving the
+    /// index past it; its body may be read from there on. Scans ahead when no entry is known
+    /// to be software's.
+    #[inline(always)]
+    fn next_owned(&mut self) -> Option<usize> {
+        if self.ready == 0 {
+            self.ready = self.scan();
+            if self.ready == 0 {
+                return None;
+            }
+        }
+        self.ready -= 1;
+        let off = (self.ci & ((1u32 << self.log_size) - 1)) as usize * cqe::LEN;
+        self.ci = self.ci.wrapping_add(1);
+        Some(off)
+    }
+
+    /// How many entries from the consumer index on software owns (at most [`LOOKAHEAD`] and
+    /// the ring's size), then the body barrier if any.
+    #[inline]
+    fn scan(&self) -> u32 {
+        let size = 1u32 << self.log_size;
+        let max = LOOKAHEAD.min(size);
+        let mut k = 0;
+        while k < max {
+            let ci = self.ci.wrapping_add(k);
+            let off = (ci & (size - 1)) as usize * cqe::LEN;
+            let op_own = self.buf.read_u64(off + 56).to_ne_bytes()[7];
+            if !cqe::sw_owned(op_own, ci, size) {
+                break;
+            }
+            k += 1;
+        }
+        if k != 0 {
+            // The bodies of the entries found software's must not be read before their
+            // ownership bytes said they are complete (udma_from_device_barrier).
+            barrier::from_device();
+        }
+        k
     }
 
     /// Tell the device every entry before the consumer index is free
@@ -232,6 +275,40 @@ mod tests {
         assert_eq!(c[40..], b[40..]);
         assert_eq!(r.ci(), 1);
         assert!(r.pop_req().is_none(), "the next entry is not written");
+        // SAFETY: no device.
+        unsafe { r.free(&*dma) };
+    }
+
+    #[test]
+    fn a_scan_finds_the_owned_run_and_later_entries_are_seen_by_the_next() {
+        let dma = HeapDma::new();
+        let mut r = CqRing::alloc(&*dma, 2).unwrap();
+        for idx in 0..3 {
+            put_cqe(&dma, &r, idx, CqeOpcode::Req, idx as u16);
+        }
+        let c = r.pop_req().expect("owned");
+        assert_eq!(Cqe::new_unchecked(&c[..]).wqe_counter(), 0);
+        assert_eq!(r.ready, 2, "the scan stopped at the first entry not written");
+        // Written after the scan: found by the scan after the two already found.
+        put_cqe(&dma, &r, 3, CqeOpcode::Req, 3);
+        for idx in 1..4 {
+            let c = r.pop().expect("owned");
+            assert_eq!(Cqe::new_unchecked(&c[..]).wqe_counter(), idx as u16);
+        }
+        assert!(r.pop().is_none());
+        // A whole lap written at once: a scan looks at no more entries than the ring has,
+        // and the next lap's entries (owner bit flipped) are not taken for this one's.
+        r.publish();
+        for idx in 4..8 {
+            put_cqe(&dma, &r, idx, CqeOpcode::Req, idx as u16);
+        }
+        assert!(r.pop().is_some());
+        assert_eq!(r.ready, 3);
+        for _ in 0..3 {
+            assert!(r.pop().is_some());
+        }
+        assert!(r.pop().is_none(), "the entries of the lap just read are not the next lap's");
+        assert_eq!(r.ci(), 8);
         // SAFETY: no device.
         unsafe { r.free(&*dma) };
     }
