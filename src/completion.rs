@@ -31,14 +31,20 @@ macro_rules! code_enum {
         impl From<$t> for $name {
             #[inline]
             fn from(raw: $t) -> Self {
+                Self::from_raw(raw)
+            }
+        }
+
+        impl $name {
+            /// The code of a raw value (usable in constants, unlike `From`).
+            #[inline]
+            pub const fn from_raw(raw: $t) -> Self {
                 match raw {
                     $($n => $name::$v,)*
                     other => $name::Unknown(other),
                 }
             }
-        }
 
-        impl $name {
             /// The raw value (usable in constants, unlike `From`).
             #[inline]
             pub const fn raw(self) -> $t {

@@ -36,6 +36,8 @@ pub struct CqRing {
     buf: DmaBuf,
     dbrec: DmaBuf,
     log_size: u8,
+    /// `2^log_size - 1`: the slot of a consumer index.
+    mask: u32,
     ci: u32,
     /// Entries from `ci` on whose ownership bytes a scan found software's, after which the
     /// body barrier was taken.
@@ -74,7 +76,8 @@ impl CqRing {
         for i in 0..entries {
             buf.write_u64(i * cqe::LEN + 56, INVALID_WORD);
         }
-        Ok(CqRing { buf, dbrec, log_size, ci: 0, ready: 0, published: 0 })
+        let mask = (1u32 << log_size) - 1;
+        Ok(CqRing { buf, dbrec, log_size, mask, ci: 0, ready: 0, published: 0 })
     }
 
     /// The `CREATE_CQ` fields for this ring on `uar`.
@@ -138,7 +141,7 @@ impl CqRing {
             }
         }
         self.ready -= 1;
-        let off = (self.ci & ((1u32 << self.log_size) - 1)) as usize * cqe::LEN;
+        let off = (self.ci & self.mask) as usize * cqe::LEN;
         self.ci = self.ci.wrapping_add(1);
         Some(off)
     }
@@ -147,12 +150,12 @@ impl CqRing {
     /// the ring's size), then the body barrier if any.
     #[inline]
     fn scan(&self) -> u32 {
-        let size = 1u32 << self.log_size;
+        let size = self.mask + 1;
         let max = LOOKAHEAD.min(size);
         let mut k = 0;
         while k < max {
             let ci = self.ci.wrapping_add(k);
-            let off = (ci & (size - 1)) as usize * cqe::LEN;
+            let off = (ci & self.mask) as usize * cqe::LEN;
             let op_own = self.buf.read_u64(off + 56).to_ne_bytes()[7];
             if !cqe::sw_owned(op_own, ci, size) {
                 break;

@@ -88,7 +88,7 @@ use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder, Wqe
 use crate::layout::codes::CqeOpcode;
 use crate::layout::codes::SendOpcode;
 use crate::layout::codes::SEND_WQE_BB;
-use crate::layout::cqe::{Cqe, CqeRepr};
+use crate::layout::cqe::Cqe;
 use crate::layout::wqe::{bf_len, sq_dbrec, SND_DBR};
 use crate::qp::{Qp, QpState};
 
@@ -152,6 +152,14 @@ impl Meta {
     #[inline(always)]
     fn is_start(self) -> bool {
         self.0 & Self::START != 0
+    }
+
+    /// Whether a WQE starts at this block with `sigs` signalled requests before it: one
+    /// compare for the two tests of a CQE's common case.
+    #[inline(always)]
+    fn starts_after(self, sigs: u16) -> bool {
+        let mask = Self::START | (u16::MAX as u64) << Stamp::SIGS_SHIFT;
+        self.0 & mask == Self::START | (sigs as u64) << Stamp::SIGS_SHIFT
     }
 
     /// The ordinal (requests committed before it, mod 2^16) of the request starting at
@@ -237,20 +245,65 @@ struct Done {
     counter: u16,
     status: WcStatus,
     vendor_err: u32,
-    /// The opcode of the WQE it names.
-    op: SendOpcode,
+    /// What the opcode of the WQE it names reports.
+    kind: ReqKind,
     byte_cnt: u32,
 }
 
 /// `wc.byte_len` of a successful requester completion (`cq.c` `handle_good_req`): the CQE's
 /// byte count for an RDMA READ, 8 for an atomic, nothing (0) for writes and sends.
 #[inline]
-pub fn requester_byte_len(op: SendOpcode, byte_cnt: u32) -> u32 {
+pub const fn requester_byte_len(op: SendOpcode, byte_cnt: u32) -> u32 {
     match op {
         SendOpcode::RdmaRead => byte_cnt,
         SendOpcode::AtomicCs | SendOpcode::AtomicFa => rdma_pmd::post::ATOMIC_LEN,
         _ => 0,
     }
+}
+
+/// What a success CQE reports for the send opcode it carries, [`SendOpcode::wc_opcode`] and
+/// [`requester_byte_len`] tabulated by raw opcode, so that the poll's common case looks them
+/// up once instead of matching the opcode three times. The byte length is either the CQE's
+/// byte count or a constant: `(byte_cnt & keep) | fixed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ReqKind {
+    opcode: WcOpcode,
+    keep: u32,
+    fixed: u32,
+}
+
+impl ReqKind {
+    const fn of(op: SendOpcode) -> ReqKind {
+        let opcode = match op.wc_opcode() {
+            Some(o) => o,
+            None => WcOpcode::RdmaWrite,
+        };
+        let fixed = requester_byte_len(op, 0);
+        ReqKind { opcode, keep: requester_byte_len(op, u32::MAX) & !fixed, fixed }
+    }
+
+    /// The completion's `byte_len` for a CQE byte count of `byte_cnt`.
+    #[inline(always)]
+    const fn byte_len(self, byte_cnt: u32) -> u32 {
+        (byte_cnt & self.keep) | self.fixed
+    }
+}
+
+/// [`ReqKind`] by raw send opcode; every opcode from 31 on reports what 31 does (none of
+/// them is one this driver posts).
+const REQ_KINDS: [ReqKind; 32] = {
+    let mut t = [ReqKind::of(SendOpcode::Nop); 32];
+    let mut i = 0;
+    while i < 32 {
+        t[i] = ReqKind::of(SendOpcode::from_raw(i as u8));
+        i += 1;
+    }
+    t
+};
+
+#[inline(always)]
+fn req_kind(raw: u8) -> ReqKind {
+    REQ_KINDS[(raw as usize).min(REQ_KINDS.len() - 1)]
 }
 
 /// Where an open batch stands: the next free block, the free blocks left, what was pushed.
@@ -910,32 +963,56 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.pending.is_some()
     }
 
-    /// Take a requester CQE. When it yields at most one completion and needs no walk (the
-    /// common case), its WQEs retire at once and the completion, if any, is written to `out`
-    /// (returns whether it was); otherwise its completions come out of
-    /// [`drain`](Self::drain). A CQE that names no outstanding WQE's first block retires
-    /// nothing.
+    /// A success requester CQE (`MLX5_CQE_REQ`) for WQE `t`, carrying send opcode `raw_op`
+    /// and `byte_cnt`: [`on_req`](Self::on_req) in straight line for its common case, a CQE
+    /// naming the first block of an outstanding WQE with no signalled request skipped. The
+    /// rest goes to `on_req`.
     #[inline(always)]
-    pub fn on_cqe(&mut self, cqe: &CqeRepr, qpn: QpNum, out: &mut Completion) -> Result<bool> {
-        if !matches!(cqe.opcode, CqeOpcode::Req | CqeOpcode::ReqErr) {
-            return Err(DeviceFault::UnexpectedOpcode { opcode: cqe.opcode.into() }.into());
+    fn on_success(
+        &mut self,
+        t: u16,
+        raw_op: u8,
+        byte_cnt: u32,
+        qpn: QpNum,
+        out: &mut Completion,
+    ) -> Result<bool> {
+        let slot = t as usize & Self::MASK;
+        let m = self.meta[slot];
+        let behind = m.ord(t).wrapping_sub(self.done());
+        if t.wrapping_sub(self.tail) < self.pi.wrapping_sub(self.tail)
+            && m.starts_after(self.sigs_done)
+            && (behind as u32) < self.outstanding
+        {
+            let wr_id = self.wr_ids[slot];
+            self.retire_through(t, m, behind.wrapping_add(1));
+            if !m.signaled() {
+                return Ok(false);
+            }
+            let kind = req_kind(raw_op);
+            let mut c = Completion::new(wr_id, WcStatus::Success, kind.opcode, qpn);
+            c.byte_len = kind.byte_len(byte_cnt);
+            *out = c;
+            return Ok(true);
         }
         let done = Done {
-            counter: cqe.wqe_counter,
-            status: cqe.status(),
-            vendor_err: cqe.vendor_err(),
-            op: cqe.s_wqe_opcode,
-            byte_cnt: cqe.byte_cnt,
+            counter: t,
+            status: WcStatus::Success,
+            vendor_err: 0,
+            kind: req_kind(raw_op),
+            byte_cnt,
         };
         self.on_req(done, qpn, out)
     }
 
-    /// [`on_cqe`](Self::on_cqe) of a requester CQE already decoded into `done` (for a
-    /// success CQE, the poll reads these fields straight from the entry).
+    /// Take a requester CQE, decoded into `done`. When it yields at most one completion and
+    /// needs no walk (the common case), its WQEs retire at once and the completion, if any, is
+    /// written to `out` (returns whether it was); otherwise its completions come out of
+    /// [`drain`](Self::drain). A CQE that names no outstanding WQE's first block retires
+    /// nothing.
     #[inline(always)]
     fn on_req(&mut self, done: Done, qpn: QpNum, out: &mut Completion) -> Result<bool> {
         debug_assert!(self.pending.is_none());
-        let Done { counter: t, status, vendor_err, op, byte_cnt } = done;
+        let Done { counter: t, status, vendor_err, kind, byte_cnt } = done;
         if t.wrapping_sub(self.tail) >= self.pi.wrapping_sub(self.tail) {
             return Err(DeviceFault::NotOutstanding { counter: t }.into());
         }
@@ -952,8 +1029,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let behind = m.ord(t).wrapping_sub(self.done());
         let count = behind.wrapping_add(1);
         let flush_skipped = status == WcStatus::WrFlushErr && self.in_error;
-        let opcode = op.wc_opcode().unwrap_or(WcOpcode::RdmaWrite);
-        let byte_len = requester_byte_len(op, byte_cnt);
+        let (opcode, byte_len) = (kind.opcode, kind.byte_len(byte_cnt));
         if status != WcStatus::Success {
             self.in_error = true;
         }
@@ -993,7 +1069,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             let head = self.tail;
             let slot = head as usize & Self::MASK;
             let w = self.meta[slot];
-            // `on_cqe` checked that the target starts an outstanding WQE, so the walk from
+            // `on_req` checked that the target starts an outstanding WQE, so the walk from
             // `tail` meets it; a walk that would pass the committed WQEs stops all the same.
             if head == self.pi || self.outstanding == 0 || !w.is_start() {
                 self.pending = None;
@@ -1262,33 +1338,30 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
             }
             let Some(raw) = self.mem.scq.pop_req() else { break Ok(n) };
             let view = Cqe::new_unchecked(&raw[..]);
-            // A success requester CQE (`MLX5_CQE_REQ`), the common case, is read straight from
-            // the entry, as `cq.c` reads it; anything else takes the general decode below.
-            if view.op_own() >> 4 == u8::from(CqeOpcode::Req) {
-                if view.qpn() != self.qpn {
-                    break Err(DeviceFault::WrongQp { qpn: view.qpn() }.into());
-                }
-                let done = Done {
-                    counter: view.wqe_counter(),
-                    status: WcStatus::Success,
-                    vendor_err: 0,
-                    op: view.s_wqe_opcode(),
-                    byte_cnt: view.byte_cnt(),
-                };
-                match self.sq.on_req(done, self.qpn, &mut out[n]) {
-                    Ok(wrote) => n += wrote as usize,
-                    Err(e) => break Err(e),
-                }
-                continue;
+            if view.qpn() != self.qpn {
+                break Err(DeviceFault::WrongQp { qpn: view.qpn() }.into());
             }
-            let cqe = match CqeRepr::parse(&view) {
-                Ok(c) => c,
-                Err(e) => break Err(e),
+            // A requester CQE is read straight from the entry, as `cq.c` reads it: a success
+            // one (`MLX5_CQE_REQ`), the common case, in straight line.
+            let t = view.wqe_counter();
+            let res = match CqeOpcode::from(view.op_own() >> 4) {
+                CqeOpcode::Req => {
+                    let (op, cnt) = (view.s_wqe_opcode_raw(), view.byte_cnt());
+                    self.sq.on_success(t, op, cnt, self.qpn, &mut out[n])
+                }
+                CqeOpcode::ReqErr => {
+                    let done = Done {
+                        counter: t,
+                        status: view.syndrome().wc_status(),
+                        vendor_err: view.vendor_err_synd() as u32,
+                        kind: req_kind(view.s_wqe_opcode_raw()),
+                        byte_cnt: view.byte_cnt(),
+                    };
+                    self.sq.on_req(done, self.qpn, &mut out[n])
+                }
+                other => Err(DeviceFault::UnexpectedOpcode { opcode: other.into() }.into()),
             };
-            if cqe.qpn != self.qpn {
-                break Err(DeviceFault::WrongQp { qpn: cqe.qpn }.into());
-            }
-            match self.sq.on_cqe(&cqe, self.qpn, &mut out[n]) {
+            match res {
                 Ok(wrote) => n += wrote as usize,
                 Err(e) => break Err(e),
             }
@@ -1311,5 +1384,23 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
 
     fn outstanding(&self) -> u32 {
         self.sq.outstanding()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table says what `wc_opcode` and `requester_byte_len` say, for every raw opcode.
+    #[test]
+    fn req_kinds_tabulate_the_opcode_rules() {
+        for raw in 0..=u8::MAX {
+            let op = SendOpcode::from(raw);
+            let k = req_kind(raw);
+            assert_eq!(k.opcode, op.wc_opcode().unwrap_or(WcOpcode::RdmaWrite), "{raw:#x}");
+            for cnt in [0, 1, 8, 0x1234_5678, u32::MAX] {
+                assert_eq!(k.byte_len(cnt), requester_byte_len(op, cnt), "{raw:#x} {cnt}");
+            }
+        }
     }
 }

@@ -57,7 +57,7 @@ code_enum! {
 impl SendOpcode {
     /// The `ibv_wc_opcode` rdma-core reports for a successful requester completion of this
     /// send opcode (`cq.c` `handle_good_req`), for the opcodes this driver posts.
-    pub fn wc_opcode(self) -> Option<WcOpcode> {
+    pub const fn wc_opcode(self) -> Option<WcOpcode> {
         match self {
             SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm => Some(WcOpcode::RdmaWrite),
             SendOpcode::Send | SendOpcode::SendImm | SendOpcode::SendInval => Some(WcOpcode::Send),

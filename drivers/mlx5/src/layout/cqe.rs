@@ -179,7 +179,13 @@ impl<T: AsRef<[u8]>> Cqe<T> {
     /// The send WQE opcode of a requester CQE (byte 56).
     #[inline]
     pub fn s_wqe_opcode(&self) -> SendOpcode {
-        SendOpcode::from(self.b()[field::SOP_DROP_QPN])
+        SendOpcode::from(self.s_wqe_opcode_raw())
+    }
+
+    /// [`s_wqe_opcode`](Self::s_wqe_opcode) as the raw byte (byte 56).
+    #[inline]
+    pub fn s_wqe_opcode_raw(&self) -> u8 {
+        self.b()[field::SOP_DROP_QPN]
     }
 
     /// The QP number (bytes 57..60, big-endian, 24 bits).
