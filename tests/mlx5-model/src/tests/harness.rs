@@ -247,14 +247,30 @@ pub fn rts(
     rts_with(ctl, qpn, remote, path, (sq_psn, rq_psn), rnr, RW);
 }
 
+/// The local ACK timeout exponent most tests use: 4.096 µs << 14, 67 ms.
+pub const ACK_TIMEOUT: u8 = 14;
+
 /// [`rts`] with the QP's responder rights `access`; `psn` is (send, receive).
 pub fn rts_with(
     ctl: &mut ModelControl,
     qpn: u32,
     remote: u32,
     path: Path,
-    (sq_psn, rq_psn): (u32, u32),
+    psn: (u32, u32),
     rnr: u8,
+    access: Access,
+) {
+    rts_timed(ctl, qpn, remote, path, psn, (rnr, ACK_TIMEOUT), access);
+}
+
+/// [`rts_with`] with the local ACK timeout exponent `timeout` (`(rnr_retry, timeout)`).
+pub fn rts_timed(
+    ctl: &mut ModelControl,
+    qpn: u32,
+    remote: u32,
+    path: Path,
+    (sq_psn, rq_psn): (u32, u32),
+    (rnr, timeout): (u8, u8),
     access: Access,
 ) {
     ctl.modify_qp(QpNum(qpn), &Transition::RstToInit { port: 1, access }).unwrap();
@@ -265,7 +281,7 @@ pub fn rts_with(
     .unwrap();
     ctl.modify_qp(
         QpNum(qpn),
-        &Transition::RtrToRts { sq_psn, timeout: 14, retry_cnt: 7, rnr_retry: rnr },
+        &Transition::RtrToRts { sq_psn, timeout, retry_cnt: 7, rnr_retry: rnr },
     )
     .unwrap();
 }

@@ -97,6 +97,11 @@ impl Port for LoseOnce {
 const LEN: usize = 900_000;
 const NPKTS: u32 = 879;
 const SQ_PSN: u32 = 0x10;
+/// The READ's local ACK timeout, 4.096 µs << 16: 268 ms. The responder builds all 879
+/// response frames before the first leaves, which a debug ThreadSanitizer build on a loaded
+/// two-core host stretched past seven 67 ms timeouts (`RETRY_EXC_ERR` before any response);
+/// seven of these leave it almost two seconds.
+const READ_TIMEOUT: u8 = 16;
 
 /// READ `LEN` bytes from y to x, x receiving one frame per `gap`, y losing the response
 /// for `lose`; the READ REQUESTs x sent.
@@ -115,8 +120,9 @@ fn slow_read(gap: Duration, lose: Option<u32>) -> Vec<(u32, u64, u32)> {
     let mut a = x.qp(&cq_x, &cq_x, 7, None);
     let b = y.qp(&cq_y, &cq_y, 4, None);
     let all = RW | Access::REMOTE_READ;
-    rts_with(&mut x.ctl, a.qpn, b.qpn, path_to(gy), (SQ_PSN, 0x20), 7, all);
-    rts_with(&mut y.ctl, b.qpn, a.qpn, path_to(gx), (0x20, SQ_PSN), 7, all);
+    let t = (7, READ_TIMEOUT);
+    rts_timed(&mut x.ctl, a.qpn, b.qpn, path_to(gy), (SQ_PSN, 0x20), t, all);
+    rts_timed(&mut y.ctl, b.qpn, a.qpn, path_to(gx), (0x20, SQ_PSN), t, all);
     let back = x.region(LEN, 0x100_0000, RW);
     let src = y.region(LEN, 0x400_0000, RW | Access::REMOTE_READ);
     fill(&src.buf, 0, LEN, 0x5a);
@@ -127,8 +133,9 @@ fn slow_read(gap: Duration, lose: Option<u32>) -> Vec<(u32, u64, u32)> {
     assert_eq!(
         (c.opcode(), c.wqe_counter()),
         (0, 0),
-        "{c:?} {:?} {:?}",
+        "{c:?}\nx: {:?}\ny: {:?}\nREAD REQUESTs: {:?}",
         x.model.counters(),
+        y.model.counters(),
         reads.lock().unwrap()
     );
     assert!(bytes(&back.buf, 0, LEN) == bytes(&src.buf, 0, LEN), "the READ's data");
@@ -156,13 +163,13 @@ fn assert_resumes(reads: &[(u32, u64, u32)], at_most: u32) {
     }
 }
 
-/// One frame per 0.5 ms: the 879 responses take about ten local ACK timeouts (40 ms each)
-/// in all, but never one without a response, so the READ goes out once where the host keeps
+/// One frame per 1 ms: the 879 responses take more than three local ACK timeouts (268 ms
+/// each) in all, but never one without a response, so the READ goes out once where the host keeps
 /// up. A host that stalls the engine past a timeout (a sanitizer build on a loaded machine)
 /// may see a re-issue; it must then resume, not start over, and the data still arrive whole.
 #[test]
 fn a_slow_read_response_restarts_the_ack_timer_on_each_packet() {
-    let reads = slow_read(Duration::from_micros(500), None);
+    let reads = slow_read(Duration::from_millis(1), None);
     assert_resumes(&reads, NPKTS - 1);
 }
 
