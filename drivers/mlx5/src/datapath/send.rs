@@ -98,6 +98,9 @@ const REFS_PER_BB: usize = 4;
 /// Run entries per block: `2N` in all (see the module docs).
 const RUNS_PER_BB: usize = 2;
 
+/// Most blocks one WQE takes: `ceil(63 * 16 / 64)`.
+const MAX_WQEBBS: usize = (crate::layout::codes::MAX_DS as usize).div_ceil(4);
+
 /// What the driver keeps about the WQE starting at a slot, in one word written at every push:
 /// `ds` in bits 0..6, "asked for a completion" in bit 6, "inline payload" in bit 13, "first
 /// block of a WQE" in bit 14, then the push's [`Stamp`]: the blocks beyond the first of every
@@ -739,7 +742,13 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let slot = at.pi as usize & Self::MASK;
         self.wr_ids[slot] = wr_id;
         self.meta[slot] = meta;
-        for k in 1..bbs {
+        // A WQE has at most `MAX_WQEBBS` blocks (`ds <= 63`): with that bound the loop needs no
+        // set-up for a trip count the compiler cannot know.
+        debug_assert!(bbs as usize <= MAX_WQEBBS);
+        for k in 1..MAX_WQEBBS as u16 {
+            if k >= bbs {
+                break;
+            }
             self.meta[at.pi.wrapping_add(k) as usize & Self::MASK] = Meta::INTERIOR;
         }
         let key = run_key(first);
