@@ -357,8 +357,10 @@ pub fn check_message(len: u64, remote: RemoteBuf) -> Result<()> {
     if len > MAX_MESSAGE {
         return Err(Error::InvalidArgument("message above 2 GiB"));
     }
-    // The last byte is at `addr + len - 1`; a range may end at 2^64 - 1 but not past it.
-    if len != 0 && remote.addr.checked_add(len - 1).is_none() {
+    // The last byte is at `addr + len - 1`; a range may end at 2^64 - 1 but not past it: the
+    // sum `addr + len` may wrap to exactly 0, no further.
+    let (end, wrapped) = remote.addr.overflowing_add(len);
+    if wrapped && end != 0 {
         return Err(Error::InvalidArgument("remote range wraps past 2^64"));
     }
     Ok(())

@@ -174,7 +174,7 @@ impl EthTx {
         let ring = RingAt { buf: &self.ring, off: 0, wqe_cnt: 1 << self.log_size };
         // The frame buffer and the WQE before the doorbell record: `ring` issues the
         // to-device barrier first.
-        self.db.ring(mmio, &self.dbrec, ring, Last { pi, ds, inline: false }, 1, self.pi);
+        self.db.ring(mmio, &self.dbrec, &ring, Last { pi, ds, inline: false }, 1, self.pi);
         Ok(pi)
     }
 

@@ -81,7 +81,7 @@ use rdma_pmd::{
     Caps, Completion, DestKind, DeviceFault, Error, QpNum, RegionUse, Released, RemoteBuf, Result,
     SendFlags, SendOp, SendQueue, SendRequest, Sge, WcOpcode, WcStatus,
 };
-use rdma_pmd_hal::{access, barrier, Dma, DmaBuf, Mmio};
+use rdma_pmd_hal::{barrier, Dma, DmaBuf, Mmio};
 
 use crate::control::{Control, Uar};
 use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder, WqeShape};
@@ -97,6 +97,9 @@ const REFS_PER_BB: usize = 4;
 
 /// Run entries per block: `2N` in all (see the module docs).
 const RUNS_PER_BB: usize = 2;
+
+/// Most blocks one WQE takes: `ceil(63 * 16 / 64)`.
+const MAX_WQEBBS: usize = (crate::layout::codes::MAX_DS as usize).div_ceil(4);
 
 /// What the driver keeps about the WQE starting at a slot, in one word written at every push:
 /// `ds` in bits 0..6, "asked for a completion" in bit 6, "inline payload" in bit 13, "first
@@ -792,7 +795,13 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let slot = at.pi as usize & Self::MASK;
         self.wr_ids[slot] = wr_id;
         self.meta[slot] = meta;
-        for k in 1..bbs {
+        // A WQE has at most `MAX_WQEBBS` blocks (`ds <= 63`): with that bound the loop needs no
+        // set-up for a trip count the compiler cannot know.
+        debug_assert!(bbs as usize <= MAX_WQEBBS);
+        for k in 1..MAX_WQEBBS as u16 {
+            if k >= bbs {
+                break;
+            }
             self.meta[at.pi.wrapping_add(k) as usize & Self::MASK] = Meta::INTERIOR;
         }
         let key = run_key(first);
@@ -1177,7 +1186,32 @@ pub struct Last {
     pub inline: bool,
 }
 
-/// Where the send ring lives, for the BlueFlame copy (which reads the WQE back).
+/// Where a doorbell reads the last WQE back from: the first 8 bytes for the 8-byte doorbell,
+/// whole blocks for a BlueFlame copy (`post_send_db` copies from the ring, as this does).
+pub trait RingSource {
+    /// The first 8 bytes (memory order, as a native word) of the slot of WQE counter
+    /// `counter` (taken modulo the ring's size).
+    fn head(&self, counter: u16) -> u64;
+
+    /// The 64 bytes of that slot, as eight native words in memory order.
+    fn block(&self, counter: u16) -> [u64; 8];
+}
+
+/// The send queue's ring, whose size and place were established when it was made
+/// ([`RawRing::new`]'s contract): nothing is checked per doorbell.
+impl<const N: usize> RingSource for FixedRing<N> {
+    #[inline(always)]
+    fn head(&self, counter: u16) -> u64 {
+        FixedRing::head(self, counter)
+    }
+
+    #[inline(always)]
+    fn block(&self, counter: u16) -> [u64; 8] {
+        FixedRing::block(self, counter)
+    }
+}
+
+/// A ring in a block of DMA memory, for queues that do not keep a [`FixedRing`].
 #[derive(Clone, Copy, Debug)]
 pub struct RingAt<'a> {
     /// The block holding the ring.
@@ -1186,6 +1220,26 @@ pub struct RingAt<'a> {
     pub off: usize,
     /// Number of 64-byte slots (a power of two).
     pub wqe_cnt: u32,
+}
+
+impl RingAt<'_> {
+    /// Byte offset in `buf` of the slot of `counter`.
+    #[inline(always)]
+    fn slot_off(&self, counter: u16) -> usize {
+        self.off + (counter as u32 & (self.wqe_cnt - 1)) as usize * SEND_WQE_BB
+    }
+}
+
+impl RingSource for RingAt<'_> {
+    #[inline]
+    fn head(&self, counter: u16) -> u64 {
+        self.buf.read_u64(self.slot_off(counter))
+    }
+
+    #[inline]
+    fn block(&self, counter: u16) -> [u64; 8] {
+        self.buf.read_u64s(self.slot_off(counter))
+    }
 }
 
 impl SqDoorbell {
@@ -1201,13 +1255,13 @@ impl SqDoorbell {
 
     /// Publish every WQE up to counter `pi` (exclusive): `nreq` requests were pushed since the
     /// last doorbell, the last of them at counter `last.pi` with size `last.ds`, inline or not.
-    /// `dbrec` is the QP's doorbell record.
+    /// `dbrec` is the QP's doorbell record; the last WQE is read back from `ring`.
     #[inline(always)]
-    pub fn ring<M: Mmio>(
+    pub fn ring<M: Mmio, R: RingSource + ?Sized>(
         &mut self,
         mmio: &M,
         dbrec: &DmaBuf,
-        ring: RingAt<'_>,
+        ring: &R,
         last: Last,
         nreq: u32,
         pi: u16,
@@ -1221,7 +1275,6 @@ impl SqDoorbell {
         barrier::wc_start();
         let at = self.reg + self.offset;
         let Last { pi: last_pi, ds, inline } = last;
-        let mask = ring.wqe_cnt - 1;
         let bf = match self.policy {
             BlueFlame::Prefer => true,
             BlueFlame::InlineOnly => inline,
@@ -1230,26 +1283,13 @@ impl SqDoorbell {
         let len = if bf { bf_len(nreq, ds, self.half as u32) } else { 0 };
         if len == 0 {
             // The first 8 bytes of the last WQE's control segment, as they are in the ring.
-            let head = ring.off + (last_pi as u32 & mask) as usize * SEND_WQE_BB;
-            mmio.write_u64(at, ring.buf.read_u64(head));
+            mmio.write_u64(at, ring.head(last_pi));
+        } else if len == SEND_WQE_BB {
+            // One block (every WQE of up to four segments): no loop.
+            mmio.write_wc64(at, &ring.block(last_pi));
         } else {
-            assert!(
-                (ring.buf.cpu().as_ptr() as usize + ring.off).is_multiple_of(8)
-                    && ring.off + ring.wqe_cnt as usize * SEND_WQE_BB <= ring.buf.len(),
-                "send ring outside its block"
-            );
-            let base = ring.buf.cpu().as_ptr().wrapping_add(ring.off).cast::<u64>();
             for i in 0..len / SEND_WQE_BB {
-                let slot = ((last_pi as u32).wrapping_add(i as u32) & mask) as usize;
-                let src = base.wrapping_add(slot * (SEND_WQE_BB / 8));
-                // SAFETY: `slot < wqe_cnt`, so the 64 bytes at `src` lie inside the ring, which
-                // lies inside the block (asserted above) and is 8-byte aligned; the block is
-                // valid for reads while `ring.buf` is borrowed. Atomic (`access`): the device
-                // may read (never write) these bytes concurrently, and every access to the ring
-                // is atomic.
-                let block: [u64; 8] =
-                    core::array::from_fn(|k| unsafe { access::load_u64(src.add(k)) });
-                mmio.write_wc64(at + i * SEND_WQE_BB, &block);
+                mmio.write_wc64(at + i * SEND_WQE_BB, &ring.block(last_pi.wrapping_add(i as u16)));
             }
         }
         // The doorbell (or BlueFlame burst) leaves the write-combining buffer before anything
@@ -1308,8 +1348,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
     #[inline(always)]
     unsafe fn commit(&mut self, at: SqCursor) {
         if let Some((last, nreq)) = self.sq.commit(at) {
-            let ring = RingAt { buf: &self.mem.wq, off: self.sq_off, wqe_cnt: SQ as u32 };
-            self.db.ring(self.dev.mmio(), &self.mem.dbrec, ring, last, nreq, self.sq.pi());
+            let pi = self.sq.pi();
+            self.db.ring(self.dev.mmio(), &self.mem.dbrec, &self.sq.sink, last, nreq, pi);
         }
     }
 

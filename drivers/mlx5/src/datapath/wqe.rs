@@ -1097,6 +1097,29 @@ impl<const N: usize> FixedRing<N> {
     pub fn view(&mut self) -> RingView<'_, N> {
         RingView { base: self.base, _ring: PhantomData }
     }
+
+    /// The first 8 bytes (memory order, as a native word) of the slot of WQE counter
+    /// `counter`.
+    #[inline(always)]
+    pub fn head(&self, counter: u16) -> u64 {
+        let slot = counter as usize & (N - 1);
+        // SAFETY: `slot < N`, so the word lies inside the `N * 64` bytes at `base` that the
+        // RawRing's creator vouched for (valid for reads, 16-byte aligned). Atomic (`access`),
+        // as every other thread's access to the ring is; the ring's own stores are this
+        // thread's, ordered by program order.
+        unsafe { access::load_u64(self.base.as_ptr().add(slot * (SEND_WQE_BB / 8))) }
+    }
+
+    /// The 64 bytes of the slot of WQE counter `counter`, as eight native words in memory
+    /// order: the source of a BlueFlame copy.
+    #[inline(always)]
+    pub fn block(&self, counter: u16) -> [u64; 8] {
+        let slot = counter as usize & (N - 1);
+        // SAFETY: as in `head`: the 64 bytes of slot `slot < N` lie inside the ring.
+        let p = unsafe { self.base.as_ptr().add(slot * (SEND_WQE_BB / 8)) };
+        // SAFETY: `k < 8`, inside the slot; atomic, as in `head`.
+        core::array::from_fn(|k| unsafe { access::load_u64(p.add(k)) })
+    }
 }
 
 /// A [`FixedRing`] borrowed for one post (see [`FixedRing::view`]).
