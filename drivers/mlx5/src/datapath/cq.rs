@@ -7,8 +7,8 @@
 //! Polling follows `cq.c` `get_sw_cqe` / `mlx5_poll_cq`, with one change of order:
 //! 1. load the entry's `op_own` at consumer index `ci`; it is software's iff the opcode is not
 //!    `0xf` and the owner bit equals `!!(ci & cqe_cnt)` ([`crate::layout::cqe::sw_owned`]);
-//!    and so on for the entries after it, up to [`LOOKAHEAD`], stopping at the first that is
-//!    not software's;
+//!    and so on for the entries after it, up to [`LOOKAHEAD`] and the ring's last slot (so
+//!    one scan expects one owner bit), stopping at the first that is not software's;
 //! 2. [`barrier::from_device`], once for all of them, so that no body is read before its
 //!    ownership byte;
 //! 3. copy each entry out in turn (no reference into DMA memory is ever formed) and parse
@@ -146,18 +146,21 @@ impl CqRing {
         Some(off)
     }
 
-    /// How many entries from the consumer index on software owns (at most [`LOOKAHEAD`] and
-    /// the ring's size), then the body barrier if any.
+    /// How many entries from the consumer index on software owns (at most [`LOOKAHEAD`], and
+    /// none past the ring's last slot), then the body barrier if any.
     #[inline]
     fn scan(&self) -> u32 {
         let size = self.mask + 1;
-        let max = LOOKAHEAD.min(size);
+        let slot = self.ci & self.mask;
+        // Up to the ring's end the lap, and so the owner bit software expects, is one; the
+        // entries after the end are the next scan's.
+        let max = LOOKAHEAD.min(size - slot);
+        let owner = (self.ci & size != 0) as u8;
+        let first = slot as usize * cqe::LEN + cqe::LEN - 8;
         let mut k = 0;
         while k < max {
-            let ci = self.ci.wrapping_add(k);
-            let off = (ci & self.mask) as usize * cqe::LEN;
-            let op_own = self.buf.read_u64(off + 56).to_ne_bytes()[7];
-            if !cqe::sw_owned(op_own, ci, size) {
+            let op_own = self.buf.read_u64(first + k as usize * cqe::LEN).to_ne_bytes()[7];
+            if !cqe::sw_owned_in_lap(op_own, owner) {
                 break;
             }
             k += 1;
@@ -312,6 +315,28 @@ mod tests {
         }
         assert!(r.pop().is_none(), "the entries of the lap just read are not the next lap's");
         assert_eq!(r.ci(), 8);
+        // Entries across the ring's end: a scan stops at the last slot, and the next one,
+        // on the following lap, expects the other owner bit.
+        r.publish();
+        for idx in 8..11 {
+            put_cqe(&dma, &r, idx, CqeOpcode::Req, idx as u16);
+        }
+        for _ in 0..3 {
+            assert!(r.pop().is_some());
+        }
+        r.publish();
+        for idx in 11..14 {
+            put_cqe(&dma, &r, idx, CqeOpcode::Req, idx as u16);
+        }
+        let c = r.pop().expect("owned");
+        assert_eq!(Cqe::new_unchecked(&c[..]).wqe_counter(), 11);
+        assert_eq!(r.ready, 0, "slot 3 is the ring's last: the scan stopped there");
+        for idx in 12..14 {
+            let c = r.pop().expect("owned, on the next lap");
+            assert_eq!(Cqe::new_unchecked(&c[..]).wqe_counter(), idx as u16);
+        }
+        assert_eq!(r.ready, 0);
+        assert!(r.pop().is_none());
         // SAFETY: no device.
         unsafe { r.free(&*dma) };
     }

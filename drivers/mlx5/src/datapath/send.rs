@@ -1013,6 +1013,43 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.on_req(done, qpn, out)
     }
 
+    /// An error requester CQE (`MLX5_CQE_REQ_ERR`) for WQE `t`: [`on_req`](Self::on_req) in
+    /// straight line for its common case, a CQE naming the oldest outstanding WQE, as each of
+    /// the flush CQEs after an error does. `status` is never success (every syndrome maps to
+    /// an error status). The rest goes to `on_req`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn on_error(
+        &mut self,
+        t: u16,
+        status: WcStatus,
+        vendor_err: u32,
+        raw_op: u8,
+        byte_cnt: u32,
+        qpn: QpNum,
+        out: &mut Completion,
+    ) -> Result<bool> {
+        debug_assert!(status != WcStatus::Success);
+        let slot = t as usize & Self::MASK;
+        let m = self.meta[slot];
+        let kind = req_kind(raw_op);
+        if t.wrapping_sub(self.tail) < self.pi.wrapping_sub(self.tail)
+            && m.starts_after(self.sigs_done)
+            && m.ord(t) == self.done()
+            && self.outstanding != 0
+        {
+            self.in_error = true;
+            let wr_id = self.wr_ids[slot];
+            self.retire_through(t, m, 1);
+            let mut c = Completion::new(wr_id, status, kind.opcode, qpn);
+            c.vendor_err = vendor_err;
+            *out = c;
+            return Ok(true);
+        }
+        let done = Done { counter: t, status, vendor_err, kind, byte_cnt };
+        self.on_req(done, qpn, out)
+    }
+
     /// Take a requester CQE, decoded into `done`. When it yields at most one completion and
     /// needs no walk (the common case), its WQEs retire at once and the completion, if any, is
     /// written to `out` (returns whether it was); otherwise its completions come out of
@@ -1390,14 +1427,9 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
                     self.sq.on_success(t, op, cnt, self.qpn, &mut out[n])
                 }
                 CqeOpcode::ReqErr => {
-                    let done = Done {
-                        counter: t,
-                        status: view.syndrome().wc_status(),
-                        vendor_err: view.vendor_err_synd() as u32,
-                        kind: req_kind(view.s_wqe_opcode_raw()),
-                        byte_cnt: view.byte_cnt(),
-                    };
-                    self.sq.on_req(done, self.qpn, &mut out[n])
+                    let (status, vendor) = (view.syndrome().wc_status(), view.vendor_err_synd());
+                    let (op, cnt) = (view.s_wqe_opcode_raw(), view.byte_cnt());
+                    self.sq.on_error(t, status, vendor as u32, op, cnt, self.qpn, &mut out[n])
                 }
                 other => Err(DeviceFault::UnexpectedOpcode { opcode: other.into() }.into()),
             };

@@ -66,7 +66,14 @@ pub const fn cq_ci_dbrec(ci: u32) -> [u8; 4] {
 /// `MLX5_CQE_INVALID` and its owner bit equals `!!(ci & cqe_cnt)`, which flips every lap.
 #[inline]
 pub const fn sw_owned(op_own: u8, ci: u32, cqe_cnt: u32) -> bool {
-    (op_own >> 4) != 0xf && ((op_own & 1) != 0) == ((ci & cqe_cnt) != 0)
+    sw_owned_in_lap(op_own, (ci & cqe_cnt != 0) as u8)
+}
+
+/// [`sw_owned`] for an entry of a lap whose owner bit software expects is `owner` (0 or 1):
+/// the opcode (high nibble) is not `0xf` and bit 0 is `owner`.
+#[inline(always)]
+pub const fn sw_owned_in_lap(op_own: u8, owner: u8) -> bool {
+    op_own < 0xf0 && (op_own ^ owner) & 1 == 0
 }
 
 view!(
