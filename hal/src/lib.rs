@@ -6,7 +6,7 @@
 //! | trait | what it gives | implementations |
 //! |---|---|---|
 //! | [`Mmio`] | explicit-width volatile access to a PCI BAR, one 64-bit doorbell store, a 64-byte write-combining copy | [`RawWindow`] (the volatile accesses, shared by [`baremetal::IdentityBar`] and VFIO), [`mem::MemBar`] (std) |
-//! | [`Dma`] | zeroed, aligned, device-visible memory with its CPU pointer and bus address | [`mem::HeapDma`] (std), [`baremetal::StaticDma`], VFIO |
+//! | [`Dma`] | zeroed, aligned, device-visible memory with its CPU pointer and bus address; [`DmaRing`], a ring of fixed-size entries in it whose bounds are checked once | [`mem::HeapDma`] (std), [`baremetal::StaticDma`], VFIO |
 //! | [`Clock`] | a monotonic time source so that every wait has a bound | [`StdClock`] (std), [`baremetal::TscClock`] |
 //! | [`barrier`] | the orderings rdma-core names `udma_to_device_barrier`, `udma_from_device_barrier`, `mmio_flush_writes` | x86_64, aarch64 |
 //! | [`access`] | the loads and stores of DMA memory: relaxed atomics of one width, and byte copies split the same way on both sides | used by [`DmaBuf`], the drivers' rings, [`mem`] |
@@ -29,6 +29,7 @@ pub mod baremetal;
 pub mod barrier;
 mod clock;
 mod dma;
+mod dma_ring;
 mod error;
 mod mmio;
 
@@ -41,6 +42,7 @@ pub mod vfio;
 pub use clock::StdClock;
 pub use clock::{Clock, Deadline};
 pub use dma::{Dma, DmaBuf};
+pub use dma_ring::DmaRing;
 pub use error::HalError;
 pub use mmio::{Mmio, RawWindow};
 pub use rdma_pmd::BusAddr;

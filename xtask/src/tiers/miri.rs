@@ -1,7 +1,8 @@
 //! Tier `miri`: the core crate's tests under Miri, which reports undefined behaviour (a
 //! dangling or misaligned access, a data race, a broken aliasing rule) that ordinary tests
 //! cannot see. The core holds the buffer-lifetime and accounting rules every backend relies
-//! on, so it is the crate that must be clean. Miri needs a nightly toolchain with the `miri`
+//! on, so it is the crate that must be clean; the HAL's `DmaRing`, whose accesses are proven
+//! in bounds once rather than checked each time, runs here too. Miri needs a nightly toolchain with the `miri`
 //! component; where none can be had, the tier is reported as skipped with the command to run.
 
 use std::process::Command;
@@ -36,5 +37,17 @@ pub fn run() -> Outcome {
         }
     }
     let (ok, out) = util::run_capture(nightly_cargo().args(["miri", "test", "-p", "rdma-pmd"]));
-    Outcome::from_libtest(ok, &out)
+    let core = Outcome::from_libtest(ok, &out);
+    let (ok, out) = util::run_capture(nightly_cargo().args([
+        "miri",
+        "test",
+        "-p",
+        "rdma-pmd-hal",
+        "--features",
+        "std",
+        "--lib",
+        "dma_ring",
+    ]));
+    let hal = Outcome::from_libtest(ok, &out);
+    Outcome { passed: core.passed + hal.passed, failed: core.failed + hal.failed, skipped: None }
 }

@@ -22,9 +22,13 @@
 //! An entry found software's stays so until the consumer index is published past it (the
 //! device writes an entry only once it is handed back), so what a scan found may be consumed
 //! by a later poll without another look.
+//!
+//! The entries are read through a [`DmaRing`], which checked once, when the ring was made,
+//! that every entry lies in its block: a consumer index is masked into the ring and a field's
+//! place is a constant, so the scan and the copies need no bounds check per entry.
 
 use rdma_pmd::{BusAddr, Error, Result};
-use rdma_pmd_hal::{barrier, Dma, DmaBuf};
+use rdma_pmd_hal::{barrier, Dma, DmaBuf, DmaRing};
 
 use crate::control::{CqParams, Uar};
 use crate::layout::cqe::{self, OP_OWN_INVALID};
@@ -33,7 +37,8 @@ use crate::layout::cqe::{cq_ci_dbrec, CQ_SET_CI};
 /// A completion queue's memory and consumer index.
 #[derive(Debug)]
 pub struct CqRing {
-    buf: DmaBuf,
+    /// The entries; a consumer index is masked into the ring by its accesses.
+    ring: DmaRing<{ cqe::LEN }>,
     dbrec: DmaBuf,
     log_size: u8,
     /// `2^log_size - 1`: the slot of a consumer index.
@@ -49,6 +54,12 @@ pub struct CqRing {
 /// The words of an entry, from its end, that a requester CQE's parse reads
 /// ([`CqRing::pop_req`]).
 const REQ_WORDS: usize = 3;
+
+/// The byte of an entry where those words start.
+const REQ_AT: usize = cqe::LEN - 8 * REQ_WORDS;
+
+/// The byte of an entry where its last word, holding `op_own`, starts.
+const LAST_WORD: usize = cqe::LEN - 8;
 
 /// `op_own` of an unwritten entry, as the last 8-byte word of the entry in memory order.
 const INVALID_WORD: u64 = u64::from_ne_bytes([0, 0, 0, 0, 0, 0, 0, OP_OWN_INVALID]);
@@ -73,16 +84,27 @@ impl CqRing {
                 return Err(e.into());
             }
         };
-        for i in 0..entries {
-            buf.write_u64(i * cqe::LEN + 56, INVALID_WORD);
+        let ring = match DmaRing::new(buf, log_size) {
+            Ok(r) => r,
+            Err((buf, e)) => {
+                // SAFETY: neither block was handed to the device.
+                unsafe {
+                    dma.free(buf);
+                    dma.free(dbrec);
+                }
+                return Err(e.into());
+            }
+        };
+        for i in 0..entries as u32 {
+            ring.store_u64::<LAST_WORD>(i, INVALID_WORD);
         }
         let mask = (1u32 << log_size) - 1;
-        Ok(CqRing { buf, dbrec, log_size, mask, ci: 0, ready: 0, published: 0 })
+        Ok(CqRing { ring, dbrec, log_size, mask, ci: 0, ready: 0, published: 0 })
     }
 
     /// The `CREATE_CQ` fields for this ring on `uar`.
     pub fn params(&self, uar: Uar) -> CqParams {
-        CqParams { log_size: self.log_size, buf: self.buf.bus(), dbrec: self.dbrec.bus(), uar }
+        CqParams { log_size: self.log_size, buf: self.bus(), dbrec: self.dbrec.bus(), uar }
     }
 
     /// Number of entries.
@@ -97,17 +119,18 @@ impl CqRing {
 
     /// Bus address of the entries.
     pub fn bus(&self) -> BusAddr {
-        self.buf.bus()
+        self.ring.buf().bus()
     }
 
     /// Take the next entry if software owns it: a copy of its 64 bytes. Advances the
     /// consumer index; call [`publish`](Self::publish) after a batch.
     #[inline]
     pub fn pop(&mut self) -> Option<[u8; 64]> {
-        let off = self.next_owned()?;
+        let idx = self.next_owned()?;
+        let words: [u64; cqe::LEN / 8] = self.ring.load_u64s::<0, { cqe::LEN / 8 }>(idx);
         let mut out = [0u8; 64];
-        for (k, chunk) in out.chunks_exact_mut(8).enumerate() {
-            chunk.copy_from_slice(&self.buf.read_u64(off + 8 * k).to_ne_bytes());
+        for (chunk, w) in out.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_ne_bytes());
         }
         Some(out)
     }
@@ -119,21 +142,21 @@ impl CqRing {
     /// a send completion. The other bytes of the copy are zero.
     #[inline]
     pub fn pop_req(&mut self) -> Option<[u8; 64]> {
-        let off = self.next_owned()?;
-        let words: [u64; REQ_WORDS] = self.buf.read_u64s(off + cqe::LEN - 8 * REQ_WORDS);
+        let idx = self.next_owned()?;
+        let words: [u64; REQ_WORDS] = self.ring.load_u64s::<REQ_AT, REQ_WORDS>(idx);
         let mut out = [0u8; 64];
         for (k, w) in words.iter().enumerate() {
-            let at = cqe::LEN - 8 * REQ_WORDS + 8 * k;
+            let at = REQ_AT + 8 * k;
             out[at..at + 8].copy_from_slice(&w.to_ne_bytes());
         }
         Some(out)
     }
 
-    /// The byte offset of the entry at the consumer index if software owns it, moving the
-    /// index past it; its body may be read from there on. Scans ahead when no entry is known
-    /// to be software's.
+    /// The consumer index of the entry there if software owns it, moving the index past it;
+    /// its body may be read from there on. Scans ahead when no entry is known to be
+    /// software's.
     #[inline(always)]
-    fn next_owned(&mut self) -> Option<usize> {
+    fn next_owned(&mut self) -> Option<u32> {
         if self.ready == 0 {
             self.ready = self.scan();
             if self.ready == 0 {
@@ -141,9 +164,9 @@ impl CqRing {
             }
         }
         self.ready -= 1;
-        let off = (self.ci & self.mask) as usize * cqe::LEN;
-        self.ci = self.ci.wrapping_add(1);
-        Some(off)
+        let idx = self.ci;
+        self.ci = idx.wrapping_add(1);
+        Some(idx)
     }
 
     /// How many entries from the consumer index on software owns (at most [`LOOKAHEAD`], and
@@ -156,11 +179,10 @@ impl CqRing {
         // entries after the end are the next scan's.
         let max = LOOKAHEAD.min(size - slot);
         let owner = (self.ci & size != 0) as u8;
-        let first = slot as usize * cqe::LEN + cqe::LEN - 8;
         let mut k = 0;
         while k < max {
-            let op_own = self.buf.read_u64(first + k as usize * cqe::LEN).to_ne_bytes()[7];
-            if !cqe::sw_owned_in_lap(op_own, owner) {
+            let word = self.ring.load_u64::<LAST_WORD>(self.ci.wrapping_add(k));
+            if !cqe::sw_owned_in_lap(word.to_ne_bytes()[7], owner) {
                 break;
             }
             k += 1;
@@ -192,7 +214,7 @@ impl CqRing {
     pub unsafe fn free<D: Dma>(self, dma: &D) {
         // SAFETY: forwarded to our caller.
         unsafe {
-            dma.free(self.buf);
+            dma.free(self.ring.into_buf());
             dma.free(self.dbrec);
         }
     }

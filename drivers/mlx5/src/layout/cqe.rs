@@ -71,9 +71,13 @@ pub const fn sw_owned(op_own: u8, ci: u32, cqe_cnt: u32) -> bool {
 
 /// [`sw_owned`] for an entry of a lap whose owner bit software expects is `owner` (0 or 1):
 /// the opcode (high nibble) is not `0xf` and bit 0 is `owner`.
+///
+/// Stated as one test: `op_own ^ owner` keeps the opcode and clears bit 0 iff the owner bit
+/// is the expected one, and adding `0x10` to it carries into bit 8 iff the opcode is `0xf`.
 #[inline(always)]
 pub const fn sw_owned_in_lap(op_own: u8, owner: u8) -> bool {
-    op_own < 0xf0 && (op_own ^ owner) & 1 == 0
+    debug_assert!(owner <= 1);
+    ((op_own ^ owner) as u32 + 0x10) & 0x101 == 0
 }
 
 view!(
@@ -481,5 +485,15 @@ mod tests {
         assert!(sw_owned(0x01, 256 + 5, 256));
         assert!(!sw_owned(OP_OWN_INVALID, 5, 256));
         assert!(!sw_owned(0xf1, 256 + 5, 256));
+    }
+
+    #[test]
+    fn the_one_test_ownership_is_the_providers_two_for_every_byte() {
+        for op_own in 0..=u8::MAX {
+            for owner in 0..=1u8 {
+                let want = op_own >> 4 != 0xf && op_own & 1 == owner;
+                assert_eq!(sw_owned_in_lap(op_own, owner), want, "{op_own:#x} {owner}");
+            }
+        }
     }
 }
