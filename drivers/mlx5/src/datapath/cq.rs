@@ -44,9 +44,9 @@ pub struct CqRing {
     /// `2^log_size - 1`: the slot of a consumer index.
     mask: u32,
     ci: u32,
-    /// Entries from `ci` on whose ownership bytes a scan found software's, after which the
-    /// body barrier was taken.
-    ready: u32,
+    /// The consumer index up to which a scan found entries software's, after which the body
+    /// barrier was taken (equal to `ci` when none is known to be).
+    ready_end: u32,
     /// Consumer index last written to the doorbell record.
     published: u32,
 }
@@ -99,7 +99,7 @@ impl CqRing {
             ring.store_u64::<LAST_WORD>(i, INVALID_WORD);
         }
         let mask = (1u32 << log_size) - 1;
-        Ok(CqRing { ring, dbrec, log_size, mask, ci: 0, ready: 0, published: 0 })
+        Ok(CqRing { ring, dbrec, log_size, mask, ci: 0, ready_end: 0, published: 0 })
     }
 
     /// The `CREATE_CQ` fields for this ring on `uar`.
@@ -157,13 +157,13 @@ impl CqRing {
     /// software's.
     #[inline(always)]
     fn next_owned(&mut self) -> Option<u32> {
-        if self.ready == 0 {
-            self.ready = self.scan();
-            if self.ready == 0 {
+        if self.ci == self.ready_end {
+            let found = self.scan();
+            if found == 0 {
                 return None;
             }
+            self.ready_end = self.ci.wrapping_add(found);
         }
-        self.ready -= 1;
         let idx = self.ci;
         self.ci = idx.wrapping_add(1);
         Some(idx)
@@ -193,6 +193,12 @@ impl CqRing {
             barrier::from_device();
         }
         k
+    }
+
+    /// Entries from the consumer index on that a scan found software's.
+    #[cfg(test)]
+    fn ready(&self) -> u32 {
+        self.ready_end.wrapping_sub(self.ci)
     }
 
     /// Tell the device every entry before the consumer index is free
@@ -316,7 +322,7 @@ mod tests {
         }
         let c = r.pop_req().expect("owned");
         assert_eq!(Cqe::new_unchecked(&c[..]).wqe_counter(), 0);
-        assert_eq!(r.ready, 2, "the scan stopped at the first entry not written");
+        assert_eq!(r.ready(), 2, "the scan stopped at the first entry not written");
         // Written after the scan: found by the scan after the two already found.
         put_cqe(&dma, &r, 3, CqeOpcode::Req, 3);
         for idx in 1..4 {
@@ -331,7 +337,7 @@ mod tests {
             put_cqe(&dma, &r, idx, CqeOpcode::Req, idx as u16);
         }
         assert!(r.pop().is_some());
-        assert_eq!(r.ready, 3);
+        assert_eq!(r.ready(), 3);
         for _ in 0..3 {
             assert!(r.pop().is_some());
         }
@@ -352,12 +358,12 @@ mod tests {
         }
         let c = r.pop().expect("owned");
         assert_eq!(Cqe::new_unchecked(&c[..]).wqe_counter(), 11);
-        assert_eq!(r.ready, 0, "slot 3 is the ring's last: the scan stopped there");
+        assert_eq!(r.ready(), 0, "slot 3 is the ring's last: the scan stopped there");
         for idx in 12..14 {
             let c = r.pop().expect("owned, on the next lap");
             assert_eq!(Cqe::new_unchecked(&c[..]).wqe_counter(), idx as u16);
         }
-        assert_eq!(r.ready, 0);
+        assert_eq!(r.ready(), 0);
         assert!(r.pop().is_none());
         // SAFETY: no device.
         unsafe { r.free(&*dma) };

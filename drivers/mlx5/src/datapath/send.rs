@@ -292,12 +292,12 @@ impl ReqKind {
     }
 }
 
-/// [`ReqKind`] by raw send opcode; every opcode from 31 on reports what 31 does (none of
-/// them is one this driver posts).
-const REQ_KINDS: [ReqKind; 32] = {
-    let mut t = [ReqKind::of(SendOpcode::Nop); 32];
+/// [`ReqKind`] by raw send opcode, one entry for each of the 256 a CQE can carry, so that the
+/// lookup needs no range test.
+const REQ_KINDS: [ReqKind; 256] = {
+    let mut t = [ReqKind::of(SendOpcode::Nop); 256];
     let mut i = 0;
-    while i < 32 {
+    while i < 256 {
         t[i] = ReqKind::of(SendOpcode::from_raw(i as u8));
         i += 1;
     }
@@ -306,7 +306,7 @@ const REQ_KINDS: [ReqKind; 32] = {
 
 #[inline(always)]
 fn req_kind(raw: u8) -> ReqKind {
-    REQ_KINDS[(raw as usize).min(REQ_KINDS.len() - 1)]
+    REQ_KINDS[raw as usize]
 }
 
 /// Where an open batch stands: the next free block, the free blocks left, what was pushed.
@@ -972,6 +972,15 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.pending.is_some()
     }
 
+    /// The ring's own bookkeeping says that the WQE at `tail` (with `m`), while any is
+    /// outstanding, is the oldest one: a WQE starts there, with `done` requests and
+    /// `sigs_done` signalled ones before it. Only cursors misused against their `unsafe`
+    /// contract can break that.
+    #[inline(always)]
+    fn debug_check_oldest(&self, m: Meta) {
+        debug_assert!(m.starts_after(self.sigs_done) && m.ord(self.tail) == self.done());
+    }
+
     /// A success requester CQE (`MLX5_CQE_REQ`) for WQE `t`, carrying send opcode `raw_op`
     /// and `byte_cnt`: [`on_req`](Self::on_req) in straight line for its common case, a CQE
     /// naming the first block of an outstanding WQE with no signalled request skipped. The
@@ -987,13 +996,20 @@ impl<'r, const N: usize> SendRing<'r, N> {
     ) -> Result<bool> {
         let slot = t as usize & Self::MASK;
         let m = self.meta[slot];
-        let behind = m.ord(t).wrapping_sub(self.done());
-        if t.wrapping_sub(self.tail) < self.pi.wrapping_sub(self.tail)
-            && m.starts_after(self.sigs_done)
-            && (behind as u32) < self.outstanding
-        {
+        // The oldest outstanding WQE (every WQE signalled; each flush): nothing is skipped.
+        let count = if t == self.tail && self.outstanding != 0 {
+            self.debug_check_oldest(m);
+            Some(1)
+        } else {
+            let behind = m.ord(t).wrapping_sub(self.done());
+            (t.wrapping_sub(self.tail) < self.pi.wrapping_sub(self.tail)
+                && m.starts_after(self.sigs_done)
+                && (behind as u32) < self.outstanding)
+                .then_some(behind.wrapping_add(1))
+        };
+        if let Some(count) = count {
             let wr_id = self.wr_ids[slot];
-            self.retire_through(t, m, behind.wrapping_add(1));
+            self.retire_through(t, m, count);
             if !m.signaled() {
                 return Ok(false);
             }
@@ -1033,11 +1049,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let slot = t as usize & Self::MASK;
         let m = self.meta[slot];
         let kind = req_kind(raw_op);
-        if t.wrapping_sub(self.tail) < self.pi.wrapping_sub(self.tail)
-            && m.starts_after(self.sigs_done)
-            && m.ord(t) == self.done()
-            && self.outstanding != 0
-        {
+        if t == self.tail && self.outstanding != 0 {
+            self.debug_check_oldest(m);
             self.in_error = true;
             let wr_id = self.wr_ids[slot];
             self.retire_through(t, m, 1);
