@@ -1423,9 +1423,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
                     break Ok(n);
                 }
             }
-            if n == out.len() {
-                break Ok(n);
-            }
+            // One test for a full `out` and the index of the completion's slot.
+            let Some(slot) = out.get_mut(n) else { break Ok(n) };
             let Some(raw) = self.mem.scq.pop_req() else { break Ok(n) };
             let view = Cqe::new_unchecked(&raw[..]);
             if view.qpn() != self.qpn {
@@ -1437,12 +1436,12 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
             let res = match CqeOpcode::from(view.op_own() >> 4) {
                 CqeOpcode::Req => {
                     let (op, cnt) = (view.s_wqe_opcode_raw(), view.byte_cnt());
-                    self.sq.on_success(t, op, cnt, self.qpn, &mut out[n])
+                    self.sq.on_success(t, op, cnt, self.qpn, slot)
                 }
                 CqeOpcode::ReqErr => {
                     let (status, vendor) = (view.syndrome().wc_status(), view.vendor_err_synd());
                     let (op, cnt) = (view.s_wqe_opcode_raw(), view.byte_cnt());
-                    self.sq.on_error(t, status, vendor as u32, op, cnt, self.qpn, &mut out[n])
+                    self.sq.on_error(t, status, vendor as u32, op, cnt, self.qpn, slot)
                 }
                 other => Err(DeviceFault::UnexpectedOpcode { opcode: other.into() }.into()),
             };
