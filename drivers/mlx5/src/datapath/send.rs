@@ -87,6 +87,7 @@ use crate::control::{Control, Uar};
 use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder, WqeShape};
 use crate::layout::codes::CqeOpcode;
 use crate::layout::codes::SendOpcode;
+use crate::layout::codes::Syndrome;
 use crate::layout::codes::SEND_WQE_BB;
 use crate::layout::cqe::Cqe;
 use crate::layout::wqe::{bf_len, sq_dbrec, SND_DBR};
@@ -1439,7 +1440,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
                     self.sq.on_success(t, op, cnt, self.qpn, slot)
                 }
                 CqeOpcode::ReqErr => {
-                    let (status, vendor) = (view.syndrome().wc_status(), view.vendor_err_synd());
+                    let status = Syndrome::wc_status_of_raw(view.syndrome_raw());
+                    let vendor = view.vendor_err_synd();
                     let (op, cnt) = (view.s_wqe_opcode_raw(), view.byte_cnt());
                     self.sq.on_error(t, status, vendor as u32, op, cnt, self.qpn, slot)
                 }

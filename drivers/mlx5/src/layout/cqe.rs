@@ -226,7 +226,13 @@ impl<T: AsRef<[u8]>> Cqe<T> {
     /// Error view: the syndrome (byte 55).
     #[inline]
     pub fn syndrome(&self) -> Syndrome {
-        Syndrome::from(self.b()[field::SYNDROME])
+        Syndrome::from(self.syndrome_raw())
+    }
+
+    /// Error view: the syndrome byte as it is.
+    #[inline]
+    pub fn syndrome_raw(&self) -> u8 {
+        self.b()[field::SYNDROME]
     }
 }
 
