@@ -130,10 +130,12 @@ impl Meta {
         (self.0 & 0x3f) as u8
     }
 
-    /// Size in blocks; at least one, so that no walk over the ring can stand still.
+    /// Size in blocks, `ceil(ds / 4)` (as [`WqeShape::from_ds`]), worked out as
+    /// `(ds - 1) / 4 + 1` in the 6 bits of the field: never zero, so that no walk over the ring
+    /// can stand still (a `ds` of 0, which no push records, reads as 16 blocks).
     #[inline(always)]
     fn wqebbs(self) -> u16 {
-        (WqeShape::from_ds(self.ds()).wqebbs as u16).max(1)
+        (((self.0 as u16).wrapping_sub(1) & 0x3f) >> 2) + 1
     }
 
     #[inline(always)]
@@ -1478,6 +1480,18 @@ mod tests {
     use super::*;
 
     /// The table says what `wc_opcode` and `requester_byte_len` say, for every raw opcode.
+    #[test]
+    fn a_slot_word_gives_the_blocks_of_every_size() {
+        for ds in 0..=63u8 {
+            let m = Meta::new(ds, ds % 2 == 0, Stamp::new(0xffff, 0xffff));
+            let want = match ds {
+                0 => 16,
+                _ => WqeShape::from_ds(ds).wqebbs as u16,
+            };
+            assert_eq!(m.wqebbs(), want, "ds {ds}");
+        }
+    }
+
     #[test]
     fn req_kinds_tabulate_the_opcode_rules() {
         for raw in 0..=u8::MAX {
