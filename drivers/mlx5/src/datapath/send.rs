@@ -84,7 +84,7 @@ use rdma_pmd::{
 use rdma_pmd_hal::{barrier, Dma, DmaBuf, Mmio};
 
 use crate::control::{Control, Uar};
-use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder, WqeShape};
+use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder};
 use crate::layout::codes::CqeOpcode;
 use crate::layout::codes::SendOpcode;
 use crate::layout::codes::Syndrome;
@@ -130,7 +130,7 @@ impl Meta {
         (self.0 & 0x3f) as u8
     }
 
-    /// Size in blocks, `ceil(ds / 4)` (as [`WqeShape::from_ds`]), worked out as
+    /// Size in blocks, `ceil(ds / 4)` (as [`WqeShape::from_ds`](crate::datapath::wqe::WqeShape::from_ds)), worked out as
     /// `(ds - 1) / 4 + 1` in the 6 bits of the field: never zero, so that no walk over the ring
     /// can stand still (a `ds` of 0, which no push records, reads as 16 blocks).
     #[inline(always)]
@@ -1478,8 +1478,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::datapath::wqe::WqeShape;
 
-    /// The table says what `wc_opcode` and `requester_byte_len` say, for every raw opcode.
     #[test]
     fn a_slot_word_gives_the_blocks_of_every_size() {
         for ds in 0..=63u8 {
@@ -1492,6 +1492,7 @@ mod tests {
         }
     }
 
+    /// The table says what `wc_opcode` and `requester_byte_len` say, for every raw opcode.
     #[test]
     fn req_kinds_tabulate_the_opcode_rules() {
         for raw in 0..=u8::MAX {
