@@ -693,7 +693,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
         let start = at.ref_head;
-        let ord = Self::ord_at(at);
+        // The request's ordinal tags its further regions; only a second region needs it.
+        let cur = *at;
+        let ord = || Self::ord_at(&cur);
         // The regions, in order: the first goes to the runs, every later change of region is
         // queued with the request's ordinal (consecutive elements from one region count
         // once).
@@ -717,7 +719,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                     first = Some(r);
                 } else {
                     *entry(refs, head_ref) = Some(r.released());
-                    *entry(ref_ords, head_ref) = ord;
+                    *entry(ref_ords, head_ref) = ord();
                     head_ref = head_ref.wrapping_add(1);
                 }
                 prev = Some(r);
