@@ -797,14 +797,26 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let slot = at.pi as usize & Self::MASK;
         self.wr_ids[slot] = wr_id;
         self.meta[slot] = meta;
-        // A WQE has at most `MAX_WQEBBS` blocks (`ds <= 63`): with that bound the loop needs no
-        // set-up for a trip count the compiler cannot know.
+        // A WQE has at most `MAX_WQEBBS` blocks (`ds <= 63`). The further blocks of the
+        // common sizes (up to four blocks: 14 data segments after a two-unit head) are marked
+        // straight-line, each behind one compare; a loop bounded by that maximum takes the
+        // rest, so it needs no set-up for a trip count the compiler cannot know.
         debug_assert!(bbs as usize <= MAX_WQEBBS);
-        for k in 1..MAX_WQEBBS as u16 {
-            if k >= bbs {
-                break;
+        if bbs > 1 {
+            let at_k = |k: u16| at.pi.wrapping_add(k) as usize & Self::MASK;
+            self.meta[at_k(1)] = Meta::INTERIOR;
+            if bbs > 2 {
+                self.meta[at_k(2)] = Meta::INTERIOR;
+                if bbs > 3 {
+                    self.meta[at_k(3)] = Meta::INTERIOR;
+                    for k in 4..MAX_WQEBBS as u16 {
+                        if k >= bbs {
+                            break;
+                        }
+                        self.meta[at_k(k)] = Meta::INTERIOR;
+                    }
+                }
             }
-            self.meta[at.pi.wrapping_add(k) as usize & Self::MASK] = Meta::INTERIOR;
         }
         let key = run_key(first);
         if key != at.run_key {
