@@ -89,7 +89,7 @@ use crate::layout::codes::CqeOpcode;
 use crate::layout::codes::SendOpcode;
 use crate::layout::codes::SEND_WQE_BB;
 use crate::layout::cqe::Cqe;
-use crate::layout::wqe::{bf_len, sq_dbrec, SND_DBR};
+use crate::layout::wqe::{sq_dbrec, SND_DBR};
 use crate::qp::{Qp, QpState};
 
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
@@ -1224,6 +1224,10 @@ pub struct SqDoorbell {
     /// The half the next doorbell goes to (0 or `half`).
     offset: usize,
     policy: BlueFlame,
+    /// The largest `ds` a BlueFlame copy carries under the policy: `half / 16` (`bf_len`'s
+    /// `ds * 16 <= bf_size`), 0 when the policy is [`BlueFlame::Off`]; worked out once here
+    /// rather than per doorbell.
+    bf_ds: u8,
 }
 
 /// The last WQE a doorbell announces.
@@ -1296,7 +1300,21 @@ impl RingSource for RingAt<'_> {
 impl SqDoorbell {
     /// The doorbell of a QP on `uar` whose BlueFlame halves are `half` bytes (0: none).
     pub fn new(uar: Uar, half: usize, policy: BlueFlame) -> Self {
-        SqDoorbell { reg: uar.bar_offset + BF_OFFSET, half, offset: 0, policy }
+        let bf_ds = if policy == BlueFlame::Off { 0 } else { (half / 16).min(u8::MAX as usize) };
+        SqDoorbell { reg: uar.bar_offset + BF_OFFSET, half, offset: 0, policy, bf_ds: bf_ds as u8 }
+    }
+
+    /// Bytes of the BlueFlame copy for `nreq` requests ending with `last`, 0 for the 8-byte
+    /// doorbell: [`crate::layout::wqe::bf_len`] under the policy (the provider's `(inl || prefer_bf)`), with the
+    /// size limit taken from `bf_ds`.
+    #[inline(always)]
+    fn bf_bytes(&self, last: Last, nreq: u32) -> usize {
+        let max = if self.policy == BlueFlame::InlineOnly && !last.inline { 0 } else { self.bf_ds };
+        if nreq == 1 && last.ds > 1 && last.ds <= max {
+            (last.ds as usize).div_ceil(4) * SEND_WQE_BB
+        } else {
+            0
+        }
     }
 
     /// BAR offset the next doorbell goes to.
@@ -1325,13 +1343,8 @@ impl SqDoorbell {
         // The record before any write-combining store (mmio_wc_start).
         barrier::wc_start();
         let at = self.reg + self.offset;
-        let Last { pi: last_pi, ds, inline } = last;
-        let bf = match self.policy {
-            BlueFlame::Prefer => true,
-            BlueFlame::InlineOnly => inline,
-            BlueFlame::Off => false,
-        };
-        let len = if bf { bf_len(nreq, ds, self.half as u32) } else { 0 };
+        let len = self.bf_bytes(last, nreq);
+        let last_pi = last.pi;
         if len == 0 {
             // The first 8 bytes of the last WQE's control segment, as they are in the ring.
             mmio.write_u64(at, ring.head(last_pi));
@@ -1476,6 +1489,30 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::wqe::bf_len;
+
+    /// The doorbell's BlueFlame decision is `bf_len` under each policy, for every size.
+    #[test]
+    fn bf_bytes_is_bf_len_under_the_policy() {
+        let uar = Uar { index: 0, bar_offset: 0 };
+        for policy in [BlueFlame::Prefer, BlueFlame::InlineOnly, BlueFlame::Off] {
+            for half in [0, 16, 64, 100, 128, 256, 512, 2048, 8192] {
+                let db = SqDoorbell::new(uar, half, policy);
+                for (nreq, ds, inline) in (0..4)
+                    .flat_map(|n| (0..=u8::MAX).flat_map(move |ds| [(n, ds, false), (n, ds, true)]))
+                {
+                    let bf = match policy {
+                        BlueFlame::Prefer => true,
+                        BlueFlame::InlineOnly => inline,
+                        BlueFlame::Off => false,
+                    };
+                    let want = if bf { bf_len(nreq, ds, half as u32) } else { 0 };
+                    let last = Last { pi: 0, ds, inline };
+                    assert_eq!(db.bf_bytes(last, nreq), want, "{policy:?} {half} {nreq} {ds}");
+                }
+            }
+        }
+    }
 
     /// The table says what `wc_opcode` and `requester_byte_len` say, for every raw opcode.
     #[test]
