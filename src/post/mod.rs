@@ -354,16 +354,26 @@ pub const MAX_MESSAGE: u64 = 1 << 31;
 /// push makes; the fast paths call it with the length they sum anyway.
 #[inline(always)]
 pub fn check_message(len: u64, remote: RemoteBuf) -> Result<()> {
-    if len > MAX_MESSAGE {
-        return Err(Error::InvalidArgument("message above 2 GiB"));
-    }
-    // The last byte is at `addr + len - 1`; a range may end at 2^64 - 1 but not past it: the
-    // sum `addr + len` may wrap to exactly 0, no further.
-    let (end, wrapped) = remote.addr.overflowing_add(len);
-    if wrapped && end != 0 {
-        return Err(Error::InvalidArgument("remote range wraps past 2^64"));
+    // Both rules in one compare: `len` may not pass the smaller of `MAX_MESSAGE` and the
+    // bytes from `addr` to 2^64 (a range may end at byte 2^64 - 1, not past it). Those bytes
+    // are `!addr + 1`, which is 2^64 for `addr == 0` (no 64-bit value) and above
+    // `MAX_MESSAGE` whenever `!addr >= MAX_MESSAGE - 1`, so the bound is taken as
+    // `min(!addr, MAX_MESSAGE - 1) + 1`, which neither overflows nor exceeds `MAX_MESSAGE`.
+    if len > (!remote.addr).min(MAX_MESSAGE - 1) + 1 {
+        return Err(message_refused(len));
     }
     Ok(())
+}
+
+/// The error of a message [`check_message`] refuses: too long, or else a remote range that
+/// wraps.
+#[cold]
+fn message_refused(len: u64) -> Error {
+    if len > MAX_MESSAGE {
+        Error::InvalidArgument("message above 2 GiB")
+    } else {
+        Error::InvalidArgument("remote range wraps past 2^64")
+    }
 }
 
 /// A backend's send queue (with its completion queue): the primitives every posting form is

@@ -222,6 +222,32 @@ fn poll_bounded_times_out() {
     assert_eq!(q.poll_bounded(&mut wc, 100), Err(Error::Timeout("a completion")));
 }
 
+/// `check_message`'s one compare says what its two rules say, at and around every edge: the
+/// length limit, a range ending at 2^64 - 1, address 0 (2^64 bytes to the top).
+#[test]
+fn message_check_matches_its_two_rules() {
+    let rules = |len: u64, addr: u64| {
+        if len > MAX_MESSAGE {
+            return Err(Error::InvalidArgument("message above 2 GiB"));
+        }
+        let (end, wrapped) = addr.overflowing_add(len);
+        if wrapped && end != 0 {
+            return Err(Error::InvalidArgument("remote range wraps past 2^64"));
+        }
+        Ok(())
+    };
+    let edges = [0, 1, 2, 7, 16, 17, MAX_MESSAGE - 1, MAX_MESSAGE, MAX_MESSAGE + 1];
+    let lens = edges.iter().copied().chain([u32::MAX as u64, 1 << 32, 63 << 32, u64::MAX]);
+    for len in lens {
+        let near = |x: u64| [x.wrapping_sub(1), x, x.wrapping_add(1)];
+        let tops = edges.iter().flat_map(|&k| near(0u64.wrapping_sub(k)));
+        for addr in tops.chain(near(0)).chain(near(1 << 63)).chain([0x1000, 1 << 40]) {
+            let remote = RemoteBuf::new(addr, Rkey(1));
+            assert_eq!(check_message(len, remote), rules(len, addr), "len {len:#x} addr {addr:#x}");
+        }
+    }
+}
+
 #[test]
 fn messages_past_2_gib_or_wrapping_the_remote_range_are_refused() {
     assert_eq!(check_message(MAX_MESSAGE, REMOTE), Ok(()));

@@ -90,7 +90,7 @@ use crate::layout::codes::SendOpcode;
 use crate::layout::codes::Syndrome;
 use crate::layout::codes::SEND_WQE_BB;
 use crate::layout::cqe::Cqe;
-use crate::layout::wqe::{bf_len, sq_dbrec, SND_DBR};
+use crate::layout::wqe::{sq_dbrec, SND_DBR};
 use crate::qp::{Qp, QpState};
 
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
@@ -696,7 +696,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
         let start = at.ref_head;
-        let ord = Self::ord_at(at);
+        // The request's ordinal tags its further regions; only a second region needs it.
+        let cur = *at;
+        let ord = || Self::ord_at(&cur);
         // The regions, in order: the first goes to the runs, every later change of region is
         // queued with the request's ordinal (consecutive elements from one region count
         // once).
@@ -720,7 +722,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                     first = Some(r);
                 } else {
                     *entry(refs, head_ref) = Some(r.released());
-                    *entry(ref_ords, head_ref) = ord;
+                    *entry(ref_ords, head_ref) = ord();
                     head_ref = head_ref.wrapping_add(1);
                 }
                 prev = Some(r);
@@ -798,14 +800,26 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let slot = at.pi as usize & Self::MASK;
         self.wr_ids[slot] = wr_id;
         self.meta[slot] = meta;
-        // A WQE has at most `MAX_WQEBBS` blocks (`ds <= 63`): with that bound the loop needs no
-        // set-up for a trip count the compiler cannot know.
+        // A WQE has at most `MAX_WQEBBS` blocks (`ds <= 63`). The further blocks of the
+        // common sizes (up to four blocks: 14 data segments after a two-unit head) are marked
+        // straight-line, each behind one compare; a loop bounded by that maximum takes the
+        // rest, so it needs no set-up for a trip count the compiler cannot know.
         debug_assert!(bbs as usize <= MAX_WQEBBS);
-        for k in 1..MAX_WQEBBS as u16 {
-            if k >= bbs {
-                break;
+        if bbs > 1 {
+            let at_k = |k: u16| at.pi.wrapping_add(k) as usize & Self::MASK;
+            self.meta[at_k(1)] = Meta::INTERIOR;
+            if bbs > 2 {
+                self.meta[at_k(2)] = Meta::INTERIOR;
+                if bbs > 3 {
+                    self.meta[at_k(3)] = Meta::INTERIOR;
+                    for k in 4..MAX_WQEBBS as u16 {
+                        if k >= bbs {
+                            break;
+                        }
+                        self.meta[at_k(k)] = Meta::INTERIOR;
+                    }
+                }
             }
-            self.meta[at.pi.wrapping_add(k) as usize & Self::MASK] = Meta::INTERIOR;
         }
         let key = run_key(first);
         if key != at.run_key {
@@ -1226,6 +1240,10 @@ pub struct SqDoorbell {
     /// The half the next doorbell goes to (0 or `half`).
     offset: usize,
     policy: BlueFlame,
+    /// The largest `ds` a BlueFlame copy carries under the policy: `half / 16` (`bf_len`'s
+    /// `ds * 16 <= bf_size`), 0 when the policy is [`BlueFlame::Off`]; worked out once here
+    /// rather than per doorbell.
+    bf_ds: u8,
 }
 
 /// The last WQE a doorbell announces.
@@ -1298,7 +1316,21 @@ impl RingSource for RingAt<'_> {
 impl SqDoorbell {
     /// The doorbell of a QP on `uar` whose BlueFlame halves are `half` bytes (0: none).
     pub fn new(uar: Uar, half: usize, policy: BlueFlame) -> Self {
-        SqDoorbell { reg: uar.bar_offset + BF_OFFSET, half, offset: 0, policy }
+        let bf_ds = if policy == BlueFlame::Off { 0 } else { (half / 16).min(u8::MAX as usize) };
+        SqDoorbell { reg: uar.bar_offset + BF_OFFSET, half, offset: 0, policy, bf_ds: bf_ds as u8 }
+    }
+
+    /// Bytes of the BlueFlame copy for `nreq` requests ending with `last`, 0 for the 8-byte
+    /// doorbell: [`crate::layout::wqe::bf_len`] under the policy (the provider's `(inl || prefer_bf)`), with the
+    /// size limit taken from `bf_ds`.
+    #[inline(always)]
+    fn bf_bytes(&self, last: Last, nreq: u32) -> usize {
+        let max = if self.policy == BlueFlame::InlineOnly && !last.inline { 0 } else { self.bf_ds };
+        if nreq == 1 && last.ds > 1 && last.ds <= max {
+            (last.ds as usize).div_ceil(4) * SEND_WQE_BB
+        } else {
+            0
+        }
     }
 
     /// BAR offset the next doorbell goes to.
@@ -1327,13 +1359,8 @@ impl SqDoorbell {
         // The record before any write-combining store (mmio_wc_start).
         barrier::wc_start();
         let at = self.reg + self.offset;
-        let Last { pi: last_pi, ds, inline } = last;
-        let bf = match self.policy {
-            BlueFlame::Prefer => true,
-            BlueFlame::InlineOnly => inline,
-            BlueFlame::Off => false,
-        };
-        let len = if bf { bf_len(nreq, ds, self.half as u32) } else { 0 };
+        let len = self.bf_bytes(last, nreq);
+        let last_pi = last.pi;
         if len == 0 {
             // The first 8 bytes of the last WQE's control segment, as they are in the ring.
             mmio.write_u64(at, ring.head(last_pi));
@@ -1479,6 +1506,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
 mod tests {
     use super::*;
     use crate::datapath::wqe::WqeShape;
+    use crate::layout::wqe::bf_len;
 
     #[test]
     fn a_slot_word_gives_the_blocks_of_every_size() {
@@ -1489,6 +1517,29 @@ mod tests {
                 _ => WqeShape::from_ds(ds).wqebbs as u16,
             };
             assert_eq!(m.wqebbs(), want, "ds {ds}");
+        }
+    }
+
+    /// The doorbell's BlueFlame decision is `bf_len` under each policy, for every size.
+    #[test]
+    fn bf_bytes_is_bf_len_under_the_policy() {
+        let uar = Uar { index: 0, bar_offset: 0 };
+        for policy in [BlueFlame::Prefer, BlueFlame::InlineOnly, BlueFlame::Off] {
+            for half in [0, 16, 64, 100, 128, 256, 512, 2048, 8192] {
+                let db = SqDoorbell::new(uar, half, policy);
+                for (nreq, ds, inline) in (0..4)
+                    .flat_map(|n| (0..=u8::MAX).flat_map(move |ds| [(n, ds, false), (n, ds, true)]))
+                {
+                    let bf = match policy {
+                        BlueFlame::Prefer => true,
+                        BlueFlame::InlineOnly => inline,
+                        BlueFlame::Off => false,
+                    };
+                    let want = if bf { bf_len(nreq, ds, half as u32) } else { 0 };
+                    let last = Last { pi: 0, ds, inline };
+                    assert_eq!(db.bf_bytes(last, nreq), want, "{policy:?} {half} {nreq} {ds}");
+                }
+            }
         }
     }
 
