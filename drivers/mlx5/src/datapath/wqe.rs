@@ -740,12 +740,7 @@ impl WqeBuilder {
         let base = pi as usize * SEND_WQE_BB;
         if len != 0 {
             let header = InlineSeg::encode_header(len as u32);
-            let mut w = InlineWriter {
-                sink: &mut *sink,
-                off: base + hdr * SEND_WQE_DS,
-                acc: [header[0], header[1], header[2], header[3], 0, 0, 0, 0],
-                n: 4,
-            };
+            let mut w = InlineWriter::new(&mut *sink, base + hdr * SEND_WQE_DS, header);
             source.for_each_inline_chunk(|bytes| w.push(bytes));
             w.finish(base + shape.ds as usize * SEND_WQE_DS);
         }
@@ -831,43 +826,61 @@ fn inline_len(source: &Source<'_, '_>) -> Result<usize> {
 }
 
 /// Streams inline payload into the ring as aligned 8-byte words.
+///
+/// The payload follows the 4-byte inline header, so its bytes sit 4 (or, after an odd
+/// piece, any number) bytes into a ring word. The writer keeps the partial word in a
+/// register as a little-endian `u64` (byte `i` of the word in bits `8i..8i + 8`) and merges
+/// each 8-byte load of the payload into it with two shifts: no byte-by-byte copy and no
+/// read of a word assembled in memory.
 struct InlineWriter<'s, S: WqeSink + ?Sized> {
     sink: &'s mut S,
     /// Ring offset (unwrapped) of the word `acc` will become.
     off: usize,
-    acc: [u8; 8],
+    /// The word being filled: its first `n` bytes (in memory order), zero above them.
+    acc: u64,
+    /// Bytes in `acc`, below 8.
     n: usize,
 }
 
-impl<S: WqeSink + ?Sized> InlineWriter<'_, S> {
+impl<'s, S: WqeSink + ?Sized> InlineWriter<'s, S> {
+    /// A writer whose first word starts with the inline header at ring offset `off`.
     #[inline(always)]
-    fn flush(&mut self) {
-        self.sink.put8(self.off, self.acc);
-        self.off += 8;
-        self.n = 0;
+    fn new(sink: &'s mut S, off: usize, header: [u8; INLINE_HEADER_LEN]) -> Self {
+        InlineWriter { sink, off, acc: u32::from_le_bytes(header) as u64, n: INLINE_HEADER_LEN }
+    }
+
+    /// Append the low `k` bytes of `w` (`1 <= k <= 8`; the bytes above them zero).
+    #[inline(always)]
+    fn put(&mut self, w: u64, k: usize) {
+        debug_assert!(self.n < 8 && (1..=8).contains(&k));
+        debug_assert!(k == 8 || w >> (8 * k) == 0);
+        let shift = 8 * self.n as u32;
+        self.acc |= w << shift;
+        let filled = self.n + k;
+        if filled >= 8 {
+            self.sink.put8(self.off, self.acc.to_le_bytes());
+            self.off += 8;
+            // The bytes of `w` that did not fit; none when the word was empty (`shift`
+            // 0: two shifts, so that no shift reaches 64).
+            self.acc = (w >> (63 - shift)) >> 1;
+            self.n = filled - 8;
+        } else {
+            self.n = filled;
+        }
     }
 
     /// Append `bytes`.
     #[inline]
-    fn push(&mut self, mut bytes: &[u8]) {
-        while self.n != 0 && !bytes.is_empty() {
-            self.acc[self.n] = bytes[0];
-            bytes = &bytes[1..];
-            self.n += 1;
-            if self.n == 8 {
-                self.flush();
-            }
-        }
+    fn push(&mut self, bytes: &[u8]) {
         let mut words = bytes.chunks_exact(8);
         for w in &mut words {
             let mut b = [0u8; 8];
             b.copy_from_slice(w);
-            self.sink.put8(self.off, b);
-            self.off += 8;
+            self.put(u64::from_le_bytes(b), 8);
         }
-        for &b in words.remainder() {
-            self.acc[self.n] = b;
-            self.n += 1;
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            self.put(load_le_short(rest), rest.len());
         }
     }
 
@@ -875,13 +888,30 @@ impl<S: WqeSink + ?Sized> InlineWriter<'_, S> {
     #[inline]
     fn finish(mut self, end: usize) {
         if self.n != 0 {
-            self.acc[self.n..].fill(0);
-            self.flush();
+            self.sink.put8(self.off, self.acc.to_le_bytes());
+            self.off += 8;
         }
         while self.off < end {
             self.sink.put8(self.off, [0; 8]);
             self.off += 8;
         }
+    }
+}
+
+/// `b` (1 to 7 bytes) as a little-endian `u64`, zero above: a few overlapping loads rather
+/// than a copy of variable length.
+#[inline(always)]
+fn load_le_short(b: &[u8]) -> u64 {
+    let n = b.len();
+    debug_assert!((1..8).contains(&n));
+    if n >= 4 {
+        // Two 4-byte loads that overlap when `n < 8`; the overlap holds the same bytes.
+        let lo = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64;
+        let hi = u32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]) as u64;
+        lo | hi << (8 * (n - 4))
+    } else {
+        // First, middle and last byte: for 1 to 3 bytes that is every byte.
+        (b[0] as u64) | (b[n / 2] as u64) << (8 * (n / 2)) | (b[n - 1] as u64) << (8 * (n - 1))
     }
 }
 

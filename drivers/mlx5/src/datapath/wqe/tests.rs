@@ -382,3 +382,13 @@ fn sinks_mask_offsets() {
     s.put16(64 * 7 + 48, [3; 8], [4; 8]);
     assert_eq!(&buf[48..], &[[3u8; 8], [4u8; 8]].concat()[..]);
 }
+
+#[test]
+fn short_loads_keep_memory_order() {
+    let bytes: [u8; 7] = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77];
+    for n in 1..8 {
+        let mut word = [0u8; 8];
+        word[..n].copy_from_slice(&bytes[..n]);
+        assert_eq!(super::load_le_short(&bytes[..n]), u64::from_le_bytes(word), "{n} bytes");
+    }
+}
