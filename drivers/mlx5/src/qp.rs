@@ -141,7 +141,7 @@ use crate::datapath::send::{BlueFlame, SqDoorbell};
 use crate::datapath::wqe::{RawRing, WqeBuilder};
 use crate::device::{check_uar, Mlx5};
 use crate::layout::codes::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
-use crate::layout::wqe::{DATAGRAM_LEN, INLINE_HEADER_LEN};
+use crate::layout::wqe::{DATAGRAM_LEN, INLINE_HEADER_LEN, RCV_DBR, SND_DBR};
 
 /// Where a QP is in its life (`ibv_qp_state`, the states this driver moves through).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -564,6 +564,45 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
     /// [`outstanding`](rdma_pmd::SendQueue::outstanding), their regions busy, until the QP is dropped.
     pub fn to_error(&mut self) -> Result<()> {
         self.modify(Transition::ToErr, QpState::Error)
+    }
+
+    /// `2RST_QP`: back to RESET with both rings empty and restarted at their first entry,
+    /// ready to be connected again (`init`, `connect`, `ready_datagram`) without a new QP,
+    /// as a verbs application reuses one through `ibv_modify_qp` to `IBV_QPS_RESET` (rdma-core's
+    /// `mlx5_modify_qp` then cleans the CQs of the QP's entries, restarts the ring indices and
+    /// zeroes both doorbell records; this does the same).
+    ///
+    /// Refused with nothing changed while a poll still owes a completion: a signalled send
+    /// or any receive outstanding, a completion or fault found and not yet returned, or, after
+    /// an error CQE, any send outstanding (each gets a flush). Reap them first. Unsignalled
+    /// sends still outstanding otherwise (ones that executed before a move to ERR and get
+    /// no CQE, or ones the reset discards) retire with no completion, their regions
+    /// released: in RESET the device reads neither ring. Entries left in the QP's CQs (the
+    /// flushes of such sends) are discarded.
+    pub fn reset(&mut self) -> Result<()> {
+        if self.state == QpState::Reset {
+            return Ok(());
+        }
+        if self.sq.owes_completions() || self.rq.outstanding() != 0 || self.recv_fault.is_some() {
+            return Err(Error::InvalidArgument("a poll still owes completions: reap them first"));
+        }
+        self.modify(Transition::ToRst, QpState::Reset)?;
+        // The CQs are this QP's alone; a device in contract wrote every entry already, and
+        // at most a ring's worth can be software-owned.
+        let mem = &mut *self.mem;
+        for cq in [&mut mem.scq, &mut mem.rcq] {
+            for _ in 0..cq.size() {
+                if cq.pop().is_none() {
+                    break;
+                }
+            }
+            cq.publish();
+        }
+        self.sq.restart();
+        self.rq.restart();
+        self.mem.dbrec.write_u32(RCV_DBR * 4, 0);
+        self.mem.dbrec.write_u32(SND_DBR * 4, 0);
+        Ok(())
     }
 
     /// Bring a UD or GSI QP to RTS: `RST2INIT` with its Q_Key (QP1: [`rdma_pmd::GSI_QKEY`]),

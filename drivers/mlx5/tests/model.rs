@@ -6,10 +6,10 @@
 mod common;
 
 use common::*;
-use rdma_pmd::RecvQueue;
 use rdma_pmd::{
     Completion, Errno, Error, Post, RemoteBuf, Rkey, SendFlags, SendQueue, WcOpcode, WcStatus,
 };
+use rdma_pmd::{RecvQueue, Retired, Side};
 use rdma_pmd_mlx5::{QpConfig, QpState};
 use rdma_pmd_mlx5_model::{Model, ModelConfig, Syndrome, Wire};
 
@@ -310,6 +310,51 @@ fn wrong_rkey_fails_with_remote_access_error_then_everything_after_is_flushed() 
     quiet(&mut a);
     let cnt = model.counters();
     assert_eq!((cnt.errors(Syndrome::RemoteAccess), cnt.errors(Syndrome::WrFlush)), (1, 4));
+    assert_eq!(model.violations().len(), 1, "only the provoked error: {:?}", model.violations());
+}
+
+#[test]
+fn a_reset_queue_pair_connects_again_and_writes_from_block_zero() {
+    let model = Model::new();
+    let dev = open(&model);
+    let src = dev.reg(4096, TARGET).unwrap();
+    let dst = dev.reg(4096, TARGET).unwrap();
+    src.write(0, &pattern(23, 4096)).unwrap();
+    let (mut a, mut b) = pair::<_, _, 64>(&dev, &QpConfig::default());
+    // Half a ring in, so that the restart at block 0 is visible.
+    for i in 0..40 {
+        a.post_write(i, src.slice(0, 8).unwrap(), NONE, dst.remote(0)).unwrap();
+    }
+    let bad = RemoteBuf::new(dst.addr(), Rkey(dst.rkey().0 ^ 0x0000_ff00));
+    a.post_write(40, src.slice(0, 8).unwrap(), NONE, bad).unwrap();
+    a.post_write(41, src.slice(0, 8).unwrap(), SIG, dst.remote(0)).unwrap();
+    let c = wait(&mut a, 2);
+    assert_eq!((c[0].status, c[1].status), (WcStatus::RemAccessErr, WcStatus::WrFlushErr));
+    quiet(&mut a);
+    b.to_error().unwrap();
+    quiet(&mut b);
+    let posted = a.posted();
+    a.reset().unwrap();
+    b.reset().unwrap();
+    assert_eq!((a.state(), a.sq_pi(), a.retired(Side::Send)), (QpState::Reset, 0, posted));
+    a.connect_loopback(b.qp_num()).unwrap();
+    b.connect_loopback(a.qp_num()).unwrap();
+    dst.fill(0);
+    // More than a lap of the restarted ring, every write landing where it should.
+    for lap in 0..3u64 {
+        let mut bt = a.batch();
+        for k in 0..32u64 {
+            let at = (lap * 32 + k) as usize * 8;
+            let f = if k == 31 { SIG } else { NONE };
+            bt.post_writev(100 + k, &[src.slice(at, 8).unwrap()], f, dst.remote(at)).unwrap();
+        }
+        bt.commit();
+        let c = wait(&mut a, 1);
+        assert_eq!((c[0].wr_id, c[0].status), (131, WcStatus::Success));
+    }
+    assert_eq!(bytes(&dst, 0, 768), bytes(&src, 0, 768));
+    assert_eq!((a.outstanding(), src.usage().in_flight()), (0, 0));
+    quiet(&mut a);
     assert_eq!(model.violations().len(), 1, "only the provoked error: {:?}", model.violations());
 }
 

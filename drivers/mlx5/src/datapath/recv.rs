@@ -156,6 +156,14 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
         }
         self.tail = self.head;
     }
+
+    /// Start over at the first WQE once the device has let go of the ring (the QP moved to
+    /// RESET), releasing what is still posted; `posted` keeps counting.
+    pub fn restart(&mut self) {
+        self.release_everything();
+        self.head = 0;
+        self.tail = 0;
+    }
 }
 
 /// The scatter entries `mlx5_post_recv` writes into a receive WQE of `max` entries for the

@@ -1193,6 +1193,31 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.sigs_done = self.sigs;
         self.pending = None;
     }
+
+    /// Whether a poll still owes the caller something: a signalled request not retired, a
+    /// completion or fault found and not yet returned, or, after an error CQE, any request
+    /// at all (each gets a flush).
+    pub fn owes_completions(&self) -> bool {
+        self.sigs != self.sigs_done
+            || self.pending.is_some()
+            || self.fault.is_some()
+            || (self.in_error && self.outstanding != 0)
+    }
+
+    /// Start over at block 0 once the device has let go of the ring (the QP moved to RESET):
+    /// what is still outstanding is released as in [`release_everything`]
+    /// (Self::release_everything), and the next request keeps its ordinal (`posted`), so
+    /// that [`retired`](Self::retired) keeps counting and the runs and references stay
+    /// consistent. The ordinal is the block counter less the extra blocks, so restarting the
+    /// counter at 0 moves the extra-block count by as much.
+    pub fn restart(&mut self) {
+        self.release_everything();
+        self.pi = 0;
+        self.tail = 0;
+        self.extra = (self.posted as u16).wrapping_neg();
+        self.in_error = false;
+        self.fault = None;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

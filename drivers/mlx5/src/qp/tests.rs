@@ -649,3 +649,73 @@ fn the_blueflame_policy_follows_prefer_bf_and_shut_up_bf() {
         assert_eq!(s[0].bytes.len(), if inline_bf { 64 } else { 8 }, "{policy:?}, inline");
     }
 }
+
+#[test]
+fn reset_after_an_error_restarts_the_rings_and_the_qp_connects_again() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<64>(&r);
+    for i in 0..3 {
+        let f = if i == 2 { SendFlags::SIGNALED } else { SendFlags::empty() };
+        qp.post_write(i, region.slice(0, 8).unwrap(), f, REMOTE).unwrap();
+    }
+    qp.post_recv_empty(50).unwrap();
+    hw.send_cqe(0, Some((Syndrome::RemoteAccessErr, 0)));
+    let mut out = [Completion::default(); 1];
+    assert_eq!(qp.poll(&mut out).unwrap(), 1);
+    // WRs 1 and 2 and the receive are still owed their flushes.
+    let busy = Err(Error::InvalidArgument("a poll still owes completions: reap them first"));
+    assert_eq!(qp.reset(), busy);
+    hw.send_cqe(2, Some((Syndrome::WrFlushErr, 0)));
+    assert_eq!(poll_all(&mut qp).len(), 2);
+    assert_eq!(qp.reset(), busy, "the receive is still owed");
+    hw.recv_cqe_with(0, 0, CqeOpcode::RespErr, |c| c.set_error(Syndrome::WrFlushErr, 0));
+    let mut rout = [Completion::default(); 2];
+    assert_eq!(qp.poll_recv(&mut rout).unwrap(), 1);
+    assert_eq!(qp.state(), QpState::Error);
+    let (posted, recv_posted) = (qp.posted(), qp.recv_posted());
+
+    qp.reset().unwrap();
+    assert_eq!(qp.state(), QpState::Reset);
+    assert_eq!(*r.log().transitions.last().map(|(_, t)| t).unwrap(), Transition::ToRst);
+    assert_eq!((qp.sq_pi(), qp.sq_room(), hw.qp_dbrec()), (0, 64, (0, 0)));
+    assert_eq!((qp.posted(), qp.retired(Side::Send)), (posted, posted));
+    assert_eq!((qp.recv_posted(), qp.retired(Side::Recv)), (recv_posted, recv_posted));
+    assert_eq!(qp.reset(), Ok(()), "a QP in RESET stays there");
+
+    // Connected again, the ring starts at block 0 and completions name counters from 0.
+    qp.connect_loopback(QpNum(0x777)).unwrap();
+    qp.post_write(7, region.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!(CtrlSeg::new_checked(&hw.sq_block(0)[..]).unwrap().wqe_index(), 0);
+    assert_eq!(hw.qp_dbrec().1, 1);
+    hw.send_cqe(0, None);
+    assert_eq!(qp.poll(&mut out).unwrap(), 1);
+    assert_eq!((out[0].wr_id, out[0].status), (7, WcStatus::Success));
+    assert_eq!((qp.outstanding(), region.usage().in_flight()), (0, 0));
+    assert_eq!(qp.retired(Side::Send), posted + 1);
+}
+
+#[test]
+fn reset_retires_unsignalled_sends_silently_and_discards_their_stray_entries() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<64>(&r);
+    qp.post_write(1, region.slice(0, 8).unwrap(), SendFlags::SIGNALED, REMOTE).unwrap();
+    assert!(qp.reset().is_err(), "a signalled request is owed its completion");
+    assert_eq!(qp.state(), QpState::Rts);
+    hw.send_cqe(0, None);
+    assert_eq!(poll_all(&mut qp).len(), 1);
+    for i in 0..4 {
+        qp.post_write(i, region.slice(0, 8).unwrap(), SendFlags::empty(), REMOTE).unwrap();
+    }
+    qp.to_error().unwrap();
+    // A flush the device wrote before the reset: the reset cleans it from the CQ.
+    hw.send_cqe(3, Some((Syndrome::WrFlushErr, 0)));
+    assert_eq!(region.usage().in_flight(), 4);
+    qp.reset().unwrap();
+    assert_eq!((qp.outstanding(), region.usage().in_flight()), (0, 0));
+    assert_eq!(qp.retired(Side::Send), 5);
+    assert_eq!(hw.scq_ci(), 2, "both entries consumed");
+    qp.connect_loopback(QpNum(0x777)).unwrap();
+    assert!(poll_all(&mut qp).is_empty());
+}
