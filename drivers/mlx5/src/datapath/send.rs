@@ -521,8 +521,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// nothing (the cursor included) on error.
     #[inline(always)]
     pub fn push(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
+        if req.is_inline() {
+            return self.push_inline(at, req);
+        }
         match &req.op {
-            SendOp::Write { source, remote, imm } if !req.is_inline() => match *source.kind() {
+            SendOp::Write { source, remote, imm } => match *source.kind() {
                 SourceKind::Sgl([b]) => {
                     let region = Some(b.region());
                     self.push_one(at, req.wr_id, b.sge(), region, req.flags, *remote, *imm)
@@ -538,9 +541,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             },
             // One-element SENDs and READs on a connected QP: one block, straight-line, as
             // for writes.
-            SendOp::Send { source, imm, ud: None }
-                if !req.is_inline() && !at.builder.is_datagram() =>
-            {
+            SendOp::Send { source, imm, ud: None } if !at.builder.is_datagram() => {
                 match *source.kind() {
                     SourceKind::Sgl([b]) => {
                         let head = Head::Send { imm: *imm };
@@ -616,7 +617,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     }
 
     /// [`push`](Self::push) of everything but a registered gather WRITE: SENDs, READs and
-    /// atomics count the regions of their registered buffers; inline payloads and raw
+    /// atomics count the regions of their registered buffers; raw
     /// elements hold none.
     #[inline(always)]
     fn push_other(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
@@ -626,7 +627,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
             Err(e) => return Err(e),
         };
         match &req.op {
-            SendOp::Send { source, .. } if !req.is_inline() => match *source.kind() {
+            SendOp::Send { source, .. } => match *source.kind() {
                 SourceKind::Sgl(bufs) => {
                     self.push_gather(at, req, head, bufs, |b| b.sge(), |b| b.region())
                 }
@@ -748,8 +749,31 @@ impl<'r, const N: usize> SendRing<'r, N> {
         Ok(())
     }
 
-    /// [`push`](Self::push) of the other requests: inline ones, and raw elements other than
-    /// one.
+    /// [`push`](Self::push) of an inline WRITE or SEND: the payload is copied into the WQE, so
+    /// it holds no region.
+    #[inline(always)]
+    fn push_inline(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
+        let builder = at.builder;
+        let room = at.limit.wrapping_sub(at.pi) as u32;
+        let emitted = match (builder.head(req), req.source()) {
+            (Ok(head), Some(source)) => {
+                builder.write_inline(&mut self.sink.view(), at.pi, room, source, req.flags, head)
+            }
+            (Err(e), _) => Err(e),
+            (Ok(_), None) => Err(Error::InvalidArgument("only a WRITE or SEND is inline")),
+        };
+        let shape = match emitted {
+            Ok(s) => s,
+            Err(_) if !at.open => return Err(Error::NotConnected),
+            Err(e) => return Err(e),
+        };
+        let meta = Meta::new(shape.ds, builder.signals(req.flags), at.stamp).with_inline(true);
+        self.record(at, req.wr_id, None, meta, shape.wqebbs as u16);
+        Ok(())
+    }
+
+    /// [`push`](Self::push) of the other requests: raw elements other than one (inline ones
+    /// take [`push_inline`](Self::push_inline)).
     #[inline(always)]
     fn push_any(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
         let head = match at.builder.head(req) {
@@ -777,10 +801,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
             Err(_) if !at.open => return Err(Error::NotConnected),
             Err(e) => return Err(e),
         };
-        // Inline payloads are copied into the WQE and raw elements are the caller's to keep
-        // alive: neither holds a region.
-        let meta =
-            Meta::new(shape.ds, builder.signals(req.flags), at.stamp).with_inline(req.is_inline());
+        // Raw elements are the caller's to keep alive: they hold no region. (Inline requests
+        // take `push_inline`.)
+        debug_assert!(!req.is_inline());
+        let meta = Meta::new(shape.ds, builder.signals(req.flags), at.stamp);
         self.record(at, req.wr_id, None, meta, shape.wqebbs as u16);
         Ok(())
     }

@@ -608,6 +608,7 @@ impl WqeBuilder {
     }
 
     /// `qp.c` refuses `wr->num_sge > qp->sq.max_gs` first, for inline requests too.
+    #[inline(always)]
     fn check_count(&self, n: usize) -> Result<()> {
         if n > self.max_sge as usize {
             return Err(Error::TooManySges { given: n, max: self.max_sge as usize });
@@ -630,6 +631,7 @@ impl WqeBuilder {
         Ok(WqeShape::from_ds((hdr + n) as u8))
     }
 
+    #[inline(always)]
     fn check_inline(&self, len: usize, hdr: usize) -> Result<()> {
         let fits = (MAX_DS as usize - hdr) * SEND_WQE_DS - INLINE_HEADER_LEN;
         let max = (self.max_inline as usize).min(fits);
@@ -720,7 +722,10 @@ impl WqeBuilder {
         Ok(WqeShape::from_ds(ds))
     }
 
-    fn write_inline<S: WqeSink + ?Sized>(
+    /// An inline request's WQE: head, then its payload copied after the 4-byte inline
+    /// header, zero-padded to whole 16-byte units.
+    #[inline]
+    pub fn write_inline<S: WqeSink + ?Sized>(
         &self,
         sink: &mut S,
         pi: u16,
@@ -818,6 +823,7 @@ pub fn atomic_sge(e: Sge) -> Result<Sge> {
 }
 
 /// Total inline bytes of a request, refusing sums that overflow.
+#[inline(always)]
 fn inline_len(source: &Source<'_, '_>) -> Result<usize> {
     source
         .total_len()
