@@ -389,8 +389,9 @@ fn message_refused(len: u64) -> Error {
 ///   queue through nothing else;
 /// * [`push`](SendQueue::push) checks the request ([`SendRequest::check`] or the same checks
 ///   on its own path), then either writes the whole request into the ring (not yet visible
-///   to the device) and advances the cursor, returning `Ok`, or changes neither and returns
-///   the error;
+///   to the device) and advances the cursor by that one request, returning `Ok`, or changes
+///   neither and returns the error; so the `k`-th request accepted at a cursor (from 0) is
+///   number [`posted`](SendQueue::posted)` + k`, the number [`Retired`] counts it by;
 /// * [`commit`](SendQueue::commit) makes every request pushed at the cursor visible with one
 ///   doorbell (with nothing pushed it changes nothing);
 /// * [`abort`](SendQueue::abort) forgets every request pushed at the cursor, releasing what
@@ -718,7 +719,8 @@ pub trait Post<'r>: sealed::Sealed {
         // commits, aborts on drop, or is forgotten.
         #[allow(unsafe_code)]
         let at = unsafe { self.begin() };
-        Batch { q: self, at, done: false, _r: PhantomData }
+        let (queue, first) = (self.queue_id(), self.posted());
+        Batch { q: self, at, queue, next: first, done: false, _r: PhantomData }
     }
 
     /// Busy-poll until at least one completion arrives or `max_polls` polls found nothing.
@@ -863,6 +865,14 @@ pub trait RecvQueue<'r>: Retired {
 pub struct Batch<'q, 'r, Q: SendQueue<'r> + ?Sized> {
     q: &'q mut Q,
     at: Q::Cursor,
+    /// The queue's identity, read when the batch opens.
+    queue: QueueId,
+    /// The number the next request appended gets (for its [`Pending`]): the queue's
+    /// [`posted`](SendQueue::posted) when the batch opened, plus one per request appended
+    /// since. Kept here, a local of the caller's loop, rather than worked out from the
+    /// queue's fields on every request, which the ring's and the regions' stores force the
+    /// compiler to reload (see the module docs).
+    next: u64,
     done: bool,
     _r: PhantomData<&'r ()>,
 }
@@ -874,14 +884,21 @@ impl<'r, Q: SendQueue<'r> + ?Sized> Post<'r> for Batch<'_, 'r, Q> {
         // SAFETY: `at` is the live cursor of `q`'s latest `begin` (the batch holds `q`
         // exclusively since then) and is handed back only by `commit` or `drop`.
         #[allow(unsafe_code)]
-        unsafe {
-            self.q.push(&mut self.at, req)
+        let res = unsafe { self.q.push(&mut self.at, req) };
+        if res.is_ok() {
+            self.next += 1;
         }
+        res
     }
 
     #[inline]
     fn next_seq(&self) -> (QueueId, u64) {
-        (self.q.queue_id(), self.q.posted() + self.q.pushed(&self.at) as u64)
+        debug_assert_eq!(
+            self.next,
+            self.q.posted() + self.q.pushed(&self.at) as u64,
+            "a push that succeeds appends exactly one request"
+        );
+        (self.queue, self.next)
     }
 }
 

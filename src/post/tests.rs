@@ -431,3 +431,26 @@ fn a_forgotten_batch_with_a_read_leaks_the_count_and_keeps_the_buffer_out_of_rea
     assert!(p.reclaim(&q).is_ok());
     assert_eq!(r.in_flight(), 1, "the forgotten request's count is leaked, not shifted");
 }
+
+#[test]
+fn a_batch_numbers_only_the_requests_it_accepts() {
+    let r = RegionUse::new();
+    let (mut m1, mut m2, mut m3) = ([0u8; 8], [0u8; 8], [0u8; 8]);
+    let mut q = Fake::new();
+    q.post_write_inline(1, &[b"w"], SendFlags::empty(), REMOTE).unwrap();
+    let mut b = q.batch();
+    let p1 = b.post_read(2, dest(&r, &mut m1), SendFlags::empty(), REMOTE).unwrap();
+    // Refused (a READ cannot be inline): it takes no number, the next request gets it.
+    let refused = b.post_read(3, dest(&r, &mut m2), SendFlags::INLINE, REMOTE).unwrap_err();
+    b.post_write_inline(4, &[b"x"], SendFlags::empty(), REMOTE).unwrap();
+    let p3 = b.post_read(5, dest(&r, &mut m3), SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!((p1.seq(), p3.seq()), (1, 3));
+    assert_eq!(refused.bufs.len(), 8);
+    assert_eq!(b.commit(), 3);
+    q.retire(3);
+    // Through the write after `p1`: `p1` is back, `p3` still out of reach.
+    let p3 = p3.reclaim(&q).unwrap_err();
+    assert!(p1.reclaim(&q).is_ok());
+    q.retire(1);
+    assert!(p3.reclaim(&q).is_ok());
+}
