@@ -223,10 +223,12 @@ impl Stamp {
     }
 }
 
-/// The key a run is told by: its region's address, 0 for requests that read none.
+/// The key a run is told by: its region's address, 0 for requests that read none. The
+/// [`RegionUse`] the push counted stands for its region, so that a push that extends the last
+/// run needs no [`Released`] reference at all.
 #[inline(always)]
-fn run_key(r: Option<&Released>) -> usize {
-    r.map_or(0, |r| r as *const Released as usize)
+fn run_key(r: Option<&RegionUse>) -> usize {
+    r.map_or(0, |r| r as *const RegionUse as usize)
 }
 
 /// A CQE being turned into completions one WQE at a time: retire WQEs from `tail` up to
@@ -602,7 +604,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let count = || {
             if let Some(r) = region {
                 r.acquire()?;
-                first = Some(r.released());
+                first = Some(r);
             }
             Ok(())
         };
@@ -696,16 +698,13 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
         let start = at.ref_head;
-        // The request's ordinal tags its further regions; only a second region needs it.
-        let cur = *at;
-        let ord = || Self::ord_at(&cur);
         // The regions, in order: the first goes to the runs, every later change of region is
-        // queued with the request's ordinal (consecutive elements from one region count
-        // once).
+        // queued (consecutive elements from one region count once), and tagged with the
+        // request's ordinal once the WQE is written.
         let mut first: Option<&'r RegionUse> = None;
         let mut prev: Option<&'r RegionUse> = None;
         let mut head_ref = start;
-        let (refs, ref_ords) = (&mut self.refs, &mut self.ref_ords);
+        let refs = &mut self.refs;
         let res = builder.emit_gather(
             &mut self.sink.view(),
             at.pi,
@@ -722,7 +721,6 @@ impl<'r, const N: usize> SendRing<'r, N> {
                     first = Some(r);
                 } else {
                     *entry(refs, head_ref) = Some(r.released());
-                    *entry(ref_ords, head_ref) = ord();
                     head_ref = head_ref.wrapping_add(1);
                 }
                 prev = Some(r);
@@ -742,9 +740,17 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 return Err(if at.open { e } else { Error::NotConnected });
             }
         };
+        // Tagging here rather than in the pass keeps the ordinal out of the loop; a request
+        // reading one region queues nothing.
+        let ord = Self::ord_at(at);
+        let mut k = start;
+        while k != head_ref {
+            *entry(&mut self.ref_ords, k) = ord;
+            k = k.wrapping_add(1);
+        }
         at.ref_head = head_ref;
         let meta = Meta::new(shape.ds, builder.signals(req.flags), at.stamp);
-        self.record(at, req.wr_id, first.map(RegionUse::released), meta, shape.wqebbs as u16);
+        self.record(at, req.wr_id, first, meta, shape.wqebbs as u16);
         Ok(())
     }
 
@@ -793,7 +799,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         &mut self,
         at: &mut SqCursor,
         wr_id: u64,
-        first: Option<&'r Released>,
+        first: Option<&'r RegionUse>,
         meta: Meta,
         bbs: u16,
     ) {
@@ -823,7 +829,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         }
         let key = run_key(first);
         if key != at.run_key {
-            *entry(&mut self.run_regions, at.run_head as u32) = first;
+            *entry(&mut self.run_regions, at.run_head as u32) = first.map(RegionUse::released);
             *entry(&mut self.run_starts, at.run_head as u32) = Self::ord_at(at);
             at.run_head = at.run_head.wrapping_add(1);
             at.run_key = key;
