@@ -1514,6 +1514,73 @@ mod tests {
     use crate::datapath::wqe::WqeShape;
     use crate::layout::wqe::bf_len;
 
+    /// A gather counts each run of elements from one region once: its first region joins
+    /// the runs (a new run only when it differs from the last one), its further regions are
+    /// queued tagged with its ordinal, empty elements count nothing, and a refused request
+    /// leaves the counts and the cursor as they were. A rollback releases everything.
+    #[test]
+    fn gathers_count_their_regions_by_runs_and_tags() {
+        use core::ptr::NonNull;
+        use rdma_pmd::{Lkey, LocalBuf, Rkey, Source};
+
+        #[repr(align(64))]
+        struct Blocks([u64; 8 * 8]);
+        let (a, b, gone) = (RegionUse::new(), RegionUse::new(), RegionUse::new());
+        // SAFETY: nothing is in flight on `gone`, and the test owns it.
+        unsafe { gone.begin_dereg() }.unwrap();
+        let mem = [0u8; 64];
+        let buf = |r, len| {
+            // SAFETY: `mem` outlives the buffers; nothing copies from them (no inline).
+            unsafe { LocalBuf::from_raw_parts(r, NonNull::from(&mem).cast(), 0x1000, len, Lkey(7)) }
+        };
+        let mut blocks = Blocks([0; 64]);
+        let base = NonNull::new(blocks.0.as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: `blocks` outlives the ring, is 64-byte aligned and 8 blocks long, and is
+        // not otherwise accessed while the ring lives.
+        let sink = unsafe { RawRing::new(base, 8) }.unwrap();
+        let mut sq = SendRing::<8>::new(sink, WqeBuilder::new(QpNum(1))).unwrap();
+        fn write<'a, 'r>(sgl: &'a [LocalBuf<'r>], wr_id: u64) -> SendRequest<'a, 'r> {
+            let remote = RemoteBuf::new(0x2000, Rkey(3));
+            SendRequest::write(wr_id, Source::sgl(sgl), SendFlags::empty(), remote, None)
+        }
+        let mut at = sq.begin(true);
+        let runs = at.run_head;
+        let counts = || (a.in_flight(), b.in_flight());
+
+        // Ordinal 0: A, A, B. A starts a run; B is queued with ordinal 0.
+        sq.push(&mut at, &write(&[buf(&a, 8), buf(&a, 8), buf(&b, 8)], 10)).unwrap();
+        assert_eq!(counts(), (1, 1));
+        assert_eq!(at.run_head, runs.wrapping_add(1));
+        assert!(ptr::eq(entry(&mut sq.run_regions, runs as u32).unwrap(), a.released()));
+        assert_eq!(at.ref_head, 1);
+        assert!(ptr::eq(entry(&mut sq.refs, 0).unwrap(), b.released()));
+        assert_eq!(*entry(&mut sq.ref_ords, 0), 0);
+
+        // Ordinal 1: an empty element of B, then A: only A counts, and it extends A's run.
+        sq.push(&mut at, &write(&[buf(&b, 0), buf(&a, 8), buf(&a, 4)], 11)).unwrap();
+        assert_eq!(counts(), (2, 1));
+        assert_eq!((at.run_head, at.ref_head), (runs.wrapping_add(1), 1));
+
+        // Refused: the second region is deregistered. Nothing changes.
+        let before = (at.pi, at.run_head, at.ref_head, at.stamp);
+        let err = sq.push(&mut at, &write(&[buf(&a, 8), buf(&gone, 8)], 12)).unwrap_err();
+        assert_eq!(err, Error::BadLkey);
+        assert_eq!(counts(), (2, 1));
+        assert_eq!((at.pi, at.run_head, at.ref_head, at.stamp), before);
+
+        // Ordinal 2: B, A. B starts a run; A is queued with ordinal 2.
+        sq.push(&mut at, &write(&[buf(&b, 8), buf(&a, 8)], 13)).unwrap();
+        assert_eq!(counts(), (3, 2));
+        assert_eq!((at.run_head, at.ref_head), (runs.wrapping_add(2), 2));
+        assert!(ptr::eq(entry(&mut sq.run_regions, runs as u32 + 1).unwrap(), b.released()));
+        assert!(ptr::eq(entry(&mut sq.refs, 1).unwrap(), a.released()));
+        assert_eq!(*entry(&mut sq.ref_ords, 1), 2);
+        assert_eq!(sq.pushed(&at), 3);
+
+        sq.abort(at);
+        assert_eq!(counts(), (0, 0));
+    }
+
     #[test]
     fn a_slot_word_gives_the_blocks_of_every_size() {
         for ds in 0..=63u8 {
