@@ -223,10 +223,12 @@ impl Stamp {
     }
 }
 
-/// The key a run is told by: its region's address, 0 for requests that read none.
+/// The key a run is told by: its region's address, 0 for requests that read none. The
+/// [`RegionUse`] the push counted stands for its region, so that a push that extends the last
+/// run needs no [`Released`] reference at all.
 #[inline(always)]
-fn run_key(r: Option<&Released>) -> usize {
-    r.map_or(0, |r| r as *const Released as usize)
+fn run_key(r: Option<&RegionUse>) -> usize {
+    r.map_or(0, |r| r as *const RegionUse as usize)
 }
 
 /// A CQE being turned into completions one WQE at a time: retire WQEs from `tail` up to
@@ -603,7 +605,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let count = || {
             if let Some(r) = region {
                 r.acquire()?;
-                first = Some(r.released());
+                first = Some(r);
             }
             Ok(())
         };
@@ -697,16 +699,13 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
         let start = at.ref_head;
-        // The request's ordinal tags its further regions; only a second region needs it.
-        let cur = *at;
-        let ord = || Self::ord_at(&cur);
         // The regions, in order: the first goes to the runs, every later change of region is
-        // queued with the request's ordinal (consecutive elements from one region count
-        // once).
+        // queued (consecutive elements from one region count once), and tagged with the
+        // request's ordinal once the WQE is written.
         let mut first: Option<&'r RegionUse> = None;
         let mut prev: Option<&'r RegionUse> = None;
         let mut head_ref = start;
-        let (refs, ref_ords) = (&mut self.refs, &mut self.ref_ords);
+        let refs = &mut self.refs;
         let res = builder.emit_gather(
             &mut self.sink.view(),
             at.pi,
@@ -723,7 +722,6 @@ impl<'r, const N: usize> SendRing<'r, N> {
                     first = Some(r);
                 } else {
                     *entry(refs, head_ref) = Some(r.released());
-                    *entry(ref_ords, head_ref) = ord();
                     head_ref = head_ref.wrapping_add(1);
                 }
                 prev = Some(r);
@@ -743,9 +741,17 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 return Err(if at.open { e } else { Error::NotConnected });
             }
         };
+        // Tagging here rather than in the pass keeps the ordinal out of the loop; a request
+        // reading one region queues nothing.
+        let ord = Self::ord_at(at);
+        let mut k = start;
+        while k != head_ref {
+            *entry(&mut self.ref_ords, k) = ord;
+            k = k.wrapping_add(1);
+        }
         at.ref_head = head_ref;
         let meta = Meta::new(shape.ds, builder.signals(req.flags), at.stamp);
-        self.record(at, req.wr_id, first.map(RegionUse::released), meta, shape.wqebbs as u16);
+        self.record(at, req.wr_id, first, meta, shape.wqebbs as u16);
         Ok(())
     }
 
@@ -817,7 +823,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         &mut self,
         at: &mut SqCursor,
         wr_id: u64,
-        first: Option<&'r Released>,
+        first: Option<&'r RegionUse>,
         meta: Meta,
         bbs: u16,
     ) {
@@ -847,7 +853,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         }
         let key = run_key(first);
         if key != at.run_key {
-            *entry(&mut self.run_regions, at.run_head as u32) = first;
+            *entry(&mut self.run_regions, at.run_head as u32) = first.map(RegionUse::released);
             *entry(&mut self.run_starts, at.run_head as u32) = Self::ord_at(at);
             at.run_head = at.run_head.wrapping_add(1);
             at.run_key = key;
@@ -1556,6 +1562,73 @@ mod tests {
     use super::*;
     use crate::datapath::wqe::WqeShape;
     use crate::layout::wqe::bf_len;
+
+    /// A gather counts each run of elements from one region once: its first region joins
+    /// the runs (a new run only when it differs from the last one), its further regions are
+    /// queued tagged with its ordinal, empty elements count nothing, and a refused request
+    /// leaves the counts and the cursor as they were. A rollback releases everything.
+    #[test]
+    fn gathers_count_their_regions_by_runs_and_tags() {
+        use core::ptr::NonNull;
+        use rdma_pmd::{Lkey, LocalBuf, Rkey, Source};
+
+        #[repr(align(64))]
+        struct Blocks([u64; 8 * 8]);
+        let (a, b, gone) = (RegionUse::new(), RegionUse::new(), RegionUse::new());
+        // SAFETY: nothing is in flight on `gone`, and the test owns it.
+        unsafe { gone.begin_dereg() }.unwrap();
+        let mem = [0u8; 64];
+        let buf = |r, len| {
+            // SAFETY: `mem` outlives the buffers; nothing copies from them (no inline).
+            unsafe { LocalBuf::from_raw_parts(r, NonNull::from(&mem).cast(), 0x1000, len, Lkey(7)) }
+        };
+        let mut blocks = Blocks([0; 64]);
+        let base = NonNull::new(blocks.0.as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: `blocks` outlives the ring, is 64-byte aligned and 8 blocks long, and is
+        // not otherwise accessed while the ring lives.
+        let sink = unsafe { RawRing::new(base, 8) }.unwrap();
+        let mut sq = SendRing::<8>::new(sink, WqeBuilder::new(QpNum(1))).unwrap();
+        fn write<'a, 'r>(sgl: &'a [LocalBuf<'r>], wr_id: u64) -> SendRequest<'a, 'r> {
+            let remote = RemoteBuf::new(0x2000, Rkey(3));
+            SendRequest::write(wr_id, Source::sgl(sgl), SendFlags::empty(), remote, None)
+        }
+        let mut at = sq.begin(true);
+        let runs = at.run_head;
+        let counts = || (a.in_flight(), b.in_flight());
+
+        // Ordinal 0: A, A, B. A starts a run; B is queued with ordinal 0.
+        sq.push(&mut at, &write(&[buf(&a, 8), buf(&a, 8), buf(&b, 8)], 10)).unwrap();
+        assert_eq!(counts(), (1, 1));
+        assert_eq!(at.run_head, runs.wrapping_add(1));
+        assert!(ptr::eq(entry(&mut sq.run_regions, runs as u32).unwrap(), a.released()));
+        assert_eq!(at.ref_head, 1);
+        assert!(ptr::eq(entry(&mut sq.refs, 0).unwrap(), b.released()));
+        assert_eq!(*entry(&mut sq.ref_ords, 0), 0);
+
+        // Ordinal 1: an empty element of B, then A: only A counts, and it extends A's run.
+        sq.push(&mut at, &write(&[buf(&b, 0), buf(&a, 8), buf(&a, 4)], 11)).unwrap();
+        assert_eq!(counts(), (2, 1));
+        assert_eq!((at.run_head, at.ref_head), (runs.wrapping_add(1), 1));
+
+        // Refused: the second region is deregistered. Nothing changes.
+        let before = (at.pi, at.run_head, at.ref_head, at.stamp);
+        let err = sq.push(&mut at, &write(&[buf(&a, 8), buf(&gone, 8)], 12)).unwrap_err();
+        assert_eq!(err, Error::BadLkey);
+        assert_eq!(counts(), (2, 1));
+        assert_eq!((at.pi, at.run_head, at.ref_head, at.stamp), before);
+
+        // Ordinal 2: B, A. B starts a run; A is queued with ordinal 2.
+        sq.push(&mut at, &write(&[buf(&b, 8), buf(&a, 8)], 13)).unwrap();
+        assert_eq!(counts(), (3, 2));
+        assert_eq!((at.run_head, at.ref_head), (runs.wrapping_add(2), 2));
+        assert!(ptr::eq(entry(&mut sq.run_regions, runs as u32 + 1).unwrap(), b.released()));
+        assert!(ptr::eq(entry(&mut sq.refs, 1).unwrap(), a.released()));
+        assert_eq!(*entry(&mut sq.ref_ords, 1), 2);
+        assert_eq!(sq.pushed(&at), 3);
+
+        sq.abort(at);
+        assert_eq!(counts(), (0, 0));
+    }
 
     #[test]
     fn a_slot_word_gives_the_blocks_of_every_size() {

@@ -695,11 +695,13 @@ impl WqeBuilder {
         let wqe_cnt = sink.wqe_cnt();
         let hdr = head.units();
         // The size if every element is non-empty bounds the real size, so when it fits no
-        // extra pass over the list is needed.
+        // extra pass over the list is needed. The ring-size test comes after the `ds` one,
+        // which bounds the blocks: a ring of at least `MAX_DS / 4` blocks needs no test.
         let upper = hdr + items.len();
         if items.len() > self.fast_sge as usize
             || upper > MAX_DS as usize
-            || upper.div_ceil(4) > room.min(wqe_cnt) as usize
+            || upper.div_ceil(4) > room as usize
+            || upper.div_ceil(4) > wqe_cnt as usize
         {
             let shape = self.gather_shape(items, |i| sge(i).length, hdr)?;
             Self::check_room(shape.wqebbs as u32, room, wqe_cnt)?;
