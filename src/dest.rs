@@ -332,7 +332,9 @@ pub enum Side {
 /// Implementors guarantee that a request counts as retired only once the device can no longer
 /// write its buffers (its completion, a later completion of the same queue, or its flush was
 /// reaped, or the queue was destroyed), that the numbers match the ones the queue's posting
-/// primitives ([`crate::SendQueue::posted`], [`crate::RecvQueue::recv_posted`]) gave, and that
+/// primitives ([`crate::SendQueue::posted`], [`crate::RecvQueue::recv_posted`]) gave (on a
+/// send queue, the `k`-th push accepted at a cursor, from 0, is number `posted() + k`, as a
+/// [`crate::Batch`] counts them), and that
 /// `queue_id` is the queue's own, taken from [`QueueId::new`]. [`Pending::reclaim`] hands
 /// buffers back on their word.
 #[allow(unsafe_code)]

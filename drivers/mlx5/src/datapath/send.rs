@@ -1237,9 +1237,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// Start over at block 0 once the device has let go of the ring (the QP moved to RESET):
     /// what is still outstanding is released as in
     /// [`release_everything`](Self::release_everything), and the next request keeps its
-    /// ordinal (`posted`), so that [`retired`](Self::retired) keeps counting and the runs and references stay
-    /// consistent. The ordinal is the block counter less the extra blocks, so restarting the
-    /// counter at 0 moves the extra-block count by as much.
+    /// ordinal (`posted`), so that [`retired`](Self::retired) keeps counting and the runs and
+    /// references stay consistent. The ordinal is the block counter less the extra blocks, so
+    /// restarting the counter at 0 moves the extra-block count by as much.
     pub fn restart(&mut self) {
         self.release_everything();
         self.pi = 0;
