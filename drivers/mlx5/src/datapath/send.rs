@@ -74,8 +74,6 @@
 //! A CQE that names no outstanding WQE's first block is refused before anything is retired
 //! or released.
 
-use core::ptr;
-
 use rdma_pmd::post::SourceKind;
 use rdma_pmd::{
     Caps, Completion, DestKind, DeviceFault, Error, QpNum, RegionUse, Released, RemoteBuf, Result,
@@ -703,7 +701,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         // queued (consecutive elements from one region count once), and tagged with the
         // request's ordinal once the WQE is written.
         let mut first: Option<&'r RegionUse> = None;
-        let mut prev: Option<&'r RegionUse> = None;
+        let mut prev = run_key(None);
         let mut head_ref = start;
         let refs = &mut self.refs;
         let res = builder.emit_gather(
@@ -714,17 +712,20 @@ impl<'r, const N: usize> SendRing<'r, N> {
             sge,
             |b| {
                 let r = region(b);
-                if prev.is_some_and(|p| ptr::eq(p, r)) {
+                // The address, not an `Option`: one compare tells the same region, and no
+                // element matches the 0 of none before the first.
+                let key = run_key(Some(r));
+                let was = core::mem::replace(&mut prev, key);
+                if was == key {
                     return Ok(());
                 }
                 r.acquire()?;
-                if first.is_none() {
+                if was == 0 {
                     first = Some(r);
                 } else {
                     *entry(refs, head_ref) = Some(r.released());
                     head_ref = head_ref.wrapping_add(1);
                 }
-                prev = Some(r);
                 Ok(())
             },
             req.flags,
@@ -1569,7 +1570,7 @@ mod tests {
     /// leaves the counts and the cursor as they were. A rollback releases everything.
     #[test]
     fn gathers_count_their_regions_by_runs_and_tags() {
-        use core::ptr::NonNull;
+        use core::ptr::{self, NonNull};
         use rdma_pmd::{Lkey, LocalBuf, Rkey, Source};
 
         #[repr(align(64))]

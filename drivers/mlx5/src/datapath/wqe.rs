@@ -712,7 +712,7 @@ impl WqeBuilder {
             let e = sge(item);
             if e.length != 0 {
                 let (w0, w1) = halves(DataSeg::encode(&e));
-                sink.put16(off, w0, w1);
+                sink.put8x2(off, w0, w1);
                 off += SEND_WQE_DS;
                 total += e.length as u64;
                 each(item)?;
@@ -944,6 +944,15 @@ pub trait WqeSink {
         self.put8(off, lo);
         self.put8(off + 8, hi);
     }
+
+    /// Store the same 16 bytes as [`put16`](WqeSink::put16), as two 8-byte stores at one
+    /// wrapped offset: a gather's data segments, where building the 16-byte value from two
+    /// words would cost more instructions than the second store.
+    #[inline(always)]
+    fn put8x2(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        self.put8(off, lo);
+        self.put8(off + 8, hi);
+    }
 }
 
 impl<S: WqeSink + ?Sized> WqeSink for &mut S {
@@ -960,6 +969,11 @@ impl<S: WqeSink + ?Sized> WqeSink for &mut S {
     #[inline(always)]
     fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
         (**self).put16(off, lo, hi)
+    }
+
+    #[inline(always)]
+    fn put8x2(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        (**self).put8x2(off, lo, hi)
     }
 }
 
@@ -1042,6 +1056,24 @@ unsafe fn store8(base: NonNull<u64>, mask: usize, off: usize, bytes: [u8; 8]) {
     // for; aligned because `base` is. Atomic (`access`): the device (or the model's thread)
     // accesses the ring atomically too; the barrier before the doorbell record orders it.
     unsafe { access::store_u64(base.as_ptr().add(word), u64::from_ne_bytes(bytes)) }
+}
+
+/// Store `lo`, `hi` at byte `off & mask & !15` of the ring at `base` as two 8-byte stores,
+/// the offset wrapped once.
+///
+/// # Safety
+/// As for [`store8`].
+#[inline(always)]
+unsafe fn store8x2(base: NonNull<u64>, mask: usize, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+    let word = (off & mask & !15) >> 3;
+    // SAFETY: `word * 8` is a multiple of 16 at most `mask - 15` (`mask + 1` is a multiple of
+    // 64), so both words lie inside the block the caller vouched for; aligned because `base`
+    // is. Atomic (`access`), as in `store8`.
+    unsafe {
+        let p = base.as_ptr().add(word);
+        access::store_u64(p, u64::from_ne_bytes(lo));
+        access::store_u64(p.add(1), u64::from_ne_bytes(hi));
+    }
 }
 
 /// Store the 16 bytes `lo`, `hi` at byte `off & mask & !15` of the ring at `base`: one
@@ -1184,6 +1216,12 @@ impl<const N: usize> WqeSink for RingView<'_, N> {
     fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
         // SAFETY: as in `put8`.
         unsafe { store16(self.base, FixedRing::<N>::MASK, off, lo, hi) }
+    }
+
+    #[inline(always)]
+    fn put8x2(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        // SAFETY: as in `put8`.
+        unsafe { store8x2(self.base, FixedRing::<N>::MASK, off, lo, hi) }
     }
 }
 

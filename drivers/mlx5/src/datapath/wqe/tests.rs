@@ -49,6 +49,12 @@ impl WqeSink for Recorder {
         self.put8(off, lo);
         self.put8(off + 8, hi);
     }
+
+    fn put8x2(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        assert!(off & 15 == 0, "unaligned segment store at {off}");
+        self.put8(off, lo);
+        self.put8(off + 8, hi);
+    }
 }
 
 fn hex(s: &str) -> Vec<u8> {
@@ -381,6 +387,29 @@ fn sinks_mask_offsets() {
     let mut s = SliceRing::new(&mut buf, 1).unwrap();
     s.put16(64 * 7 + 48, [3; 8], [4; 8]);
     assert_eq!(&buf[48..], &[[3u8; 8], [4u8; 8]].concat()[..]);
+}
+
+#[test]
+fn a_fixed_ring_stores_a_segment_as_two_words_at_the_wrapped_offset() {
+    #[repr(align(16))]
+    struct Words([u64; 16]);
+    let mut words = Words([0; 16]);
+    let base = NonNull::new(words.0.as_mut_ptr().cast::<u8>()).unwrap();
+    {
+        // SAFETY: `words` outlives the ring, is 16-aligned and 128 bytes; no reference is
+        // used while the ring writes.
+        let raw = unsafe { RawRing::new(base, 2) }.unwrap();
+        let mut ring = FixedRing::<2>::new(raw).unwrap();
+        let mut v = ring.view();
+        // Three laps past the ring's start, into the second slot's third segment.
+        v.put8x2(3 * 128 + 64 + 32, [5; 8], [6; 8]);
+        // The same bytes as the 16-byte store, one segment further.
+        v.put16(64 + 48, [5; 8], [6; 8]);
+    }
+    let words = words.0;
+    assert_eq!((words[12].to_ne_bytes(), words[13].to_ne_bytes()), ([5; 8], [6; 8]));
+    assert_eq!((words[14].to_ne_bytes(), words[15].to_ne_bytes()), ([5; 8], [6; 8]));
+    assert!(words[..12].iter().all(|&w| w == 0));
 }
 
 #[test]
