@@ -13,21 +13,26 @@
 //!    into disjoint pieces. Its bytes are read and written through [`DestBuf::read`] /
 //!    [`DestBuf::write`], which copy with the relaxed atomic accesses of [`crate::access`], so
 //!    even a peer's RDMA WRITE into the same region cannot make them a data race.
-//! 2. **Posting moves it into a [`Pending`].** `post_readv`, `post_recvv` and the atomics take
-//!    the buffers by value and return them inside a `Pending<B>`, which offers no access to
-//!    them. (A refused post hands them back in [`Refused`].)
+//! 2. **Posting moves it into a [`Pending`], or locks it in its [`DestSlot`].** `post_readv`,
+//!    `post_recvv` and the atomics take the buffers by value and return them inside a
+//!    `Pending<B>`, which offers no access to them. (A refused post hands them back in
+//!    [`Refused`].) Buffers posted again and again can instead stay in place in a `DestSlot`:
+//!    `post_readv_in`, `post_recvv_in` and `post_dest_in` build the request from them where
+//!    they lie and mark the slot busy, and a busy slot offers no access to them either.
 //! 3. **Only its retirement hands it back.** [`Pending::reclaim`] returns the buffers once the
 //!    queue reports the request retired (its completion, or a later one on the same queue, or
-//!    its flush, was reaped); before that it returns the `Pending` again. The check is two
-//!    integer compares: each queue numbers its requests in posting order, per direction, and
-//!    counts how many have retired, in order, as mlx5 and every RC/UD work queue completes
-//!    them ([`Retired`]). A [`QueueId`] unique in the process keeps a `Pending` of one queue
-//!    from being reclaimed by another.
+//!    its flush, was reaped); before that it returns the `Pending` again ([`DestSlot::get`]
+//!    makes the same check, and opens the slot in place). The check is two integer compares:
+//!    each queue numbers its requests in posting order, per direction, and counts how many
+//!    have retired, in order, as mlx5 and every RC/UD work queue completes them
+//!    ([`Retired`]). A [`QueueId`] unique in the process keeps a `Pending` of one queue from
+//!    being reclaimed by another.
 //!
-//! What is left is leaking, which is safe: a `Pending` that is dropped or `mem::forget`-ten
-//! keeps its buffers out of reach for good (their region stays borrowed until `'r` ends, and
-//! the request keeps the region's in-flight count until it retires or its queue is destroyed),
-//! and a queue dropped with requests outstanding leaves their `Pending`s unreclaimable.
+//! What is left is leaking, which is safe: a `Pending` (or busy `DestSlot`) that is dropped or
+//! `mem::forget`-ten keeps its buffers out of reach for good (their region stays borrowed until
+//! `'r` ends, and the request keeps the region's in-flight count until it retires or its queue
+//! is destroyed), and a queue dropped with requests outstanding leaves their `Pending`s
+//! unreclaimable.
 //! A request posted into a [`crate::Batch`] that is then dropped (`ibv_wr_abort`) was never
 //! posted; its `Pending` is reclaimed once a later request with its number retires, which is
 //! harmless, because the device never had its buffers.
@@ -64,13 +69,26 @@ use crate::sge::Sge;
 ///
 /// Only backends create these ([`DestBuf::from_raw_parts`]), from an exclusive borrow of a
 /// region; see the [module docs](self).
-#[derive(Debug)]
 pub struct DestBuf<'r> {
     region: &'r RegionUse,
     ptr: NonNull<u8>,
     addr: u64,
-    len: u32,
-    lkey: Lkey,
+    /// The length (low half) and the lkey (high half) in one word, as `ibv_sge` lays them out:
+    /// a buffer is four words, not five, when it is moved, and a device's data segment takes
+    /// both from one load.
+    len_key: u64,
+}
+
+impl core::fmt::Debug for DestBuf<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DestBuf")
+            .field("region", &self.region)
+            .field("ptr", &self.ptr)
+            .field("addr", &self.addr)
+            .field("len", &self.len32())
+            .field("lkey", &self.lkey())
+            .finish()
+    }
 }
 
 impl<'r> DestBuf<'r> {
@@ -90,19 +108,37 @@ impl<'r> DestBuf<'r> {
         len: u32,
         lkey: Lkey,
     ) -> Self {
-        Self { region, ptr, addr, len, lkey }
+        Self { region, ptr, addr, len_key: Self::pack(len, lkey) }
+    }
+
+    /// The word of `len` and `lkey`.
+    #[inline(always)]
+    const fn pack(len: u32, lkey: Lkey) -> u64 {
+        (lkey.0 as u64) << 32 | len as u64
+    }
+
+    /// Length in bytes, as the device is given it.
+    #[inline(always)]
+    fn len32(&self) -> u32 {
+        self.len_key as u32
+    }
+
+    /// The key the device is given.
+    #[inline(always)]
+    fn lkey(&self) -> Lkey {
+        Lkey((self.len_key >> 32) as u32)
     }
 
     /// Length in bytes.
     #[inline]
     pub fn len(&self) -> usize {
-        self.len as usize
+        self.len32() as usize
     }
 
     /// Whether the buffer is empty.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len32() == 0
     }
 
     /// The region's in-flight accounting (for backends).
@@ -114,7 +150,7 @@ impl<'r> DestBuf<'r> {
     /// The scatter element the device is given.
     #[inline]
     pub fn sge(&self) -> Sge {
-        Sge::new(self.addr, self.len, self.lkey)
+        Sge::new(self.addr, self.len32(), self.lkey())
     }
 
     /// The address of the first byte in the region's key space (what the device is given).
@@ -125,7 +161,7 @@ impl<'r> DestBuf<'r> {
 
     fn check(&self, off: usize, len: usize) -> Result<()> {
         match off.checked_add(len) {
-            Some(end) if end <= self.len as usize => Ok(()),
+            Some(end) if end <= self.len() => Ok(()),
             _ => Err(Error::OutOfBounds),
         }
     }
@@ -173,10 +209,9 @@ impl<'r> DestBuf<'r> {
             region: self.region,
             ptr: NonNull::new(self.ptr.as_ptr().wrapping_add(at)).ok_or(Error::OutOfBounds)?,
             addr: self.addr.wrapping_add(at as u64),
-            len: self.len - at32,
-            lkey: self.lkey,
+            len_key: Self::pack(self.len32() - at32, self.lkey()),
         };
-        self.len = at32;
+        self.len_key = Self::pack(at32, self.lkey());
         Ok(tail)
     }
 }
@@ -274,7 +309,7 @@ impl<'a, 'r> Dest<'a, 'r> {
     #[inline]
     pub fn total_len(&self) -> Option<u32> {
         let total: u64 = match self.0 {
-            DestKind::Bufs(b) => b.iter().map(|d| d.len as u64).sum(),
+            DestKind::Bufs(b) => b.iter().map(|d| d.len32() as u64).sum(),
             DestKind::Raw(s) => s.iter().map(|e| e.length as u64).sum(),
         };
         if total > 1 << 31 {
@@ -301,6 +336,9 @@ pub struct QueueId(u64);
 static NEXT_QUEUE: AtomicU64 = AtomicU64::new(1);
 
 impl QueueId {
+    /// No queue: what an idle [`DestSlot`] holds ([`QueueId::new`] never returns it).
+    pub(crate) const IDLE: QueueId = QueueId(0);
+
     /// A fresh identity (a backend takes one when it creates a queue: control path).
     pub fn new() -> Self {
         QueueId(NEXT_QUEUE.fetch_add(1, Ordering::Relaxed))
@@ -382,6 +420,151 @@ impl<B> Pending<B> {
     #[inline]
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// The buffers, for building the request (the core's posting calls, before posting).
+    #[inline(always)]
+    pub(crate) fn lent(&self) -> &B {
+        &self.bufs
+    }
+
+    /// The buffers of a request that was refused (the device never saw them).
+    #[inline(always)]
+    pub(crate) fn refused(self) -> B {
+        self.bufs
+    }
+}
+
+/// Buffers that stay in one place across the requests that write them: the in-place form of
+/// [`Pending`], for buffers posted again and again (a ring of READ destinations, receive
+/// buffers).
+///
+/// A slot is *idle* (its buffers are the caller's, through [`get`](Self::get) and
+/// [`get_idle`](Self::get_idle)) or *busy* (a request posted from it, by
+/// [`Post::post_readv_in`](crate::Post::post_readv_in),
+/// [`Post::post_dest_in`](crate::Post::post_dest_in) or
+/// [`RecvQueue::post_recvv_in`](crate::RecvQueue::post_recvv_in), may still write them, and
+/// the slot offers no access to them). Posting from a busy slot is refused; a busy slot turns
+/// idle in [`get`](Self::get) once the queue it was posted on reports the request retired,
+/// the same check as [`Pending::reclaim`]. Nothing is moved: a request is built from the
+/// buffers where they lie, so a slot of several buffers costs no copies to post or to take
+/// back.
+///
+/// The slot is marked busy before the request is posted (and idle again if the post is
+/// refused), so a post that unwinds half-way leaves it busy: its buffers stay out of reach,
+/// as a [`Pending`] dropped by the unwinding would. Dropping or leaking a busy slot is a leak,
+/// as for a [`Pending`].
+///
+/// ```compile_fail,E0616
+/// # fn f<'r, Q: rdma_pmd::Post<'r>>(q: &mut Q, buf: rdma_pmd::DestBuf<'r>) {
+/// let mut slot = rdma_pmd::DestSlot::new(buf);
+/// q.post_readv_in(1, &mut slot, rdma_pmd::SendFlags::SIGNALED, rdma_pmd::RemoteBuf::default())
+///     .unwrap();
+/// let mut out = [0u8; 8];
+/// slot.bufs.read(0, &mut out); // a busy slot offers no access to its buffers
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct DestSlot<B> {
+    bufs: B,
+    /// The queue of the request in flight; [`QueueId::IDLE`] when there is none.
+    queue: QueueId,
+    side: Side,
+    seq: u64,
+}
+
+impl<B> DestSlot<B> {
+    /// An idle slot holding `bufs`.
+    #[inline]
+    pub const fn new(bufs: B) -> Self {
+        DestSlot { bufs, queue: QueueId::IDLE, side: Side::Send, seq: 0 }
+    }
+
+    /// Whether no request posted from the slot may still write its buffers.
+    #[inline(always)]
+    pub fn is_idle(&self) -> bool {
+        self.queue == QueueId::IDLE
+    }
+
+    /// Whether the slot is idle, or `q` (the queue its request was posted on) has retired
+    /// the request.
+    #[inline(always)]
+    pub fn is_done(&self, q: &(impl Retired + ?Sized)) -> bool {
+        // Idle is tested only when the queue differs (no queue has the idle identity), so a
+        // busy slot costs the same two compares as a `Pending`.
+        if q.queue_id() == self.queue {
+            q.retired(self.side) > self.seq
+        } else {
+            self.is_idle()
+        }
+    }
+
+    /// The buffers, in place, if the slot is idle or `q` retired its request (the slot is
+    /// idle afterwards); else `None`.
+    #[inline]
+    pub fn get(&mut self, q: &(impl Retired + ?Sized)) -> Option<&mut B> {
+        if self.is_done(q) {
+            self.queue = QueueId::IDLE;
+            Some(&mut self.bufs)
+        } else {
+            None
+        }
+    }
+
+    /// The buffers, if the slot is idle.
+    #[inline]
+    pub fn get_idle(&mut self) -> Option<&mut B> {
+        if self.is_idle() {
+            Some(&mut self.bufs)
+        } else {
+            None
+        }
+    }
+
+    /// The buffers back, out of the slot, if it is idle or `q` retired its request; else the
+    /// slot again.
+    #[inline]
+    pub fn into_inner(self, q: &(impl Retired + ?Sized)) -> core::result::Result<B, Self> {
+        if self.is_done(q) {
+            Ok(self.bufs)
+        } else {
+            Err(self)
+        }
+    }
+
+    /// The number of the request in flight in its queue and direction (`None` when idle).
+    #[inline]
+    pub fn seq(&self) -> Option<u64> {
+        if self.is_idle() {
+            None
+        } else {
+            Some(self.seq)
+        }
+    }
+
+    /// Mark the slot busy with request `seq` of `side` on `queue`, and lend its buffers for
+    /// building that request (the core's posting calls do, before posting).
+    #[inline(always)]
+    pub(crate) fn lend(&mut self, queue: QueueId, side: Side, seq: u64) -> &B {
+        self.queue = queue;
+        self.side = side;
+        self.seq = seq;
+        &self.bufs
+    }
+
+    /// Undo [`lend`](Self::lend) for a post that was refused (the device never saw the
+    /// buffers).
+    #[inline(always)]
+    pub(crate) fn refused(&mut self) {
+        self.queue = QueueId::IDLE;
+    }
+}
+
+impl<B> From<Pending<B>> for DestSlot<B> {
+    /// A slot busy with the pending request.
+    #[inline]
+    fn from(p: Pending<B>) -> Self {
+        DestSlot { bufs: p.bufs, queue: p.queue, side: p.side, seq: p.seq }
     }
 }
 

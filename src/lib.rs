@@ -39,7 +39,9 @@ pub mod sge;
 
 pub use addr::{BusAddr, Gid, Lkey, Mac, QpNum, RemoteBuf, Rkey, RoceAddr, UdDest, GSI_QKEY};
 pub use completion::{Completion, WcFlags, WcOpcode, WcStatus};
-pub use dest::{Dest, DestBuf, DestKind, DestList, Pending, QueueId, Refused, Retired, Side};
+pub use dest::{
+    Dest, DestBuf, DestKind, DestList, DestSlot, Pending, QueueId, Refused, Retired, Side,
+};
 pub use error::{DeviceFault, Errno, Error, FirmwareFault, Result};
 pub use flags::SendFlags;
 pub use post::{

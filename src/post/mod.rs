@@ -33,7 +33,7 @@ use core::marker::PhantomData;
 
 use crate::addr::{QpNum, RemoteBuf, UdDest};
 use crate::completion::Completion;
-use crate::dest::{Dest, DestBuf, DestList, Pending, QueueId, Refused, Retired, Side};
+use crate::dest::{Dest, DestBuf, DestList, DestSlot, Pending, QueueId, Refused, Retired, Side};
 use crate::error::{Error, Result};
 use crate::flags::SendFlags;
 use crate::region::LocalBuf;
@@ -365,6 +365,12 @@ pub fn check_message(len: u64, remote: RemoteBuf) -> Result<()> {
     Ok(())
 }
 
+/// The error of a post from a [`DestSlot`] whose request has not retired.
+#[cold]
+fn slot_busy() -> Error {
+    Error::InvalidArgument("the slot's request has not retired")
+}
+
 /// The error of a message [`check_message`] refuses: too long, or else a remote range that
 /// wraps.
 #[cold]
@@ -456,8 +462,9 @@ pub trait SendQueue<'r>: Retired {
 }
 
 mod sealed {
-    /// Only queues and batches post: the numbers they give [`super::Pending`]s come from the
-    /// backend's [`super::SendQueue`], whose [`super::Retired`] is an `unsafe` promise.
+    /// Only queues and batches post: the numbers they give [`super::Pending`]s and
+    /// [`super::DestSlot`]s come from the backend's [`super::SendQueue`], whose
+    /// [`super::Retired`] is an `unsafe` promise.
     pub trait Sealed {}
     impl<'r, Q: super::SendQueue<'r> + ?Sized> Sealed for Q {}
     impl<'r, Q: super::SendQueue<'r> + ?Sized> Sealed for super::Batch<'_, 'r, Q> {}
@@ -485,10 +492,34 @@ pub trait Post<'r>: sealed::Sealed {
         req: impl for<'a> FnOnce(Dest<'a, 'r>) -> SendRequest<'a, 'r>,
     ) -> Posted<B> {
         let (queue, seq) = self.next_seq();
-        match self.post(&req(Dest::bufs(bufs.bufs()))) {
-            Ok(()) => Ok(Pending::new(bufs, queue, Side::Send, seq)),
-            Err(error) => Err(Refused { error, bufs }),
+        // The `Pending` first, the request built from the buffers inside it: they are moved
+        // once, not held aside across the post.
+        let p = Pending::new(bufs, queue, Side::Send, seq);
+        match self.post(&req(Dest::bufs(p.lent().bufs()))) {
+            Ok(()) => Ok(p),
+            Err(error) => Err(Refused { error, bufs: p.refused() }),
         }
+    }
+
+    /// Post a request that writes the buffers of `slot` where they lie: the slot is busy (its
+    /// buffers out of reach) until the request retires. Refused, with the slot unchanged, if
+    /// the slot is busy already or the request is.
+    #[inline(always)]
+    fn post_dest_in<B: DestList<'r>>(
+        &mut self,
+        slot: &mut DestSlot<B>,
+        req: impl for<'a> FnOnce(Dest<'a, 'r>) -> SendRequest<'a, 'r>,
+    ) -> Result<()> {
+        if !slot.is_idle() {
+            return Err(slot_busy());
+        }
+        let (queue, seq) = self.next_seq();
+        // Busy before the request can reach the device (see `DestSlot`).
+        let res = self.post(&req(Dest::bufs(slot.lend(queue, Side::Send, seq).bufs())));
+        if res.is_err() {
+            slot.refused();
+        }
+        res
     }
 
     /// `rdma_post_writev`: gather `sgl` into `remote`.
@@ -637,6 +668,23 @@ pub trait Post<'r>: sealed::Sealed {
         remote: RemoteBuf,
     ) -> Posted<B> {
         self.post_dest(bufs, |dest| SendRequest { wr_id, flags, op: SendOp::Read { dest, remote } })
+    }
+
+    /// `rdma_post_readv` into the buffers of `slot`, in place: they stay out of reach until
+    /// the READ retires ([`DestSlot::get`]). Refused, with the slot unchanged, if it is busy.
+    #[inline(always)]
+    fn post_readv_in<B: DestList<'r>>(
+        &mut self,
+        wr_id: u64,
+        slot: &mut DestSlot<B>,
+        flags: SendFlags,
+        remote: RemoteBuf,
+    ) -> Result<()> {
+        self.post_dest_in(slot, |dest| SendRequest {
+            wr_id,
+            flags,
+            op: SendOp::Read { dest, remote },
+        })
     }
 
     /// `rdma_post_read`: one destination buffer.
@@ -811,6 +859,27 @@ pub trait RecvQueue<'r>: Retired {
             Ok(()) => Ok(Pending::new(bufs, queue, Side::Recv, seq)),
             Err(error) => Err(Refused { error, bufs }),
         }
+    }
+
+    /// `rdma_post_recvv` into the buffers of `slot`, in place: they stay out of reach until
+    /// the receive retires ([`DestSlot::get`]). Refused, with the slot unchanged, if it is
+    /// busy.
+    #[inline]
+    fn post_recvv_in<B: DestList<'r>>(&mut self, wr_id: u64, slot: &mut DestSlot<B>) -> Result<()> {
+        if !slot.is_idle() {
+            return Err(slot_busy());
+        }
+        let (queue, seq) = (self.queue_id(), self.recv_posted());
+        // Busy before the receive can reach the device (see `DestSlot`).
+        let dest = Dest::bufs(slot.lend(queue, Side::Recv, seq).bufs());
+        // SAFETY: the buffers stay in the slot, which keeps them out of reach until the
+        // receive retires; on failure the device never saw them.
+        #[allow(unsafe_code)]
+        let res = unsafe { self.push_recv(wr_id, dest) };
+        if res.is_err() {
+            slot.refused();
+        }
+        res
     }
 
     /// `rdma_post_recv`: one buffer.

@@ -6,7 +6,7 @@
 use super::*;
 use crate::addr::{Lkey, Rkey};
 use crate::completion::{WcOpcode, WcStatus};
-use crate::dest::{DestBuf, DestKind, QueueId, Retired, Side};
+use crate::dest::{DestBuf, DestKind, DestSlot, QueueId, Retired, Side};
 use crate::region::{self, RegionUse};
 use core::cell::Cell;
 use core::ptr::NonNull;
@@ -453,4 +453,85 @@ fn a_batch_numbers_only_the_requests_it_accepts() {
     assert!(p1.reclaim(&q).is_ok());
     q.retire(1);
     assert!(p3.reclaim(&q).is_ok());
+}
+
+#[test]
+fn a_slot_is_posted_in_place_and_reachable_only_once_its_read_retired() {
+    let r = RegionUse::new();
+    let (mut m1, mut m2) = ([0u8; 16], [0u8; 16]);
+    let mut q = Fake::new();
+    let mut slot = DestSlot::new([dest(&r, &mut m1), dest(&r, &mut m2)]);
+    assert_eq!((slot.is_idle(), slot.seq()), (true, None));
+    slot.get_idle().unwrap()[0].write(0, b"before").unwrap();
+    q.post_write_inline(1, &[b"x"], SendFlags::empty(), REMOTE).unwrap();
+    q.post_readv_in(2, &mut slot, SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!((slot.seq(), q.pushed[1]), (Some(1), (2, 32)));
+    // Busy: no access, and no second request from it.
+    assert!(slot.get_idle().is_none());
+    assert!(slot.get(&q).is_none());
+    let e = q.post_readv_in(3, &mut slot, SendFlags::SIGNALED, REMOTE).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)));
+    assert_eq!((q.doorbells, r.in_flight()), (2, 1));
+    q.retire(1);
+    assert!(slot.get(&q).is_none(), "only the write before it retired");
+    q.retire(1);
+    slot.get(&q).unwrap()[1].write(0, b"mine").unwrap();
+    assert!(slot.is_idle());
+    // Again, in place; then out of the slot once it retired.
+    q.post_readv_in(4, &mut slot, SendFlags::SIGNALED, REMOTE).unwrap();
+    assert_eq!(slot.seq(), Some(2));
+    let slot = slot.into_inner(&q).unwrap_err();
+    q.retire(1);
+    let [d1, d2] = slot.into_inner(&q).unwrap();
+    let (mut o1, mut o2) = ([0u8; 6], [0u8; 4]);
+    d1.read(0, &mut o1).unwrap();
+    d2.read(0, &mut o2).unwrap();
+    assert_eq!((&o1, &o2), (b"before", b"mine"));
+}
+
+#[test]
+fn a_refused_post_leaves_its_slot_idle_and_only_its_own_queue_frees_it() {
+    let r = RegionUse::new();
+    let mut m = [0u8; 8];
+    let (mut a, mut b) = (Fake::new(), Fake::new());
+    let mut slot = DestSlot::new(dest(&r, &mut m));
+    let e = a.post_readv_in(1, &mut slot, SendFlags::INLINE, REMOTE).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)));
+    assert!(slot.get_idle().is_some());
+    assert_eq!((a.doorbells, r.in_flight()), (0, 0));
+    // Rolled back with its batch: busy until a request with its number retires (harmless: the
+    // device never had it).
+    {
+        let mut batch = a.batch();
+        let add = AtomicOp::FetchAdd { add: 1 };
+        batch
+            .post_dest_in(&mut slot, |dest| SendRequest {
+                wr_id: 2,
+                flags: SendFlags::SIGNALED,
+                op: SendOp::Atomic { dest, remote: REMOTE, op: add },
+            })
+            .unwrap();
+    }
+    assert_eq!((slot.seq(), r.in_flight()), (Some(0), 0));
+    assert!(slot.get(&a).is_none());
+    b.post_write_inline(3, &[b"y"], SendFlags::SIGNALED, REMOTE).unwrap();
+    b.retire(1);
+    assert!(slot.get(&b).is_none(), "another queue's retirement frees nothing");
+    a.post_write_inline(4, &[b"z"], SendFlags::SIGNALED, REMOTE).unwrap();
+    a.retire(1);
+    assert!(slot.get(&a).is_some());
+}
+
+#[test]
+fn a_pending_becomes_a_busy_slot() {
+    let r = RegionUse::new();
+    let mut m = [0u8; 8];
+    let mut q = Fake::new();
+    let p = q.post_read(1, dest(&r, &mut m), SendFlags::SIGNALED, REMOTE).unwrap();
+    let mut slot = DestSlot::from(p);
+    assert_eq!(slot.seq(), Some(0));
+    assert!(q.post_readv_in(2, &mut slot, SendFlags::SIGNALED, REMOTE).is_err());
+    assert!(slot.get(&q).is_none());
+    q.retire(1);
+    assert_eq!(slot.get(&q).map(|d| d.len()), Some(8));
 }

@@ -15,8 +15,10 @@
 //! pieces of one region, the same pieces lap after lap, which the C loop and the floor are
 //! given as one SGE list per request). Through the safe API they are owned [`DestBuf`]s moved
 //! into a [`Pending`] by `post_readv`; after the lap's completion is reaped each is taken back
-//! with [`Pending::reclaim`]. That reclaim is the safe form's own cost, so it is timed and
-//! counted in the lap (the poll that retires the lap is not, for any variant). An inline
+//! with [`Pending::reclaim`]. The `-slot` cases keep each request's destinations in place in a
+//! [`DestSlot`] instead, posted with `post_readv_in` and opened with [`DestSlot::get`]. That
+//! reclaim (or `get`) is the safe form's own cost, so it is timed and counted in the lap (the
+//! poll that retires the lap is not, for any variant). An inline
 //! SEND's payload padding (the bytes between its end and the next 16) is not compared: the
 //! provider leaves it as it was, ours zeroes it, the device reads only `byte_count` bytes.
 //!
@@ -49,8 +51,8 @@ use std::time::{Duration, Instant};
 
 use c_mlx5::{CQp, IbvWc, Sgls, Verb};
 use rdma_pmd::{
-    Completion, DestBuf, DestList, LocalBuf, Pending, Post, QpNum, RemoteBuf, Retired, SendFlags,
-    SendQueue, Sge,
+    Completion, DestBuf, DestList, DestSlot, LocalBuf, Pending, Post, QpNum, RemoteBuf, Retired,
+    SendFlags, SendQueue, Sge,
 };
 use rdma_pmd_hal::mem::HeapDma;
 use rdma_pmd_mlx5::control::Access;
@@ -65,6 +67,8 @@ enum Op {
     Write,
     /// RDMA READ into destinations of its own per request (`post_readv` with `DestBuf`s).
     Read,
+    /// As `Read`, the destinations kept in place in `DestSlot`s (`post_readv_in`).
+    ReadIn,
     /// SEND of the case's SGEs (`post_sendv`).
     Send,
     /// Inline SEND of this many bytes (`post_send_inline`), one piece.
@@ -91,6 +95,22 @@ const CASES: &[Case] = &[
     Case { name: "read-1sge-batch32", op: Op::Read, nsge: 1, batch: 32, bf: false, raw: false },
     Case { name: "read-1sge-batch32-raw", op: Op::Read, nsge: 1, batch: 32, bf: false, raw: true },
     Case { name: "read-4sge-batch32", op: Op::Read, nsge: 4, batch: 32, bf: false, raw: false },
+    Case {
+        name: "read-1sge-batch32-slot",
+        op: Op::ReadIn,
+        nsge: 1,
+        batch: 32,
+        bf: false,
+        raw: false,
+    },
+    Case {
+        name: "read-4sge-batch32-slot",
+        op: Op::ReadIn,
+        nsge: 4,
+        batch: 32,
+        bf: false,
+        raw: false,
+    },
     Case { name: "send-1sge-batch32", op: Op::Send, nsge: 1, batch: 32, bf: false, raw: false },
     Case { name: "send-1sge-batch32-raw", op: Op::Send, nsge: 1, batch: 32, bf: false, raw: true },
     Case { name: "send-4sge-batch32", op: Op::Send, nsge: 4, batch: 32, bf: false, raw: false },
@@ -108,7 +128,7 @@ impl Case {
     /// The WQE's size in 16-byte units (every SGE of the bench is non-empty).
     fn ds(&self) -> usize {
         match self.op {
-            Op::Write | Op::Read => 2 + self.nsge,
+            Op::Write | Op::Read | Op::ReadIn => 2 + self.nsge,
             Op::Send => 1 + self.nsge,
             Op::SendInline(len) => 1 + (4 + len).div_ceil(16),
         }
@@ -130,7 +150,7 @@ impl Case {
     fn verb(&self) -> Option<Verb> {
         match self.op {
             Op::Write => None,
-            Op::Read => Some(Verb::Read),
+            Op::Read | Op::ReadIn => Some(Verb::Read),
             Op::Send => Some(Verb::Send),
             Op::SendInline(_) => Some(Verb::SendInline),
         }
@@ -143,6 +163,8 @@ enum Dests<'r> {
     None,
     One { pool: Vec<DestBuf<'r>>, pending: Vec<Pending<DestBuf<'r>>> },
     Four { pool: Vec<[DestBuf<'r>; 4]>, pending: Vec<Pending<[DestBuf<'r>; 4]>> },
+    OneIn(Vec<DestSlot<DestBuf<'r>>>),
+    FourIn(Vec<DestSlot<[DestBuf<'r>; 4]>>),
 }
 
 /// Bytes of each READ destination.
@@ -205,7 +227,7 @@ fn main() {
         // form owns them (`dests`), the raw form, the C loop and the floor get their SGEs.
         let mut dests = Dests::None;
         let mut read_sges = Vec::new();
-        if case.op == Op::Read {
+        if matches!(case.op, Op::Read | Op::ReadIn) {
             let mut rest = rdst.dest().expect("READ destinations");
             let mut pieces = Vec::new();
             for _ in 0..per_lap * case.nsge {
@@ -214,16 +236,23 @@ fn main() {
             }
             read_sges = pieces.iter().map(DestBuf::sge).collect();
             if !case.raw {
-                dests = match case.nsge {
-                    1 => Dests::One { pool: pieces, pending: Vec::with_capacity(per_lap) },
-                    4 => {
+                dests = match (case.nsge, case.op) {
+                    (1, Op::Read) => {
+                        Dests::One { pool: pieces, pending: Vec::with_capacity(per_lap) }
+                    }
+                    (1, _) => Dests::OneIn(pieces.into_iter().map(DestSlot::new).collect()),
+                    (4, op) => {
                         let mut it = pieces.into_iter();
-                        let pool = (0..per_lap)
+                        let pool: Vec<[DestBuf<'_>; 4]> = (0..per_lap)
                             .map(|_| core::array::from_fn(|_| it.next().expect("4 per request")))
                             .collect();
-                        Dests::Four { pool, pending: Vec::with_capacity(per_lap) }
+                        if op == Op::Read {
+                            Dests::Four { pool, pending: Vec::with_capacity(per_lap) }
+                        } else {
+                            Dests::FourIn(pool.into_iter().map(DestSlot::new).collect())
+                        }
                     }
-                    n => panic!("{}: no safe READ form for {n} SGEs", case.name),
+                    (n, _) => panic!("{}: no safe READ form for {n} SGEs", case.name),
                 };
             }
         }
@@ -231,7 +260,7 @@ fn main() {
             [Sge::new(payload.as_ptr() as u64, payload.len() as u32, rdma_pmd::Lkey(0))];
         let (sgls, remote) = match case.op {
             Op::Write | Op::Send => (Sgls { sges: &sges, nsge: case.nsge, stride: 0 }, remote),
-            Op::Read => {
+            Op::Read | Op::ReadIn => {
                 (Sgls { sges: &read_sges, nsge: case.nsge, stride: case.nsge }, read_remote)
             }
             Op::SendInline(_) => (Sgls { sges: &inline_sge, nsge: 1, stride: 0 }, remote),
@@ -262,7 +291,13 @@ fn main() {
                     (Op::Read, false, Dests::Four { pool, pending }) => {
                         read_lap(&mut qp, pool, pending, batch, remote, wr_id)
                     }
-                    (Op::Read, false, Dests::None) => unreachable!("a safe READ owns its dests"),
+                    (Op::ReadIn, _, Dests::OneIn(slots)) => {
+                        read_in_lap(&mut qp, slots, batch, remote, wr_id)
+                    }
+                    (Op::ReadIn, _, Dests::FourIn(slots)) => {
+                        read_in_lap(&mut qp, slots, batch, remote, wr_id)
+                    }
+                    (Op::Read | Op::ReadIn, _, _) => unreachable!("a safe READ owns its dests"),
                     (Op::Send, true, _) => {
                         send_lap::<_, true>(&mut qp, &bufs, &sges, per_lap, batch, wr_id)
                     }
@@ -292,6 +327,16 @@ fn main() {
                     Dests::Four { pool, pending } => {
                         let t = Instant::now();
                         reclaim_lap(&qp, pool, pending);
+                        t.elapsed()
+                    }
+                    Dests::OneIn(slots) => {
+                        let t = Instant::now();
+                        take_in_lap(&qp, slots);
+                        t.elapsed()
+                    }
+                    Dests::FourIn(slots) => {
+                        let t = Instant::now();
+                        take_in_lap(&qp, slots);
                         t.elapsed()
                     }
                 }
@@ -541,10 +586,40 @@ fn read_lap<'r, Q: SendQueue<'r>, B: DestList<'r> + core::fmt::Debug>(
 /// The safe READ's destinations back into `pool`, in posting order, once the lap retired.
 #[inline(never)]
 fn reclaim_lap<B>(qp: &impl Retired, pool: &mut Vec<B>, pending: &mut Vec<Pending<B>>) {
-    for p in pending.drain(..) {
-        match p.reclaim(qp) {
-            Ok(b) => pool.push(b),
-            Err(_) => panic!("a READ of a retired lap is not retired"),
+    pool.extend(pending.drain(..).map(|p| match p.reclaim(qp) {
+        Ok(b) => b,
+        Err(_) => panic!("a READ of a retired lap is not retired"),
+    }));
+}
+
+/// One timed lap of ours: a READ of `remote` into the buffers of each slot, in place, in order,
+/// in batches of `batch`, the last of each signalled.
+#[inline(never)]
+fn read_in_lap<'r, Q: SendQueue<'r>, B: DestList<'r>>(
+    qp: &mut Q,
+    slots: &mut [DestSlot<B>],
+    batch: usize,
+    remote: RemoteBuf,
+    mut wr_id: u64,
+) {
+    for chunk in slots.chunks_mut(batch) {
+        let n = chunk.len();
+        let mut b = qp.batch();
+        for (k, slot) in chunk.iter_mut().enumerate() {
+            let flags = if k + 1 == n { SendFlags::SIGNALED } else { SendFlags::empty() };
+            b.post_readv_in(wr_id, slot, flags, remote).expect("post");
+            wr_id += 1;
+        }
+        b.commit();
+    }
+}
+
+/// The slots' buffers back, in place, once the lap retired.
+#[inline(never)]
+fn take_in_lap<B>(qp: &impl Retired, slots: &mut [DestSlot<B>]) {
+    for s in slots {
+        if s.get(qp).is_none() {
+            panic!("a READ of a retired lap is not retired");
         }
     }
 }
