@@ -726,7 +726,9 @@ impl WqeBuilder {
 
     /// An inline request's WQE: head, then its payload copied after the 4-byte inline
     /// header, zero-padded to whole 16-byte units.
-    #[inline]
+    // Always inlined: out of line, the caller's copy of the builder (its cursor's) is stored
+    // to the stack to be passed by reference, and the nine arguments with it.
+    #[inline(always)]
     pub fn write_inline<S: WqeSink + ?Sized>(
         &self,
         sink: &mut S,
