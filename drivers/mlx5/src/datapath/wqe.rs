@@ -888,7 +888,7 @@ impl<'s, S: WqeSink + ?Sized> InlineWriter<'s, S> {
         // Then every 16 bytes of payload make one whole unit, stored with one 16-byte store
         // (`put16`, the store every segment is written with), the shifts by a constant.
         const SHIFT: u32 = 8 * INLINE_HEADER_LEN as u32;
-        if self.n == INLINE_HEADER_LEN && self.off % SEND_WQE_DS == 0 {
+        if self.n == INLINE_HEADER_LEN && self.off.is_multiple_of(SEND_WQE_DS) {
             let mut units = bytes.chunks_exact(16);
             for u in &mut units {
                 let (mut a, mut b) = ([0u8; 8], [0u8; 8]);
