@@ -982,7 +982,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
         // A cursor that is not this ring's live one (committed twice, or from another ring:
         // a broken `unsafe` contract) can claim blocks past the free space; rung, it would
         // make the device read slots still in use. It is dropped instead.
-        if pushed == 0 || at.pi.wrapping_sub(self.pi) as u32 > self.room() || pushed > N as u32 {
+        // (`pushed - 1 >= N`, wrapping: none pushed, or more than fit.)
+        if pushed.wrapping_sub(1) >= N as u32 || at.pi.wrapping_sub(self.pi) as u32 > self.room() {
             return None;
         }
         let last = at.pi.wrapping_sub(at.last_bbs);
@@ -1295,11 +1296,11 @@ pub struct SqDoorbell {
     half: usize,
     /// The half the next doorbell goes to (0 or `half`).
     offset: usize,
-    policy: BlueFlame,
-    /// The largest `ds` a BlueFlame copy carries under the policy: `half / 16` (`bf_len`'s
-    /// `ds * 16 <= bf_size`), 0 when the policy is [`BlueFlame::Off`]; worked out once here
-    /// rather than per doorbell.
-    bf_ds: u8,
+    /// Below which `ds - 2` a BlueFlame copy carries a WQE, for a WQE that is not inline
+    /// (index 0) and one that is (index 1): the largest `ds` the policy allows, `half / 16`
+    /// (`bf_len`'s `ds * 16 <= bf_size`) or 0, less one, so that `1 < ds <= max` is one
+    /// compare (`ds - 2 < max - 1`, wrapping). Worked out once here rather than per doorbell.
+    bf_lim: [u8; 2],
 }
 
 /// The last WQE a doorbell announces.
@@ -1372,17 +1373,23 @@ impl RingSource for RingAt<'_> {
 impl SqDoorbell {
     /// The doorbell of a QP on `uar` whose BlueFlame halves are `half` bytes (0: none).
     pub fn new(uar: Uar, half: usize, policy: BlueFlame) -> Self {
-        let bf_ds = if policy == BlueFlame::Off { 0 } else { (half / 16).min(u8::MAX as usize) };
-        SqDoorbell { reg: uar.bar_offset + BF_OFFSET, half, offset: 0, policy, bf_ds: bf_ds as u8 }
+        let max = (half / 16).min(u8::MAX as usize) as u8;
+        let (plain, inline) = match policy {
+            BlueFlame::Prefer => (max, max),
+            BlueFlame::InlineOnly => (0, max),
+            BlueFlame::Off => (0, 0),
+        };
+        let bf_lim = [plain.saturating_sub(1), inline.saturating_sub(1)];
+        SqDoorbell { reg: uar.bar_offset + BF_OFFSET, half, offset: 0, bf_lim }
     }
 
     /// Bytes of the BlueFlame copy for `nreq` requests ending with `last`, 0 for the 8-byte
-    /// doorbell: [`crate::layout::wqe::bf_len`] under the policy (the provider's `(inl || prefer_bf)`), with the
-    /// size limit taken from `bf_ds`.
+    /// doorbell: [`crate::layout::wqe::bf_len`] under the policy (the provider's
+    /// `(inl || prefer_bf)`), with the size limit taken from `bf_lim`.
     #[inline(always)]
     fn bf_bytes(&self, last: Last, nreq: u32) -> usize {
-        let max = if self.policy == BlueFlame::InlineOnly && !last.inline { 0 } else { self.bf_ds };
-        if nreq == 1 && last.ds > 1 && last.ds <= max {
+        let lim = self.bf_lim[last.inline as usize];
+        if nreq == 1 && last.ds.wrapping_sub(2) < lim {
             (last.ds as usize).div_ceil(4) * SEND_WQE_BB
         } else {
             0

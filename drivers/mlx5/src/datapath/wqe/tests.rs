@@ -421,3 +421,34 @@ fn short_loads_keep_memory_order() {
         assert_eq!(super::load_le_short(&bytes[..n]), u64::from_le_bytes(word), "{n} bytes");
     }
 }
+
+/// The inline writer's 16-byte path: a piece that starts right after the header goes a whole
+/// unit per store, and one that starts half a unit later (after an 8-byte piece) takes the
+/// word path (the recorder refuses a 16-byte store off a unit's start); the bytes are the
+/// payload's either way, zero-padded, for every length around the unit sizes.
+#[test]
+fn inline_units_and_words_carry_the_payload() {
+    let payload: Vec<u8> = (1..=120u8).collect();
+    for len in 0..=100usize {
+        for split in [None, Some(8), Some(3), Some(12)] {
+            let (a, b) = match split {
+                Some(k) if k <= len => (&payload[..k], &payload[k..len]),
+                _ => (&payload[..len], &payload[len..len]),
+            };
+            let pieces: [&[u8]; 2] = [a, b];
+            let req =
+                SendRequest::write(0, Source::inline(&pieces), SendFlags::INLINE, REMOTE, None);
+            let mut r = Recorder::new(4);
+            let b = WqeBuilder::new(QpNum(1)).max_inline(512);
+            let info = b.write(&mut r, 3, 4, &req).unwrap();
+            let ds = 2 + if len == 0 { 0 } else { (4 + len).div_ceil(16) };
+            assert_eq!(info.shape.ds as usize, ds, "{len} {split:?}");
+            let w = r.wqe(3, info.shape.wqebbs as usize);
+            if len != 0 {
+                let s = InlineSeg::new_checked(&w[32..]).unwrap();
+                assert_eq!(s.payload(), &payload[..len], "{len} {split:?}");
+                assert!(w[36 + len..ds * 16].iter().all(|b| *b == 0), "{len} {split:?}");
+            }
+        }
+    }
+}
