@@ -182,7 +182,7 @@ fn main() {
         println!("{:<12} {:>6} {:>10.2} {:>10.2}", case.name, cqes, o, cc);
         ratios.push((case.name, o / cc));
         drop(qp);
-        forget_destroyed(&dev);
+        bench_util::forget_destroyed(&dev);
         dev.control().uars.truncate(base_uars);
     }
     for (name, rc) in &ratios {
@@ -203,18 +203,6 @@ fn new_qp(dev: &Dev) -> OurQp<'_> {
 fn send_cq(dev: &Dev, qpn: QpNum) -> CqWriter {
     let ctl = dev.control();
     CqWriter::new(ctl.qp(qpn).and_then(|p| ctl.cq(p.send_cq)).expect("send CQ recorded"))
-}
-
-/// The null control seam records every object in a fixed table: forget the destroyed ones,
-/// so that the cases' QPs never fill it.
-fn forget_destroyed(dev: &Dev) {
-    let mut ctl = dev.control();
-    let gone_qps = std::mem::take(&mut ctl.destroyed_qps);
-    let gone_cqs = std::mem::take(&mut ctl.destroyed_cqs);
-    ctl.qps.retain(|(n, _)| !gone_qps.contains(n));
-    ctl.cqs.retain(|(n, _)| !gone_cqs.contains(n));
-    let live: Vec<QpNum> = ctl.qps.iter().map(|(n, _)| *n).collect();
-    ctl.transitions.retain(|(n, _)| live.contains(n));
 }
 
 /// Post one lap of writes of `bufs`, untimed: batches of `batch`, the last of each signalled.

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use rdma_pmd::QpNum;
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_mlx5::device::{Mlx5, SharedDma};
 use rdma_pmd_mlx5::testing::NullControl;
@@ -37,4 +38,16 @@ pub fn device() -> (Arc<HeapDma>, Dev) {
     let dev = Mlx5::open(MemBar::new(64 * 4096), SharedDma(heap.clone()), NullControl::default())
         .expect("open");
     (heap, dev)
+}
+
+/// The null control seam records every object in a fixed table: forget the destroyed ones,
+/// so that the cases' QPs never fill it.
+pub fn forget_destroyed(dev: &Dev) {
+    let mut ctl = dev.control();
+    let gone_qps = std::mem::take(&mut ctl.destroyed_qps);
+    let gone_cqs = std::mem::take(&mut ctl.destroyed_cqs);
+    ctl.qps.retain(|(n, _)| !gone_qps.contains(n));
+    ctl.cqs.retain(|(n, _)| !gone_cqs.contains(n));
+    let live: Vec<QpNum> = ctl.qps.iter().map(|(n, _)| *n).collect();
+    ctl.transitions.retain(|(n, _)| live.contains(n));
 }
