@@ -324,8 +324,7 @@ pub struct SqCursor {
     /// `pi` when the ring is full: the first block past the free ones at `begin` (equal to
     /// `pi` for a closed cursor).
     limit: u16,
-    /// Blocks of the last request pushed (1 before any, a value that the one-block requests
-    /// then keep, without an update).
+    /// Blocks of the last request pushed (1 before any).
     last_bbs: u16,
     /// Next free run entry.
     run_head: u16,
@@ -987,6 +986,36 @@ impl<'r, const N: usize> SendRing<'r, N> {
             return None;
         }
         let last = at.pi.wrapping_sub(at.last_bbs);
+        self.adopt(&at, pushed);
+        Some((self.last_at(last), pushed))
+    }
+
+    /// Push `req` as a batch of its own and close it: what [`begin`](Self::begin),
+    /// [`push`](Self::push) and [`commit`](Self::commit) do in turn, without commit's checks
+    /// of the cursor, which never leaves this call. Returns the WQE for the doorbell; on
+    /// error nothing changed (a refused push leaves the ring as `begin` found it, so there is
+    /// nothing to abort).
+    #[inline(always)]
+    pub fn post_one(&mut self, open: bool, req: &SendRequest<'_, 'r>) -> Result<Last> {
+        let mut at = self.begin(open);
+        self.push(&mut at, req)?;
+        // The request starts where the batch did.
+        let last = self.pi;
+        self.adopt(&at, 1);
+        Ok(self.last_at(last))
+    }
+
+    /// The WQE starting at counter `pi`, pushed in this batch, for the doorbell: its size and
+    /// inline flag from the word its push recorded (the slot's bytes are the device's).
+    #[inline(always)]
+    fn last_at(&self, pi: u16) -> Last {
+        let m = self.meta[pi as usize & Self::MASK];
+        Last { pi, ds: m.ds(), inline: m.inline() }
+    }
+
+    /// Take the `pushed` requests of the live cursor `at` into the ring.
+    #[inline(always)]
+    fn adopt(&mut self, at: &SqCursor, pushed: u32) {
         self.pi = at.pi;
         self.ref_head = at.ref_head;
         self.run_head = at.run_head;
@@ -995,8 +1024,6 @@ impl<'r, const N: usize> SendRing<'r, N> {
         self.sigs = at.stamp.sigs();
         self.outstanding += pushed;
         self.posted += pushed as u64;
-        let m = self.meta[last as usize & Self::MASK];
-        Some((Last { pi: last, ds: m.ds(), inline: m.inline() }, pushed))
     }
 
     /// Forget every WQE pushed at the cursor, releasing its regions.
@@ -1498,6 +1525,16 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
 
     unsafe fn abort(&mut self, at: SqCursor) {
         self.sq.abort(at);
+    }
+
+    /// One request, its own doorbell: no cursor leaves the ring, so commit's checks of one
+    /// are not needed.
+    #[inline(always)]
+    fn post_one(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
+        let last = self.sq.post_one(self.state == QpState::Rts, req)?;
+        let pi = self.sq.pi();
+        self.db.ring(self.dev.mmio(), &self.mem.dbrec, &self.sq.sink, last, 1, pi);
+        Ok(())
     }
 
     #[inline]
