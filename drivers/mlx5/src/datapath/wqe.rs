@@ -750,7 +750,16 @@ impl WqeBuilder {
         if len != 0 {
             let header = InlineSeg::encode_header(len as u32);
             let mut w = InlineWriter::new(&mut *sink, base + hdr * SEND_WQE_DS, header);
-            source.for_each_inline_chunk(|bytes| w.push(bytes));
+            // Plain pieces, the common case, are pushed in this loop so that the writer
+            // stays in registers; buffers go through the core's bounce copy.
+            match source.kind() {
+                SourceKind::Inline(pieces) => {
+                    for p in pieces.iter() {
+                        w.push(p);
+                    }
+                }
+                _ => source.for_each_inline_chunk(|bytes| w.push(bytes)),
+            }
             w.finish(base + shape.ds as usize * SEND_WQE_DS);
         }
         self.finish(sink, pi, base, shape.ds, flags, head);
@@ -880,7 +889,7 @@ impl<'s, S: WqeSink + ?Sized> InlineWriter<'s, S> {
     }
 
     /// Append `bytes`.
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, bytes: &[u8]) {
         let mut bytes = bytes;
         // The common case: the payload starts right after the 4-byte header (or after pieces
