@@ -281,6 +281,9 @@ fn main() {
                     (Op::Write, true, _) => {
                         post_lap::<_, true>(&mut qp, &bufs, &sges, per_lap, batch, remote, wr_id)
                     }
+                    (Op::Write, false, _) if batch == 1 => {
+                        single_lap(&mut qp, &bufs, per_lap, remote, wr_id)
+                    }
                     (Op::Write, false, _) => {
                         post_lap::<_, false>(&mut qp, &bufs, &sges, per_lap, batch, remote, wr_id)
                     }
@@ -516,6 +519,23 @@ fn post_lap<'r, Q: SendQueue<'r>, const RAW: bool>(
         }
         b.commit();
         left -= n;
+    }
+}
+
+/// One timed lap of ours: `n` writes of `bufs`, each a single post (`post_writev` on the
+/// queue itself, so its own doorbell and, one block, a BlueFlame copy), each signalled: what
+/// `rdma_post_writev` is, and what the C loop does with batches of one.
+#[inline(never)]
+fn single_lap<'r, Q: SendQueue<'r>>(
+    qp: &mut Q,
+    bufs: &[LocalBuf<'r>],
+    n: usize,
+    remote: RemoteBuf,
+    mut wr_id: u64,
+) {
+    for _ in 0..n {
+        qp.post_writev(wr_id, bufs, SendFlags::SIGNALED, remote).expect("post");
+        wr_id += 1;
     }
 }
 
