@@ -808,13 +808,10 @@ pub trait Post<'r>: sealed::Sealed {
 
 impl<'r, Q: SendQueue<'r> + ?Sized> Post<'r> for Q {
     /// Push the request and ring the doorbell for it alone ([`SendQueue::post_one`]).
-    // Always inlined where optimised: the posting calls above build a request of one known
-    // kind, and only inlined does the backend's dispatch on its kind fold away (out of line a
-    // single post costs about 40% more instructions). Not in debug builds, where every
-    // inlined copy keeps its own stack slots and a test that posts many times would overflow
-    // its thread's stack.
-    #[cfg_attr(debug_assertions, inline)]
-    #[cfg_attr(not(debug_assertions), inline(always))]
+    // Not always inlined: the posting calls above are, so every call site would take the
+    // backend's whole push, whatever the request; a crate that posts in many places then
+    // compiles for tens of minutes.
+    #[inline]
     fn post(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
         self.post_one(req)
     }
