@@ -1,6 +1,7 @@
 //! Unit tests of the data path against the null control seam, a recording BAR and heap DMA:
 //! the test plays the device, reading the rings and writing CQEs through the CQE writer.
 
+use rdma_pmd::post::{SendOp, SendRequest, Source};
 use rdma_pmd::RecvQueue;
 use std::sync::Arc;
 use std::vec::Vec;
@@ -732,6 +733,23 @@ struct Trace {
     done: Vec<(u64, WcStatus, WcOpcode)>,
 }
 
+/// Post `req` on its own or as a batch of one. Out of line: one copy of the posting paths
+/// for the script, not one per request.
+#[inline(never)]
+fn post_as<'r, Q: SendQueue<'r>>(
+    qp: &mut Q,
+    single: bool,
+    req: &SendRequest<'_, 'r>,
+) -> Result<()> {
+    if single {
+        return qp.post(req);
+    }
+    let mut batch = qp.batch();
+    let res = batch.post(req);
+    batch.commit();
+    res
+}
+
 /// Run one script of requests, each posted on its own (`Post::post`, the queue's
 /// `post_one`) or as a batch of one (`begin`, `push`, `commit` through [`Batch`]).
 fn post_script(single: bool) -> Trace {
@@ -750,37 +768,37 @@ fn post_script(single: bool) -> Trace {
     let mut results = Vec::new();
     let mut starts = Vec::new();
     let mut stores = Vec::new();
-    macro_rules! post {
-        (|$p:ident| $e:expr) => {{
-            let pi = qp.sq_pi();
-            let res = if single {
-                let $p = &mut qp;
-                $e
-            } else {
-                let mut batch = qp.batch();
-                let res = {
-                    let $p = &mut batch;
-                    $e
-                };
-                batch.commit();
-                res
-            };
-            if res.is_ok() {
-                starts.push(pi);
-            }
-            stores.extend(r.bar.take().into_iter().map(|s| (s.off, s.bytes)));
-            results.push(res);
-        }};
-    }
     let f = SendFlags::SIGNALED;
-    post!(|p| p.post_write(1, sa, f, REMOTE));
-    post!(|p| p.post_writev(2, &[sa, sb, sa], f, REMOTE));
-    post!(|p| p.post_write_inline(3, &[&some, b"tail"], f, REMOTE));
-    post!(|p| p.post_writev(4, &[sa, stale], f, REMOTE));
-    post!(|p| p.post_sendv(5, &[sb], f));
-    post!(|p| p.post_write_inline(6, &[&big], f, REMOTE));
-    post!(|p| p.post_writev(7, &[sa, sb, stale, sa], f, REMOTE));
-    post!(|p| p.post_write_inline(8, &[b"x"], f, REMOTE));
+    let write = |wr_id, source| SendRequest::write(wr_id, source, f, REMOTE, None);
+    let inline =
+        |wr_id, source| SendRequest::write(wr_id, source, f | SendFlags::INLINE, REMOTE, None);
+    let send = |wr_id, sgl| SendRequest {
+        wr_id,
+        flags: f,
+        op: SendOp::Send { source: Source::sgl(sgl), imm: None, ud: None },
+    };
+    let (some, tail): (&[u8], &[u8]) = (&some, b"tail");
+    let (pieces, bigs, x) = ([some, tail], [&big[..]], [&b"x"[..]]);
+    let (g1, g2, g3, g4, g5) = ([sa], [sa, sb, sa], [sa, stale], [sb], [sa, sb, stale, sa]);
+    let script = [
+        write(1, Source::sgl(&g1)),
+        write(2, Source::sgl(&g2)),
+        inline(3, Source::inline(&pieces)),
+        write(4, Source::sgl(&g3)),
+        send(5, &g4),
+        inline(6, Source::inline(&bigs)),
+        write(7, Source::sgl(&g5)),
+        inline(8, Source::inline(&x)),
+    ];
+    for req in &script {
+        let pi = qp.sq_pi();
+        let res = post_as(&mut qp, single, req);
+        if res.is_ok() {
+            starts.push(pi);
+        }
+        stores.extend(r.bar.take().into_iter().map(|s| (s.off, s.bytes)));
+        results.push(res);
+    }
     // The regions' addresses differ from rig to rig: name them by region and offset.
     // (A refused request's bytes stay in the free blocks it was written to, the deregistered
     // region's address among them.)
