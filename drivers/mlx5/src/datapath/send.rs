@@ -1470,6 +1470,17 @@ impl SqDoorbell {
     }
 }
 
+impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize>
+    Qp<'r, M, D, C, SQ, RQ, RS>
+{
+    /// Ring the send doorbell for the `nreq` WQEs just committed, `last` the last of them.
+    #[inline(always)]
+    fn ring_sq(&mut self, last: Last, nreq: u32) {
+        let pi = self.sq.pi();
+        self.db.ring(self.dev.mmio(), &self.mem.dbrec, &self.sq.sink, last, nreq, pi);
+    }
+}
+
 /// The four primitives of [`rdma_pmd::SendQueue`] on an mlx5 QP, and its completion polling:
 /// what rdma-core's `_mlx5_post_send` and `post_send_db` (`qp.c`) and the requester half of
 /// `mlx5_poll_one` (`cq.c`) do.
@@ -1518,8 +1529,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
     #[inline(always)]
     unsafe fn commit(&mut self, at: SqCursor) {
         if let Some((last, nreq)) = self.sq.commit(at) {
-            let pi = self.sq.pi();
-            self.db.ring(self.dev.mmio(), &self.mem.dbrec, &self.sq.sink, last, nreq, pi);
+            self.ring_sq(last, nreq);
         }
     }
 
@@ -1532,8 +1542,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
     #[inline(always)]
     fn post_one(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
         let last = self.sq.post_one(self.state == QpState::Rts, req)?;
-        let pi = self.sq.pi();
-        self.db.ring(self.dev.mmio(), &self.mem.dbrec, &self.sq.sink, last, 1, pi);
+        self.ring_sq(last, 1);
         Ok(())
     }
 
