@@ -456,7 +456,9 @@ pub trait SendQueue<'r>: Retired {
     /// the push is refused, which is what this default does. A backend may override it with a
     /// path that skips what a batch needs and a lone request does not; it must leave the
     /// queue exactly as that sequence would.
-    #[inline(always)]
+    // Not always inlined: `Post::post` is, at every call site of every posting call, and a
+    // backend's whole push would go with it.
+    #[inline]
     fn post_one(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
         // SAFETY: the cursor lives in this call only and is handed back exactly once.
         #[allow(unsafe_code)]
@@ -808,10 +810,11 @@ pub trait Post<'r>: sealed::Sealed {
 
 impl<'r, Q: SendQueue<'r> + ?Sized> Post<'r> for Q {
     /// Push the request and ring the doorbell for it alone ([`SendQueue::post_one`]).
-    // Not always inlined: the posting calls above are, so every call site would take the
-    // backend's whole push, whatever the request; a crate that posts in many places then
-    // compiles for tens of minutes.
-    #[inline]
+    // Always inlined, so that a backend's `post_one` sees the request as its caller built it
+    // and can pick its path there. A backend keeps what it inlines small: the posting calls
+    // are always inlined too, so every call site takes it (a whole push there makes a crate
+    // that posts in many places compile for tens of minutes).
+    #[inline(always)]
     fn post(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
         self.post_one(req)
     }

@@ -74,15 +74,15 @@
 //! A CQE that names no outstanding WQE's first block is refused before anything is retired
 //! or released.
 
-use rdma_pmd::post::SourceKind;
+use rdma_pmd::post::{Source, SourceKind};
 use rdma_pmd::{
     Caps, Completion, DestKind, DeviceFault, Error, QpNum, RegionUse, Released, RemoteBuf, Result,
-    SendFlags, SendOp, SendQueue, SendRequest, Sge, WcOpcode, WcStatus,
+    Rkey, SendFlags, SendOp, SendQueue, SendRequest, Sge, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::{barrier, Dma, DmaBuf, Mmio};
 
 use crate::control::{Control, Uar};
-use crate::datapath::wqe::{atomic_sge, FixedRing, Head, RawRing, WqeBuilder};
+use crate::datapath::wqe::{atomic_sge, Capture, FixedRing, Head, RawRing, WqeBuilder};
 use crate::layout::codes::CqeOpcode;
 use crate::layout::codes::SendOpcode;
 use crate::layout::codes::Syndrome;
@@ -594,6 +594,20 @@ impl<'r, const N: usize> SendRing<'r, N> {
         flags: SendFlags,
         head: Head<'_>,
     ) -> Result<()> {
+        self.push_one_block(at, wr_id, e, region, flags, head).map(drop)
+    }
+
+    /// [`push_one_head`](Self::push_one_head), returning the WQE's block as written.
+    #[inline(always)]
+    fn push_one_block(
+        &mut self,
+        at: &mut SqCursor,
+        wr_id: u64,
+        e: Sge,
+        region: Option<&'r RegionUse>,
+        flags: SendFlags,
+        head: Head<'_>,
+    ) -> Result<[u64; 8]> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
         // An empty element is not in the WQE: nothing reads it, so it counts no region. The
@@ -606,13 +620,16 @@ impl<'r, const N: usize> SendRing<'r, N> {
             }
             Ok(())
         };
-        let sink = &mut self.sink.view();
+        // The WQE's words are kept for a BlueFlame burst (a batch has no use for them, and
+        // they are dropped unread). It is one block, as `Capture` needs.
+        let sink = &mut Capture::new(self.sink.view());
         let ds = match builder.emit_one_with(sink, at.pi, room, e, flags, head, count) {
             Ok(ds) => ds,
             Err(err) => return Err(if at.open { err } else { Error::NotConnected }),
         };
+        let block = sink.block;
         self.record(at, wr_id, first, Meta::new(ds, builder.signals(flags), at.stamp), 1);
-        Ok(())
+        Ok(block)
     }
 
     /// [`push`](Self::push) of everything but a registered gather WRITE: SENDs, READs and
@@ -759,22 +776,35 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// it holds no region.
     #[inline(always)]
     fn push_inline(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
+        let (head, source) = match (at.builder.head(req), req.source()) {
+            (Ok(head), Some(source)) => (head, source),
+            (Err(_), _) | (Ok(_), None) if !at.open => return Err(Error::NotConnected),
+            (Err(e), _) => return Err(e),
+            (Ok(_), None) => return Err(Error::InvalidArgument("only a WRITE or SEND is inline")),
+        };
+        self.push_inline_head(at, req.wr_id, source, req.flags, head)
+    }
+
+    /// [`push_inline`](Self::push_inline) with the head already made.
+    #[inline(always)]
+    fn push_inline_head(
+        &mut self,
+        at: &mut SqCursor,
+        wr_id: u64,
+        source: &Source<'_, '_>,
+        flags: SendFlags,
+        head: Head<'_>,
+    ) -> Result<()> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
-        let emitted = match (builder.head(req), req.source()) {
-            (Ok(head), Some(source)) => {
-                builder.write_inline(&mut self.sink.view(), at.pi, room, source, req.flags, head)
-            }
-            (Err(e), _) => Err(e),
-            (Ok(_), None) => Err(Error::InvalidArgument("only a WRITE or SEND is inline")),
-        };
-        let shape = match emitted {
-            Ok(s) => s,
-            Err(_) if !at.open => return Err(Error::NotConnected),
-            Err(e) => return Err(e),
-        };
-        let meta = Meta::new(shape.ds, builder.signals(req.flags), at.stamp).with_inline(true);
-        self.record(at, req.wr_id, None, meta, shape.wqebbs as u16);
+        let shape =
+            match builder.write_inline(&mut self.sink.view(), at.pi, room, source, flags, head) {
+                Ok(s) => s,
+                Err(_) if !at.open => return Err(Error::NotConnected),
+                Err(e) => return Err(e),
+            };
+        let meta = Meta::new(shape.ds, builder.signals(flags), at.stamp).with_inline(true);
+        self.record(at, wr_id, None, meta, shape.wqebbs as u16);
         Ok(())
     }
 
@@ -1000,6 +1030,52 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let mut at = self.begin(open);
         self.push(&mut at, req)?;
         // The request starts where the batch did.
+        let last = self.pi;
+        self.adopt(&at, 1);
+        Ok(self.last_at(last))
+    }
+
+    /// A request of one element `e` (read from `region` when it is a registered buffer)
+    /// under a one-block `head` (a WRITE, a SEND on a connected QP, or a READ), pushed as a
+    /// batch of its own and closed: [`post_one`](Self::post_one) of that request, with the
+    /// request's kind already told apart by the caller. Errors as `post_one`'s.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn post_sge(
+        &mut self,
+        open: bool,
+        wr_id: u64,
+        e: Sge,
+        region: Option<&'r RegionUse>,
+        flags: SendFlags,
+        head: Head<'_>,
+    ) -> Result<(Last, [u64; 8])> {
+        let mut at = self.begin(open);
+        if at.builder.is_datagram() {
+            return Err(on_datagram(open, &head));
+        }
+        let block = self.push_one_block(&mut at, wr_id, e, region, flags, head)?;
+        let last = self.pi;
+        self.adopt(&at, 1);
+        Ok((self.last_at(last), block))
+    }
+
+    /// An inline request of `pieces` under `head` (a WRITE or a SEND on a connected QP),
+    /// pushed as a batch of its own and closed, as [`post_sge`](Self::post_sge) is.
+    #[inline(always)]
+    pub fn post_inline(
+        &mut self,
+        open: bool,
+        wr_id: u64,
+        pieces: &[&[u8]],
+        flags: SendFlags,
+        head: Head<'_>,
+    ) -> Result<Last> {
+        let mut at = self.begin(open);
+        if at.builder.is_datagram() {
+            return Err(on_datagram(open, &head));
+        }
+        self.push_inline_head(&mut at, wr_id, &Source::inline(pieces), flags, head)?;
         let last = self.pi;
         self.adopt(&at, 1);
         Ok(self.last_at(last))
@@ -1352,6 +1428,34 @@ pub trait RingSource {
     fn block(&self, counter: u16) -> [u64; 8];
 }
 
+/// The first block of the WQE at counter `pi`, as its push stored it (a [`Capture`]), over
+/// the `ring` it was stored in.
+struct Captured<'a, R: ?Sized> {
+    pi: u16,
+    block: [u64; 8],
+    ring: &'a R,
+}
+
+impl<R: RingSource + ?Sized> RingSource for Captured<'_, R> {
+    #[inline(always)]
+    fn head(&self, counter: u16) -> u64 {
+        if counter == self.pi {
+            self.block[0]
+        } else {
+            self.ring.head(counter)
+        }
+    }
+
+    #[inline(always)]
+    fn block(&self, counter: u16) -> [u64; 8] {
+        if counter == self.pi {
+            self.block
+        } else {
+            self.ring.block(counter)
+        }
+    }
+}
+
 /// The send queue's ring, whose size and place were established when it was made
 /// ([`RawRing::new`]'s contract): nothing is checked per doorbell.
 impl<const N: usize> RingSource for FixedRing<N> {
@@ -1470,6 +1574,23 @@ impl SqDoorbell {
     }
 }
 
+/// Why a one-block `head` of a connected QP is refused on a datagram QP: what
+/// `WqeBuilder::head` says (and, on a queue not in RTS, what every refusal is).
+#[cold]
+fn on_datagram(open: bool, head: &Head<'_>) -> Error {
+    match head {
+        _ if !open => Error::NotConnected,
+        Head::Send { .. } => Error::InvalidArgument("a send on a datagram QP needs a destination"),
+        _ => Error::InvalidArgument("a datagram QP posts only sends"),
+    }
+}
+
+/// The heads [`Qp::post_sge`] writes, as its parameter (a constant, so that each head gets a
+/// copy of the path with the head's fields folded in).
+const WRITE: u8 = 0;
+const SEND: u8 = 1;
+const READ: u8 = 2;
+
 impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize>
     Qp<'r, M, D, C, SQ, RQ, RS>
 {
@@ -1478,6 +1599,63 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
     fn ring_sq(&mut self, last: Last, nreq: u32) {
         let pi = self.sq.pi();
         self.db.ring(self.dev.mmio(), &self.mem.dbrec, &self.sq.sink, last, nreq, pi);
+    }
+
+    /// [`SendQueue::post_one`] of one element under the head `OP` ([`WRITE`], [`SEND`] or
+    /// [`READ`]; `remote` is unused for a SEND, `imm` for a READ). Short enough for the
+    /// compiler to inline where it sees fit (then a loop's invariant parts leave the loop).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn post_sge<const OP: u8>(
+        &mut self,
+        wr_id: u64,
+        e: Sge,
+        region: Option<&'r RegionUse>,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Result<()> {
+        let head = match OP {
+            WRITE => Head::Write { remote, imm },
+            SEND => Head::Send { imm },
+            _ => Head::Read { remote },
+        };
+        let open = self.state == QpState::Rts;
+        let (last, block) = self.sq.post_sge(open, wr_id, e, region, flags, head)?;
+        // The burst from the words just stored, not read back from the ring.
+        let src = Captured { pi: last.pi, block, ring: &self.sq.sink };
+        self.db.ring(self.dev.mmio(), &self.mem.dbrec, &src, last, 1, self.sq.pi());
+        Ok(())
+    }
+
+    /// [`SendQueue::post_one`] of inline `pieces` under the head `OP` ([`WRITE`] or [`SEND`];
+    /// `remote` is unused for a SEND). Inlined at the compiler's choice, as `post_sge`.
+    #[inline]
+    fn post_inline<const OP: u8>(
+        &mut self,
+        wr_id: u64,
+        pieces: &[&[u8]],
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Result<()> {
+        let head = match OP {
+            WRITE => Head::Write { remote, imm },
+            _ => Head::Send { imm },
+        };
+        let open = self.state == QpState::Rts;
+        let last = self.sq.post_inline(open, wr_id, pieces, flags, head)?;
+        self.ring_sq(last, 1);
+        Ok(())
+    }
+
+    /// [`SendQueue::post_one`] of any request: no cursor leaves the ring, so commit's checks
+    /// of one are not needed.
+    #[inline(never)]
+    fn post_any(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
+        let last = self.sq.post_one(self.state == QpState::Rts, req)?;
+        self.ring_sq(last, 1);
+        Ok(())
     }
 }
 
@@ -1537,13 +1715,57 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         self.sq.abort(at);
     }
 
-    /// One request, its own doorbell: no cursor leaves the ring, so commit's checks of one
-    /// are not needed.
+    /// One request, its own doorbell. This part is inlined where the request is made, so the
+    /// request's kind, known there, picks the path: one element under a one-block head (the
+    /// common WRITE, SEND and READ) or plain inline bytes each go to a straight-line path of
+    /// their own, with their arguments in registers; everything else to the general one,
+    /// which is never inlined. A call site so takes at most one short path, never the whole
+    /// push (with it, crates that post in many places compiled for tens of minutes).
     #[inline(always)]
     fn post_one(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
-        let last = self.sq.post_one(self.state == QpState::Rts, req)?;
-        self.ring_sq(last, 1);
-        Ok(())
+        let (wr_id, flags) = (req.wr_id, req.flags);
+        let copy = flags.contains(SendFlags::INLINE);
+        let none = RemoteBuf::new(0, Rkey(0));
+        match &req.op {
+            SendOp::Write { source, remote, imm } => match *source.kind() {
+                SourceKind::Sgl([b]) if !copy => {
+                    let region = Some(b.region());
+                    return self.post_sge::<WRITE>(wr_id, b.sge(), region, flags, *remote, *imm);
+                }
+                SourceKind::Raw { 0: [e], .. } if !copy => {
+                    return self.post_sge::<WRITE>(wr_id, *e, None, flags, *remote, *imm);
+                }
+                SourceKind::Inline(pieces) => {
+                    return self.post_inline::<WRITE>(wr_id, pieces, flags, *remote, *imm);
+                }
+                _ => {}
+            },
+            SendOp::Send { source, imm, ud: None } => match *source.kind() {
+                SourceKind::Sgl([b]) if !copy => {
+                    let region = Some(b.region());
+                    return self.post_sge::<SEND>(wr_id, b.sge(), region, flags, none, *imm);
+                }
+                SourceKind::Raw { 0: [e], .. } if !copy => {
+                    return self.post_sge::<SEND>(wr_id, *e, None, flags, none, *imm);
+                }
+                SourceKind::Inline(pieces) => {
+                    return self.post_inline::<SEND>(wr_id, pieces, flags, none, *imm);
+                }
+                _ => {}
+            },
+            SendOp::Read { dest, remote } if !copy => match *dest.kind() {
+                DestKind::Bufs([d]) => {
+                    let region = Some(d.region());
+                    return self.post_sge::<READ>(wr_id, d.sge(), region, flags, *remote, None);
+                }
+                DestKind::Raw([e]) => {
+                    return self.post_sge::<READ>(wr_id, *e, None, flags, *remote, None);
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+        self.post_any(req)
     }
 
     #[inline]

@@ -1257,6 +1257,65 @@ impl<const N: usize> WqeSink for RingView<'_, N> {
     }
 }
 
+/// A sink that passes every store of a one-block WQE on to `sink` and keeps the block's words:
+/// the source of a one-block BlueFlame burst, which then need not read the block back from the
+/// ring. Words the WQE does not store stay 0 (the HCA reads only the WQE's own `ds` units of a
+/// BlueFlame copy).
+///
+/// Every store must lie in that one block (`emit_one_with`'s WQEs): a word is placed by its
+/// offset within a block. Meant for straight-line writers, whose offsets fold to constants, so
+/// that the block lives in registers.
+#[derive(Debug)]
+pub struct Capture<S> {
+    sink: S,
+    /// The block's words, in memory order.
+    pub block: [u64; 8],
+}
+
+impl<S: WqeSink> Capture<S> {
+    /// Capture the stores of a one-block WQE into `sink`.
+    #[inline(always)]
+    pub fn new(sink: S) -> Self {
+        Capture { sink, block: [0; 8] }
+    }
+
+    /// The index in the block of the word at byte `off` of the ring.
+    #[inline(always)]
+    fn word(off: usize) -> usize {
+        (off % SEND_WQE_BB) / 8
+    }
+}
+
+impl<S: WqeSink> WqeSink for Capture<S> {
+    #[inline(always)]
+    fn wqe_cnt(&self) -> u32 {
+        self.sink.wqe_cnt()
+    }
+
+    #[inline(always)]
+    fn put8(&mut self, off: usize, bytes: [u8; 8]) {
+        self.sink.put8(off, bytes);
+        self.block[Self::word(off)] = u64::from_ne_bytes(bytes);
+    }
+
+    #[inline(always)]
+    fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        self.sink.put16(off, lo, hi);
+        // `off` is a multiple of 16: the pair is `2k, 2k + 1`, never past the block.
+        let i = Self::word(off) & !1;
+        self.block[i] = u64::from_ne_bytes(lo);
+        self.block[i | 1] = u64::from_ne_bytes(hi);
+    }
+
+    #[inline(always)]
+    fn put8x2(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        self.sink.put8x2(off, lo, hi);
+        let i = Self::word(off) & !1;
+        self.block[i] = u64::from_ne_bytes(lo);
+        self.block[i | 1] = u64::from_ne_bytes(hi);
+    }
+}
+
 /// A send ring over an ordinary byte buffer.
 #[derive(Debug)]
 pub struct SliceRing<'a> {

@@ -230,6 +230,38 @@ fn blueflame_copy_follows_a_wqe_across_the_ring_end() {
 }
 
 #[test]
+fn a_one_block_burst_is_the_wqe_as_its_push_stored_it_not_the_slot_read_back() {
+    let r = rig(9);
+    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut qp, mut hw) = connected::<8>(&r);
+    // Two 200-byte inline writes leave payload bytes in all eight slots.
+    let data = [0xa5u8; 200];
+    qp.post_write_inline(1, &[&data], SendFlags::empty(), REMOTE).unwrap();
+    qp.post_write_inline(2, &[&data], SendFlags::SIGNALED, REMOTE).unwrap();
+    hw.send_cqe(4, None);
+    assert_eq!(poll_all(&mut qp).len(), 1);
+    r.bar.take();
+    let (buf, f) = (region.slice(0, 64).unwrap(), SendFlags::SIGNALED);
+    for (k, ds) in [(0u16, 3usize), (1, 2), (2, 3)] {
+        let pi = qp.sq_pi();
+        match k {
+            1 => qp.post_send(10 + k as u64, buf, f),
+            _ => qp.post_write(10 + k as u64, buf, f, REMOTE),
+        }
+        .unwrap();
+        let s = r.bar.take();
+        let slot = hw.sq_block(pi as u32);
+        assert_eq!(s.len(), 1);
+        assert_eq!(CtrlSeg::new_checked(&s[0].bytes[..]).unwrap().ds(), ds as u8);
+        // The WQE's own units are the ring's; past them the slot still holds the old
+        // payload, which the burst does not carry.
+        assert_eq!(&s[0].bytes[..ds * 16], &slot[..ds * 16], "post {k}");
+        assert!(slot[ds * 16..].iter().all(|&b| b == 0xa5), "post {k}");
+        assert!(s[0].bytes[ds * 16..].iter().all(|&b| b == 0), "post {k}");
+    }
+}
+
+#[test]
 fn without_blueflame_every_doorbell_is_one_8_byte_store_at_the_same_offset() {
     let r = rig(0);
     let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
@@ -796,7 +828,14 @@ fn post_script(single: bool) -> Trace {
         if res.is_ok() {
             starts.push(pi);
         }
-        stores.extend(r.bar.take().into_iter().map(|s| (s.off, s.bytes)));
+        let mut burst: Vec<_> = r.bar.take().into_iter().map(|s| (s.off, s.bytes)).collect();
+        // The HCA reads only the WQE's `ds` units of a BlueFlame copy: past them a single
+        // post's one-block burst carries zeros, a batch's the slot's old bytes.
+        if let Some((_, first)) = burst.first_mut() {
+            let units = (first[7] & 0x3f) as usize * 16;
+            first.iter_mut().skip(units).for_each(|b| *b = 0);
+        }
+        stores.extend(burst);
         results.push(res);
     }
     // The regions' addresses differ from rig to rig: name them by region and offset.
