@@ -544,18 +544,13 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 match *source.kind() {
                     SourceKind::Sgl([b]) => {
                         let head = Head::Send { imm: *imm };
-                        self.push_one_head(
-                            at,
-                            req.wr_id,
-                            b.sge(),
-                            Some(b.region()),
-                            req.flags,
-                            head,
-                        )
+                        let region = Some(b.region());
+                        self.push_one_head(at, req.wr_id, b.sge(), region, req.flags, head)
+                            .map(drop)
                     }
                     SourceKind::Raw { 0: [e], .. } => {
                         let head = Head::Send { imm: *imm };
-                        self.push_one_head(at, req.wr_id, *e, None, req.flags, head)
+                        self.push_one_head(at, req.wr_id, *e, None, req.flags, head).map(drop)
                     }
                     _ => self.push_other(at, req),
                 }
@@ -565,16 +560,13 @@ impl<'r, const N: usize> SendRing<'r, N> {
             {
                 let head = Head::Read { remote: *remote };
                 match *dest.kind() {
-                    DestKind::Bufs([d]) => self.push_one_head(
-                        at,
-                        req.wr_id,
-                        d.sge(),
-                        Some(d.region()),
-                        req.flags,
-                        head,
-                    ),
+                    DestKind::Bufs([d]) => {
+                        let region = Some(d.region());
+                        self.push_one_head(at, req.wr_id, d.sge(), region, req.flags, head)
+                            .map(drop)
+                    }
                     DestKind::Raw([e]) => {
-                        self.push_one_head(at, req.wr_id, *e, None, req.flags, head)
+                        self.push_one_head(at, req.wr_id, *e, None, req.flags, head).map(drop)
                     }
                     _ => self.push_other(at, req),
                 }
@@ -583,23 +575,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
         }
     }
 
-    /// [`push_one`](Self::push_one) after any one-block head.
+    /// [`push_one`](Self::push_one) after any one-block head. Returns the WQE's block as
+    /// written, for a BlueFlame burst.
     #[inline(always)]
     fn push_one_head(
-        &mut self,
-        at: &mut SqCursor,
-        wr_id: u64,
-        e: Sge,
-        region: Option<&'r RegionUse>,
-        flags: SendFlags,
-        head: Head<'_>,
-    ) -> Result<()> {
-        self.push_one_block(at, wr_id, e, region, flags, head).map(drop)
-    }
-
-    /// [`push_one_head`](Self::push_one_head), returning the WQE's block as written.
-    #[inline(always)]
-    fn push_one_block(
         &mut self,
         at: &mut SqCursor,
         wr_id: u64,
@@ -694,7 +673,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 Error::NotConnected
             });
         }
-        self.push_one_head(at, wr_id, e, region, flags, Head::Write { remote, imm })
+        self.push_one_head(at, wr_id, e, region, flags, Head::Write { remote, imm }).map(drop)
     }
 
     /// [`push`](Self::push) of a request over registered buffers (a gather WRITE or SEND
@@ -1050,14 +1029,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         flags: SendFlags,
         head: Head<'_>,
     ) -> Result<(Last, [u64; 8])> {
-        let mut at = self.begin(open);
-        if at.builder.is_datagram() {
-            return Err(on_datagram(open, &head));
-        }
-        let block = self.push_one_block(&mut at, wr_id, e, region, flags, head)?;
-        let last = self.pi;
-        self.adopt(&at, 1);
-        Ok((self.last_at(last), block))
+        self.alone(open, &head, |q, at| q.push_one_head(at, wr_id, e, region, flags, head))
     }
 
     /// An inline request of `pieces` under `head` (a WRITE or a SEND on a connected QP),
@@ -1071,14 +1043,31 @@ impl<'r, const N: usize> SendRing<'r, N> {
         flags: SendFlags,
         head: Head<'_>,
     ) -> Result<Last> {
+        let source = Source::inline(pieces);
+        let push =
+            |q: &mut Self, at: &mut SqCursor| q.push_inline_head(at, wr_id, &source, flags, head);
+        self.alone(open, &head, push).map(|(last, ())| last)
+    }
+
+    /// A batch of one request of a connected QP's one-block `head`, pushed by `push` and
+    /// closed: what `post_sge` and `post_inline` share. Returns the WQE for the doorbell and
+    /// what `push` returned.
+    #[inline(always)]
+    fn alone<T>(
+        &mut self,
+        open: bool,
+        head: &Head<'_>,
+        push: impl FnOnce(&mut Self, &mut SqCursor) -> Result<T>,
+    ) -> Result<(Last, T)> {
         let mut at = self.begin(open);
         if at.builder.is_datagram() {
-            return Err(on_datagram(open, &head));
+            return Err(on_datagram(open, head));
         }
-        self.push_inline_head(&mut at, wr_id, &Source::inline(pieces), flags, head)?;
+        let kept = push(self, &mut at)?;
+        // The request starts where the batch did.
         let last = self.pi;
         self.adopt(&at, 1);
-        Ok(self.last_at(last))
+        Ok((self.last_at(last), kept))
     }
 
     /// The WQE starting at counter `pi`, pushed in this batch, for the doorbell: its size and

@@ -1284,6 +1284,15 @@ impl<S: WqeSink> Capture<S> {
     fn word(off: usize) -> usize {
         (off % SEND_WQE_BB) / 8
     }
+
+    /// Keep the 16 bytes stored at `off`, a multiple of 16: words `2k, 2k + 1`, never past
+    /// the block.
+    #[inline(always)]
+    fn keep16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
+        let i = Self::word(off) & !1;
+        self.block[i] = u64::from_ne_bytes(lo);
+        self.block[i | 1] = u64::from_ne_bytes(hi);
+    }
 }
 
 impl<S: WqeSink> WqeSink for Capture<S> {
@@ -1301,18 +1310,13 @@ impl<S: WqeSink> WqeSink for Capture<S> {
     #[inline(always)]
     fn put16(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
         self.sink.put16(off, lo, hi);
-        // `off` is a multiple of 16: the pair is `2k, 2k + 1`, never past the block.
-        let i = Self::word(off) & !1;
-        self.block[i] = u64::from_ne_bytes(lo);
-        self.block[i | 1] = u64::from_ne_bytes(hi);
+        self.keep16(off, lo, hi);
     }
 
     #[inline(always)]
     fn put8x2(&mut self, off: usize, lo: [u8; 8], hi: [u8; 8]) {
         self.sink.put8x2(off, lo, hi);
-        let i = Self::word(off) & !1;
-        self.block[i] = u64::from_ne_bytes(lo);
-        self.block[i | 1] = u64::from_ne_bytes(hi);
+        self.keep16(off, lo, hi);
     }
 }
 
