@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use common::*;
 use rdma_pmd::{
-    Completion, DestBuf, Errno, Error, Gid, Mac, Post, QpNum, RecvQueue, RoceAddr, SendFlags,
-    SendQueue, Source, UdDest, WcOpcode, WcStatus, GSI_QKEY,
+    Completion, DestBuf, Errno, Error, Gid, LocalBuf, Mac, Post, QpNum, RecvQueue, RemoteBuf,
+    RoceAddr, SendFlags, SendQueue, Source, UdDest, WcOpcode, WcStatus, GSI_QKEY,
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_mlx5::control::{Access, Control, Path, Service};
@@ -359,6 +359,51 @@ fn ud_datagrams_arrive_behind_a_grh_with_their_source_qp() {
         assert_eq!(&got[40..40 + want.len()], want);
         assert!(got[..20].iter().all(|&b| b == 0) && got[20] >> 4 == 4, "{:02x?}", &got[..40]);
     }
+    quiet(&mut a);
+    clean(&model);
+}
+
+/// What a datagram QP answers to a WRITE, a READ into `into` and a SEND without a
+/// destination (one element, several, inline) posted at `p`.
+fn refusals<'r, P: Post<'r>>(
+    p: &mut P,
+    bufs: [LocalBuf<'r>; 2],
+    into: DestBuf<'r>,
+    far: RemoteBuf,
+) -> Vec<rdma_pmd::Result<()>> {
+    vec![
+        p.post_write(1, bufs[0], SIG, far),
+        p.post_writev(2, &bufs, SIG, far),
+        p.post_write_inline(3, &[b"x"], SIG, far),
+        p.post_send(4, bufs[0], SIG),
+        p.post_sendv(5, &bufs, SIG),
+        p.post_send_inline(6, &[b"x"], SIG),
+        p.post_read(7, into, SIG, far).map(drop).map_err(|r| r.error),
+    ]
+}
+
+/// A datagram QP posts only SENDs with a destination: a WRITE, a READ and a SEND without one
+/// are refused with the same error alone (each kind has a path of its own for a single post)
+/// as in a batch, and nothing reaches the device.
+#[test]
+fn a_datagram_qp_refuses_writes_reads_and_bare_sends_alone_as_in_a_batch() {
+    let model = Model::new();
+    let dev = open(&model);
+    let src = dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut d1, mut d2) =
+        (dev.reg(64, Access::LOCAL_WRITE).unwrap(), dev.reg(64, Access::LOCAL_WRITE).unwrap());
+    let mut a = ud_qp(&dev, Service::Ud, 5);
+    let bufs = [src.slice(0, 64).unwrap(), src.slice(64, 64).unwrap()];
+    let far = src.remote(0);
+    let only = Err(Error::InvalidArgument("a datagram QP posts only sends"));
+    let bare = Err(Error::InvalidArgument("a send on a datagram QP needs a destination"));
+    let want = vec![only, only, only, bare, bare, bare, only];
+    assert_eq!(refusals(&mut a, bufs, d1.dest().unwrap(), far), want, "alone");
+    let mut b = a.batch();
+    assert_eq!(refusals(&mut b, bufs, d2.dest().unwrap(), far), want, "in a batch");
+    assert_eq!(b.commit(), 0);
+    assert_eq!((a.posted(), a.outstanding()), (0, 0));
+    assert_eq!(src.usage().in_flight(), 0);
     quiet(&mut a);
     clean(&model);
 }

@@ -532,7 +532,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 SourceKind::Raw { 0: [e], .. } => {
                     self.push_one(at, req.wr_id, *e, None, req.flags, *remote, *imm)
                 }
-                SourceKind::Sgl(bufs) => {
+                // A datagram QP's refusal comes from `push_any`'s head.
+                SourceKind::Sgl(bufs) if !at.builder.is_datagram() => {
                     let head = Head::Write { remote: *remote, imm: *imm };
                     self.push_gather(at, req, head, bufs, |b| b.sge(), |b| b.region())
                 }
