@@ -39,7 +39,7 @@ use rdma_pmd::{Error, Gid, Mac, Result};
 use rdma_pmd_hal::{Dma, Mmio};
 
 use crate::control::{Control, DeviceCaps, Pdn, PortMtu, Uar};
-use crate::datapath::send::BF_OFFSET;
+use crate::datapath::doorbell::BF_OFFSET;
 
 /// An open mlx5 device. See the module docs.
 pub struct Mlx5<M: Mmio, D: Dma, C: Control> {

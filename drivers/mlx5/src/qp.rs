@@ -135,9 +135,9 @@ use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
 
 use crate::control::{Access, Control, Cqn, Path, QpParams, Service, Transition, Uar};
 use crate::datapath::cq::CqRing;
+use crate::datapath::doorbell::{BlueFlame, SqDoorbell};
 use crate::datapath::recv::RecvRing;
 use crate::datapath::send::SendRing;
-use crate::datapath::send::{BlueFlame, SqDoorbell};
 use crate::datapath::wqe::{RawRing, WqeBuilder};
 use crate::device::{check_uar, Mlx5};
 use crate::layout::codes::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};

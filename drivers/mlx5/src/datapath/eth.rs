@@ -22,7 +22,7 @@ use rdma_pmd_hal::{barrier, Dma, DmaBuf, Mmio};
 
 use crate::control::eth::{InlineMode, Sqn};
 use crate::control::Uar;
-use crate::datapath::send::{BlueFlame, Last, RingAt, SqDoorbell};
+use crate::datapath::doorbell::{BlueFlame, Last, RingAt, SqDoorbell};
 use crate::layout::codes::{CqeOpcode, FmCeSe, SendOpcode, SEND_WQE_BB};
 use crate::layout::cqe::Cqe;
 use crate::layout::wqe::{

@@ -659,7 +659,7 @@ fn a_gather_refused_at_its_third_region_releases_the_first_two() {
 
 #[test]
 fn the_blueflame_policy_follows_prefer_bf_and_shut_up_bf() {
-    use crate::datapath::send::BlueFlame;
+    use crate::datapath::doorbell::BlueFlame;
     let r = rig(9);
     let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
     for (policy, plain_bf, inline_bf) in [

@@ -3,7 +3,7 @@
 
 use crate::control::cmd::Pas;
 use crate::control::DeviceCaps;
-use crate::datapath::send::BF_OFFSET;
+use crate::datapath::doorbell::BF_OFFSET;
 use crate::layout::ifc::{self, consts, generated::*};
 
 use super::{input, Hca, HcaError};
