@@ -160,7 +160,10 @@ impl RingSource for RingAt<'_> {
 impl SqDoorbell {
     /// The doorbell of a QP on `uar` whose BlueFlame halves are `half` bytes (0: none).
     pub fn new(uar: Uar, half: usize, policy: BlueFlame) -> Self {
-        let max = (half / 16).min(u8::MAX as usize) as u8;
+        // The copy is whole 64-byte blocks, each stored aligned, so a half takes as many units
+        // as its whole blocks hold (`half / 16` for the powers of two devices report, none for
+        // a half under one block, which could not take the smallest copy).
+        let max = (half / SEND_WQE_BB * 4).min(u8::MAX as usize) as u8;
         let (plain, inline) = match policy {
             BlueFlame::Prefer => (max, max),
             BlueFlame::InlineOnly => (0, max),
@@ -240,7 +243,7 @@ mod tests {
     fn bf_bytes_is_bf_len_under_the_policy() {
         let uar = Uar { index: 0, bar_offset: 0 };
         for policy in [BlueFlame::Prefer, BlueFlame::InlineOnly, BlueFlame::Off] {
-            for half in [0, 16, 64, 100, 128, 256, 512, 2048, 8192] {
+            for half in [0, 16, 32, 64, 100, 128, 256, 512, 2048, 8192] {
                 let db = SqDoorbell::new(uar, half, policy);
                 for (nreq, ds, inline) in (0..4)
                     .flat_map(|n| (0..=u8::MAX).flat_map(move |ds| [(n, ds, false), (n, ds, true)]))
@@ -250,7 +253,12 @@ mod tests {
                         BlueFlame::InlineOnly => inline,
                         BlueFlame::Off => false,
                     };
-                    let want = if bf { bf_len(nreq, ds, half as u32) } else { 0 };
+                    // rdma-core's rule over the half's whole blocks: a half under one
+                    // block (a device reporting a 32-byte register) rings the plain doorbell
+                    // instead of copying a block past it.
+                    let whole = (half / SEND_WQE_BB * SEND_WQE_BB) as u32;
+                    let want = if bf { bf_len(nreq, ds, whole) } else { 0 };
+                    assert!(want <= half, "{policy:?} {half} {nreq} {ds}");
                     let last = Last { pi: 0, ds, inline };
                     assert_eq!(db.bf_bytes(last, nreq), want, "{policy:?} {half} {nreq} {ds}");
                 }
