@@ -91,6 +91,7 @@ const CASES: &[Case] = &[
     Case { name: "1sge-batch32-raw", op: Op::Write, nsge: 1, batch: 32, bf: false, raw: true },
     Case { name: "1sge-single-bf", op: Op::Write, nsge: 1, batch: 1, bf: true, raw: false },
     Case { name: "4sge-batch32", op: Op::Write, nsge: 4, batch: 32, bf: false, raw: false },
+    Case { name: "4sge-batch32-raw", op: Op::Write, nsge: 4, batch: 32, bf: false, raw: true },
     Case { name: "16sge-batch32", op: Op::Write, nsge: 16, batch: 32, bf: false, raw: false },
     Case { name: "read-1sge-batch32", op: Op::Read, nsge: 1, batch: 32, bf: false, raw: false },
     Case { name: "read-1sge-batch32-raw", op: Op::Read, nsge: 1, batch: 32, bf: false, raw: true },

@@ -107,6 +107,30 @@ pub struct SqCursor {
     builder: WqeBuilder,
 }
 
+/// Requests pushed and checked whose doorbell is not rung yet: what [`SendRing::commit`] and
+/// the single posts hand the QP, which rings the doorbell and then gives it to
+/// [`SendRing::close`]. The ring's counters move at `close`, after the doorbell: they are
+/// driver memory nothing the device reads depends on, and stored after the doorbell they are
+/// not among the stores its fences (`wc_start`, `wc_flush`) wait for. Nothing between the two
+/// can fail: the doorbell's registers were checked against the BAR when the UAR was taken.
+#[must_use = "the ring must close over what the doorbell announced"]
+#[derive(Debug)]
+pub struct Staged {
+    /// The last of the requests, for the doorbell.
+    pub last: Last,
+    /// How many requests.
+    pub nreq: u32,
+    at: SqCursor,
+}
+
+impl Staged {
+    /// The WQE counter after the requests: the doorbell record's value.
+    #[inline(always)]
+    pub fn pi(&self) -> u16 {
+        self.at.pi
+    }
+}
+
 /// Entry `i` (free-running) of a queue of `K * N` entries held as `[[T; K]; N]`.
 #[inline(always)]
 fn entry<T, const K: usize, const N: usize>(q: &mut [[T; K]; N], i: u32) -> &mut T {
@@ -639,10 +663,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
         at.last_bbs = bbs;
     }
 
-    /// Close the batch: the WQEs pushed at the cursor join the ring. Returns the last of them
-    /// and how many there were, for the doorbell, or `None` if none was pushed.
+    /// Close the batch: the WQEs pushed at the cursor are handed over for the doorbell
+    /// (`None` if none was pushed), and join the ring at [`close`](Self::close).
     #[inline(always)]
-    pub fn commit(&mut self, at: SqCursor) -> Option<(Last, u32)> {
+    pub fn commit(&mut self, at: SqCursor) -> Option<Staged> {
         let pushed = self.pushed(&at);
         // A cursor that is not this ring's live one (committed twice, or from another ring:
         // a broken `unsafe` contract) can claim blocks past the free space; rung, it would
@@ -652,29 +676,31 @@ impl<'r, const N: usize> SendRing<'r, N> {
             return None;
         }
         let last = at.pi.wrapping_sub(at.last_bbs);
-        self.adopt(&at, pushed);
-        Some((self.last_at(last), pushed))
+        Some(Staged { last: self.last_at(last), nreq: pushed, at })
     }
 
-    /// Push `req` as a batch of its own and close it: what [`begin`](Self::begin),
-    /// [`push`](Self::push) and [`commit`](Self::commit) do in turn, without commit's checks
-    /// of the cursor, which never leaves this call. Returns the WQE for the doorbell; on
-    /// error nothing changed (a refused push leaves the ring as `begin` found it, so there is
-    /// nothing to abort).
+    /// The WQEs of `staged`, their doorbell rung, join the ring: its counters move past them.
     #[inline(always)]
-    pub fn post_one(&mut self, open: bool, req: &SendRequest<'_, 'r>) -> Result<Last> {
+    pub fn close(&mut self, staged: Staged) {
+        self.adopt(&staged.at, staged.nreq);
+    }
+
+    /// Push `req` as a batch of its own: what [`begin`](Self::begin), [`push`](Self::push)
+    /// and [`commit`](Self::commit) do in turn, without commit's checks of the cursor, which
+    /// never leaves this call. Returns the WQE for the doorbell, to [`close`](Self::close)
+    /// once it is rung; on error nothing changed (a refused push leaves the ring as `begin`
+    /// found it, so there is nothing to abort).
+    #[inline(always)]
+    pub fn post_one(&mut self, open: bool, req: &SendRequest<'_, 'r>) -> Result<Staged> {
         let mut at = self.begin(open);
         self.push(&mut at, req)?;
-        // The request starts where the batch did.
-        let last = self.pi;
-        self.adopt(&at, 1);
-        Ok(self.last_at(last))
+        Ok(self.staged_one(at))
     }
 
     /// A request of one element `e` (read from `region` when it is a registered buffer)
     /// under a one-block `head` (a WRITE, a SEND on a connected QP, or a READ), pushed as a
-    /// batch of its own and closed: [`post_one`](Self::post_one) of that request, with the
-    /// request's kind already told apart by the caller. Errors as `post_one`'s.
+    /// batch of its own: [`post_one`](Self::post_one) of that request, with the request's kind
+    /// already told apart by the caller. Errors as `post_one`'s.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn post_sge(
@@ -685,12 +711,12 @@ impl<'r, const N: usize> SendRing<'r, N> {
         region: Option<&'r RegionUse>,
         flags: SendFlags,
         head: Head<'_>,
-    ) -> Result<(Last, [u64; 8])> {
+    ) -> Result<(Staged, [u64; 8])> {
         self.alone(open, &head, |q, at| q.push_one_head(at, wr_id, e, region, flags, head))
     }
 
     /// An inline request of `pieces` under `head` (a WRITE or a SEND on a connected QP),
-    /// pushed as a batch of its own and closed, as [`post_sge`](Self::post_sge) is.
+    /// pushed as a batch of its own, as [`post_sge`](Self::post_sge) is.
     #[inline(always)]
     pub fn post_inline(
         &mut self,
@@ -699,32 +725,36 @@ impl<'r, const N: usize> SendRing<'r, N> {
         pieces: &[&[u8]],
         flags: SendFlags,
         head: Head<'_>,
-    ) -> Result<Last> {
+    ) -> Result<Staged> {
         let source = Source::inline(pieces);
         let push =
             |q: &mut Self, at: &mut SqCursor| q.push_inline_head(at, wr_id, &source, flags, head);
-        self.alone(open, &head, push).map(|(last, ())| last)
+        self.alone(open, &head, push).map(|(staged, ())| staged)
     }
 
-    /// A batch of one request of a connected QP's one-block `head`, pushed by `push` and
-    /// closed: what `post_sge` and `post_inline` share. Returns the WQE for the doorbell and
-    /// what `push` returned.
+    /// A batch of one request of a connected QP's one-block `head`, pushed by `push`: what
+    /// `post_sge` and `post_inline` share. Returns the WQE for the doorbell and what `push`
+    /// returned.
     #[inline(always)]
     fn alone<T>(
         &mut self,
         open: bool,
         head: &Head<'_>,
         push: impl FnOnce(&mut Self, &mut SqCursor) -> Result<T>,
-    ) -> Result<(Last, T)> {
+    ) -> Result<(Staged, T)> {
         let mut at = self.begin(open);
         if at.builder.is_datagram() {
             return Err(on_datagram(open, head));
         }
         let kept = push(self, &mut at)?;
+        Ok((self.staged_one(at), kept))
+    }
+
+    /// The one request pushed at `at`, a cursor that never left this ring, for the doorbell.
+    #[inline(always)]
+    fn staged_one(&self, at: SqCursor) -> Staged {
         // The request starts where the batch did.
-        let last = self.pi;
-        self.adopt(&at, 1);
-        Ok((self.last_at(last), kept))
+        Staged { last: self.last_at(self.pi), nreq: 1, at }
     }
 
     /// The WQE starting at counter `pi`, pushed in this batch, for the doorbell: its size and

@@ -8,9 +8,9 @@ use rdma_pmd::{
 };
 use rdma_pmd_hal::{Dma, Mmio};
 
-use super::SqCursor;
+use super::{SqCursor, Staged};
 use crate::control::Control;
-use crate::datapath::doorbell::{Captured, Last};
+use crate::datapath::doorbell::Captured;
 use crate::datapath::wqe::Head;
 use crate::layout::codes::{CqeOpcode, Syndrome};
 use crate::layout::cqe::Cqe;
@@ -25,11 +25,13 @@ const READ: u8 = 2;
 impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize>
     Qp<'r, M, D, C, SQ, RQ, RS>
 {
-    /// Ring the send doorbell for the `nreq` WQEs just committed, `last` the last of them.
+    /// Ring the send doorbell for the WQEs of `staged` (a BlueFlame copy reads the ring), then
+    /// let them join the ring.
     #[inline(always)]
-    fn ring_sq(&mut self, last: Last, nreq: u32) {
-        let pi = self.sq.pi();
+    fn ring_sq(&mut self, staged: Staged) {
+        let (last, nreq, pi) = (staged.last, staged.nreq, staged.pi());
         self.db.ring(self.dev.mmio(), &self.mem.dbrec, &self.sq.sink, last, nreq, pi);
+        self.sq.close(staged);
     }
 
     /// [`SendQueue::post_one`] of one element under the head `OP` ([`WRITE`], [`SEND`] or
@@ -52,10 +54,12 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
             _ => Head::Read { remote },
         };
         let open = self.state == QpState::Rts;
-        let (last, block) = self.sq.post_sge(open, wr_id, e, region, flags, head)?;
+        let (staged, block) = self.sq.post_sge(open, wr_id, e, region, flags, head)?;
         // The burst from the words just stored, not read back from the ring.
-        let src = Captured { pi: last.pi, block, ring: &self.sq.sink };
-        self.db.ring(self.dev.mmio(), &self.mem.dbrec, &src, last, 1, self.sq.pi());
+        let src = Captured { pi: staged.last.pi, block, ring: &self.sq.sink };
+        let (last, nreq, pi) = (staged.last, staged.nreq, staged.pi());
+        self.db.ring(self.dev.mmio(), &self.mem.dbrec, &src, last, nreq, pi);
+        self.sq.close(staged);
         Ok(())
     }
 
@@ -75,8 +79,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
             _ => Head::Send { imm },
         };
         let open = self.state == QpState::Rts;
-        let last = self.sq.post_inline(open, wr_id, pieces, flags, head)?;
-        self.ring_sq(last, 1);
+        let staged = self.sq.post_inline(open, wr_id, pieces, flags, head)?;
+        self.ring_sq(staged);
         Ok(())
     }
 
@@ -84,8 +88,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
     /// of one are not needed.
     #[inline(never)]
     fn post_any(&mut self, req: &SendRequest<'_, 'r>) -> Result<()> {
-        let last = self.sq.post_one(self.state == QpState::Rts, req)?;
-        self.ring_sq(last, 1);
+        let staged = self.sq.post_one(self.state == QpState::Rts, req)?;
+        self.ring_sq(staged);
         Ok(())
     }
 }
@@ -137,8 +141,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
     // field by field to the stack to pass it.
     #[inline(always)]
     unsafe fn commit(&mut self, at: SqCursor) {
-        if let Some((last, nreq)) = self.sq.commit(at) {
-            self.ring_sq(last, nreq);
+        if let Some(staged) = self.sq.commit(at) {
+            self.ring_sq(staged);
         }
     }
 
