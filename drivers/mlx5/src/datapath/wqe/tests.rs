@@ -418,7 +418,11 @@ fn short_loads_keep_memory_order() {
     for n in 1..8 {
         let mut word = [0u8; 8];
         word[..n].copy_from_slice(&bytes[..n]);
-        assert_eq!(super::inline::load_le_short(&bytes[..n]), u64::from_le_bytes(word), "{n} bytes");
+        assert_eq!(
+            super::inline::load_le_short(&bytes[..n]),
+            u64::from_le_bytes(word),
+            "{n} bytes"
+        );
     }
 }
 
