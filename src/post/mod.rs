@@ -474,15 +474,27 @@ pub trait Post<'r>: sealed::Sealed {
     where
         Self: SendQueue<'r>,
     {
-        for _ in 0..max_polls.max(1) {
-            let n = self.poll(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            core::hint::spin_loop();
-        }
-        Err(Error::Timeout("a completion"))
+        poll_until(|out| self.poll(out), out, max_polls, "a completion")
     }
+}
+
+/// Call `poll` on `out` until it returns at least one completion, at most `max_polls` times
+/// (at least once): the bounded wait of [`Post::poll_bounded`] and
+/// [`RecvQueue::poll_recv_bounded`], which times out naming `what` it waited for.
+pub(crate) fn poll_until(
+    mut poll: impl FnMut(&mut [Completion]) -> Result<usize>,
+    out: &mut [Completion],
+    max_polls: u64,
+    what: &'static str,
+) -> Result<usize> {
+    for _ in 0..max_polls.max(1) {
+        let n = poll(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        core::hint::spin_loop();
+    }
+    Err(Error::Timeout(what))
 }
 
 impl<'r, Q: SendQueue<'r> + ?Sized> Post<'r> for Q {

@@ -1,9 +1,9 @@
 //! The receive side of the posting API: `rdma_post_recvv` and its completions.
 
-use super::{slot_busy, Posted};
+use super::{poll_until, slot_busy, Posted};
 use crate::completion::Completion;
 use crate::dest::{Dest, DestBuf, DestList, DestSlot, Pending, Refused, Retired, Side};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::sge::Sge;
 
 /// What a receive queue accepts, fixed when it is created.
@@ -108,13 +108,6 @@ pub trait RecvQueue<'r>: Retired {
     /// Busy-poll the receive side until at least one completion arrives or `max_polls` polls
     /// found nothing.
     fn poll_recv_bounded(&mut self, out: &mut [Completion], max_polls: u64) -> Result<usize> {
-        for _ in 0..max_polls.max(1) {
-            let n = self.poll_recv(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            core::hint::spin_loop();
-        }
-        Err(Error::Timeout("a receive completion"))
+        poll_until(|out| self.poll_recv(out), out, max_polls, "a receive completion")
     }
 }
