@@ -222,6 +222,29 @@ fn poll_bounded_times_out() {
     assert_eq!(q.poll_bounded(&mut wc, 100), Err(Error::Timeout("a completion")));
 }
 
+/// The bounded wait polls at most `max_polls` times (once for 0), stops at the first poll
+/// that finds something, and passes a poll's error on.
+#[test]
+fn poll_until_is_bounded_and_stops_at_the_first_completion() {
+    let mut wc = [Completion::default(); 2];
+    for (max, finds_at, want_calls, want) in [
+        (0, None, 1, Err(Error::Timeout("x"))),
+        (5, None, 5, Err(Error::Timeout("x"))),
+        (5, Some(3), 3, Ok(2)),
+        (5, Some(1), 1, Ok(2)),
+    ] {
+        let mut calls = 0;
+        let poll = |_: &mut [Completion]| {
+            calls += 1;
+            Ok(if Some(calls) == finds_at { 2 } else { 0 })
+        };
+        assert_eq!(super::poll_until(poll, &mut wc, max, "x"), want, "{max} {finds_at:?}");
+        assert_eq!(calls, want_calls, "{max} {finds_at:?}");
+    }
+    let failing = |_: &mut [Completion]| Err(Error::NotConnected);
+    assert_eq!(super::poll_until(failing, &mut wc, 5, "x"), Err(Error::NotConnected));
+}
+
 /// `check_message`'s one compare says what its two rules say, at and around every edge: the
 /// length limit, a range ending at 2^64 - 1, address 0 (2^64 bytes to the top).
 #[test]
