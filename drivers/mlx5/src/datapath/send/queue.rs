@@ -22,6 +22,17 @@ const WRITE: u8 = 0;
 const SEND: u8 = 1;
 const READ: u8 = 2;
 
+/// The head `OP` names, with the request's fields (`remote` is unused for a SEND, `imm` for a
+/// READ).
+#[inline(always)]
+fn head_of<const OP: u8>(remote: RemoteBuf, imm: Option<u32>) -> Head<'static> {
+    match OP {
+        WRITE => Head::Write { remote, imm },
+        SEND => Head::Send { imm },
+        _ => Head::Read { remote },
+    }
+}
+
 impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize>
     Qp<'r, M, D, C, SQ, RQ, RS>
 {
@@ -48,12 +59,8 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<()> {
-        let head = match OP {
-            WRITE => Head::Write { remote, imm },
-            SEND => Head::Send { imm },
-            _ => Head::Read { remote },
-        };
         let open = self.state == QpState::Rts;
+        let head = head_of::<OP>(remote, imm);
         let (staged, block) = self.sq.post_sge(open, wr_id, e, region, flags, head)?;
         // The burst from the words just stored, not read back from the ring.
         let src = Captured { pi: staged.last.pi, block, ring: &self.sq.sink };
@@ -74,11 +81,9 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<()> {
-        let head = match OP {
-            WRITE => Head::Write { remote, imm },
-            _ => Head::Send { imm },
-        };
+        debug_assert!(OP != READ, "a READ has no inline form");
         let open = self.state == QpState::Rts;
+        let head = head_of::<OP>(remote, imm);
         let staged = self.sq.post_inline(open, wr_id, pieces, flags, head)?;
         self.ring_sq(staged);
         Ok(())
