@@ -13,7 +13,7 @@
 //! | [`device`], [`qp`], [`mr`] | lifecycle: the opened device, queue pairs and their states, registered regions |
 //! | [`eth`], [`net`] | the Ethernet (raw packet) port and the ARP it answers and sends: frames the HCA does not handle itself |
 //! | [`control`] | the control path: the [`control::Control`] seam, the command interface ([`control::cmd`]), HCA bring-up ([`control::bringup`]) and the firmware-backed seam ([`control::fw::FwControl`]) |
-//! | [`testing`] (`testing` feature) | the fakes of the data path's seams: a null control seam, a CQE writer |
+//! | `testing` (`testing` feature) | the fakes of the data path's seams: a null control seam, a CQE writer |
 //! | `vectors` (`std` feature) | reader and runner for the conformance vector format |
 //!
 //! ## Posting one WRITE: what the data path calls

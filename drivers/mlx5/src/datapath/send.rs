@@ -82,7 +82,7 @@ use retire::Pending;
 ///
 /// It is the mlx5 [`rdma_pmd::SendQueue::Cursor`]: it lives in the caller's
 /// [`rdma_pmd::Batch`], so across a batch it stays in registers, and the ring's own counters
-/// change once, at [`SendRing::commit`].
+/// change once, at the ring's `commit`.
 #[derive(Clone, Copy, Debug)]
 pub struct SqCursor {
     /// WQE counter of the next free block.
@@ -115,7 +115,7 @@ pub struct SqCursor {
 /// can fail: the doorbell's registers were checked against the BAR when the UAR was taken.
 #[must_use = "the ring must close over what the doorbell announced"]
 #[derive(Debug)]
-pub struct Staged {
+pub(crate) struct Staged {
     /// The last of the requests, for the doorbell.
     pub last: Last,
     /// How many requests.
@@ -139,7 +139,11 @@ fn entry<T, const K: usize, const N: usize>(q: &mut [[T; K]; N], i: u32) -> &mut
 }
 
 /// The send ring of one QP. See the module docs.
-pub struct SendRing<'r, const N: usize> {
+///
+/// Private to the crate: its methods take a cursor or a [`Staged`] on trust that it came from
+/// this ring (they check only that it cannot make the device read slots in use), which the QP
+/// that owns the ring guarantees and no other code could.
+pub(crate) struct SendRing<'r, const N: usize> {
     sink: FixedRing<N>,
     builder: WqeBuilder,
     /// The WQE counter after the last committed WQE.
@@ -236,11 +240,6 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// The WQE counter of the next free block.
     pub fn pi(&self) -> u16 {
         self.pi
-    }
-
-    /// The counter of the oldest WQE not retired.
-    pub fn tail(&self) -> u16 {
-        self.tail
     }
 
     /// Free blocks.

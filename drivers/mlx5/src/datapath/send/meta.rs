@@ -87,8 +87,8 @@ impl Meta {
 /// before it (bits 16..32), from which its ordinal follows, and the signalled requests before
 /// it (bits 48..64). A one-block request changes only the second, with one addition. A batch
 /// holds at most `N <= 2^15` blocks, so the block count carries into the unused bits 32..48 at
-/// most once per batch, and the signalled count's carry leaves the word; [`SendRing::begin`]
-/// builds the stamp afresh from the ring's counts.
+/// most once per batch, and the signalled count's carry leaves the word;
+/// [`SendRing::begin`](super::SendRing::begin) builds the stamp afresh from the ring's counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Stamp(u64);
 
@@ -125,7 +125,7 @@ impl Stamp {
 
 /// The key a run is told by: its region's address, 0 for requests that read none. The
 /// [`RegionUse`] the push counted stands for its region, so that a push that extends the last
-/// run needs no [`Released`] reference at all.
+/// run needs no [`Released`](rdma_pmd::Released) reference at all.
 #[inline(always)]
 pub(super) fn run_key(r: Option<&RegionUse>) -> usize {
     r.map_or(0, |r| r as *const RegionUse as usize)

@@ -132,7 +132,8 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// Release the first regions of the requests with ordinals `[from, to)` (mod 2^16, at
     /// most `2^15` of them): the runs `r..head`, run `r` holding `from` (or ending at it) and
     /// the last extending at least to `to`. Each run's share is released with one
-    /// [`RegionUse::release_many`]. Returns the run holding `to` (or the last).
+    /// [`RegionUse::release_many`](rdma_pmd::RegionUse::release_many). Returns the run
+    /// holding `to` (or the last).
     #[inline]
     pub(super) fn release_runs(&mut self, mut r: u16, head: u16, from: u16, to: u16) -> u16 {
         let span = to.wrapping_sub(from);
