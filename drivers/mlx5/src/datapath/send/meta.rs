@@ -12,9 +12,9 @@ use rdma_pmd::RegionUse;
 pub(super) struct Meta(u64);
 
 impl Meta {
-    pub(super) const SIGNALED: u64 = 1 << 6;
-    pub(super) const INLINE: u64 = 1 << 13;
-    pub(super) const START: u64 = 1 << 14;
+    const SIGNALED: u64 = 1 << 6;
+    const INLINE: u64 = 1 << 13;
+    const START: u64 = 1 << 14;
     /// The word of a block that is not the first of its WQE (nor, at first, of any).
     pub(super) const INTERIOR: Meta = Meta(0);
 
@@ -93,8 +93,8 @@ impl Meta {
 pub(super) struct Stamp(u64);
 
 impl Stamp {
-    pub(super) const EXTRA_SHIFT: u32 = 16;
-    pub(super) const SIGS_SHIFT: u32 = 48;
+    const EXTRA_SHIFT: u32 = 16;
+    const SIGS_SHIFT: u32 = 48;
 
     #[inline(always)]
     pub(super) fn new(extra: u16, sigs: u16) -> Stamp {
@@ -137,7 +137,7 @@ mod tests {
     use crate::datapath::wqe::WqeShape;
 
     #[test]
-    pub(super) fn a_slot_word_gives_the_blocks_of_every_size() {
+    fn a_slot_word_gives_the_blocks_of_every_size() {
         for ds in 0..=63u8 {
             let m = Meta::new(ds, ds % 2 == 0, Stamp::new(0xffff, 0xffff));
             let want = match ds {
