@@ -2,6 +2,7 @@
 //!
 //! * `demo [--backend model|rxe|wire] [args]` — the busy-poll writev demo;
 //! * `test [--tier NAME]` — every test tier, or one, ending with a `N passed, N failed` line;
+//! * `setup [--tier NAME]` — only install what the tiers (or one) need from the host;
 //! * `vectors FILE...` — run mlx5 conformance vector files through the project's builders;
 //! * `nostd` — build and run the freestanding no_std link check;
 //! * `bench post|poll|rxe` — side-by-side benchmarks;
@@ -21,6 +22,7 @@ fn usage() -> ExitCode {
         "usage: cargo xtask <task>\n\
          \x20 demo [--backend model|rxe|wire] [ARGS]  busy-poll writev demo (default: mlx5 device model)\n\
          \x20 test [--tier NAME]                      run every test tier, or one: {}\n\
+         \x20 setup [--tier NAME]                     install what the tiers (or one) need, nothing else\n\
          \x20 vectors FILE...                         run mlx5 conformance vectors\n\
          \x20 nostd                                   freestanding no_std link check\n\
          \x20 bench post|poll|rxe [--rounds N] [--sizes L]  side-by-side benchmarks (options: rxe)\n\
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
     let rest = &args[1..];
     let ok = match task.as_str() {
         "test" => tiers::run_cli(rest),
+        "setup" => tiers::setup(rest),
         "demo" => tiers::demo(rest),
         "vectors" => tiers::vectors_cli(rest),
         "nostd" => tiers::nostd_cli(),

@@ -12,7 +12,7 @@ fn run_example(bin: &str, args: &[String]) -> bool {
     cmd.args(["run", "--release", "--quiet", "-p", "rdma-pmd-examples", "--bin", bin]);
     if bin == "demo" {
         cmd.arg("--no-default-features");
-    } else if !super::prereq::ensure() {
+    } else if !super::prereq::ensure(Some("model")) {
         return false;
     }
     cmd.arg("--").args(args);

@@ -4,7 +4,23 @@
 use super::Outcome;
 use crate::util;
 
+/// Clippy and rustfmt come with most toolchains, but not with a minimal profile: add them.
+fn ensure_components() {
+    let have = |sub: &str| {
+        util::cargo().args([sub, "--version"]).output().is_ok_and(|o| o.status.success())
+    };
+    if !(have("clippy") && have("fmt")) {
+        let _ = util::run(std::process::Command::new("rustup").args([
+            "component",
+            "add",
+            "clippy",
+            "rustfmt",
+        ]));
+    }
+}
+
 pub fn run() -> Outcome {
+    ensure_components();
     let clippy = util::run(util::cargo().args([
         "clippy",
         "--workspace",

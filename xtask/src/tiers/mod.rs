@@ -74,23 +74,34 @@ pub fn names() -> Vec<&'static str> {
     TIERS.iter().map(|(n, _)| *n).collect()
 }
 
-/// `cargo xtask test [--tier NAME]`.
-pub fn run_cli(args: &[String]) -> bool {
+/// The tier `--tier NAME` names, `None` for all; `Err` after printing usage.
+fn parse_only(args: &[String]) -> Result<Option<&str>, ()> {
     let only = match args {
         [] => None,
         [flag, name] if flag == "--tier" => Some(name.as_str()),
         _ => {
-            eprintln!("usage: cargo xtask test [--tier {}]", names().join("|"));
-            return false;
+            eprintln!("usage: cargo xtask test|setup [--tier {}]", names().join("|"));
+            return Err(());
         }
     };
     if let Some(name) = only {
         if !TIERS.iter().any(|(n, _)| *n == name) {
             eprintln!("xtask: no tier {name:?}; tiers: {}", names().join(", "));
-            return false;
+            return Err(());
         }
     }
-    if !prereq::ensure() {
+    Ok(only)
+}
+
+/// `cargo xtask setup [--tier NAME]`: install what the tiers need, run nothing.
+pub fn setup(args: &[String]) -> bool {
+    parse_only(args).is_ok_and(prereq::ensure)
+}
+
+/// `cargo xtask test [--tier NAME]`.
+pub fn run_cli(args: &[String]) -> bool {
+    let Ok(only) = parse_only(args) else { return false };
+    if !prereq::ensure(only) {
         println!("0 passed, 1 failed");
         return false;
     }

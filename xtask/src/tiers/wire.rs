@@ -251,7 +251,7 @@ fn build_tests() -> Result<Vec<PathBuf>, String> {
 
 /// Compile `examples/c/wire_peer.c` against the host's rdma-core; returns the binary.
 fn build_c_peer() -> Result<PathBuf, String> {
-    if !super::prereq::ensure() {
+    if !super::prereq::ensure(Some("wire")) {
         return Err("rdma-core's development files are missing".into());
     }
     let root = util::root();
