@@ -62,6 +62,7 @@ const NEEDS: &[Need] = &[
         tiers: &["unit", "lint"],
     },
     Need { what: "c++", pkg: "g++", why: "libFuzzer, built from source", tiers: &["fuzz"] },
+    Need { what: "tshark", pkg: "tshark", why: "dissecting the wire's captures", tiers: &["wire"] },
     Need { what: "/usr/bin/busybox", pkg: "busybox-static", why: "QEMU guests", tiers: GUESTS },
     Need { what: "cpio", pkg: "cpio", why: "QEMU guests", tiers: GUESTS },
 ];

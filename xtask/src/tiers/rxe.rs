@@ -183,25 +183,16 @@ fn native_rxe() -> Option<(String, String)> {
     None
 }
 
-/// Why the VM cannot run here, with the command that would fix it, if so.
+/// Why the guests cannot run here, `None` when they can. The tools are installed by
+/// [`super::prereq`] (the one place that installs), which prints the command when it cannot.
 pub(super) fn vm_unavailable() -> Option<String> {
-    let missing = vm::host_tools_missing();
-    if missing.is_empty() {
+    if super::prereq::ensure(Some("rxe")) {
         return None;
     }
-    let apt = vm::apt_install_command(&missing);
-    if util::is_root() {
-        eprintln!("xtask: rxe: installing {missing:?}");
-        let ok =
-            util::run(std::process::Command::new("sh").args([
-                "-c",
-                &format!("apt-get update -qq && DEBIAN_FRONTEND=noninteractive {apt}"),
-            ]));
-        if ok && vm::host_tools_missing().is_empty() {
-            return None;
-        }
-    }
-    Some(format!("no rxe device and no VM tools; run: {apt}"))
+    Some(format!(
+        "no rxe device and no VM tools; run: sudo {} (or: sudo cargo xtask setup)",
+        vm::apt_install_command(&vm::host_tools_missing())
+    ))
 }
 
 pub fn run() -> Outcome {

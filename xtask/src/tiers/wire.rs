@@ -15,8 +15,8 @@
 //! fault schedule on our side of the wire, both ways, a wrong rkey, a peer cut off until retry
 //! exceeded). Their names start with `on_wire_`, which the `model` tier skips. The guest
 //! prints the pcaps, gzipped and in base64, on the console, and they land in
-//! `target/wire/pcap/`. Where the host has `tshark` (it is installed when running
-//! as root), every frame must dissect with no malformed packet — except the frames a test's
+//! `target/wire/pcap/`. Where the host has `tshark` (`cargo xtask test` installs it when
+//! running as root), every frame must dissect with no malformed packet — except the frames a test's
 //! fault schedule corrupted on purpose: the tests tap the wire after the schedule (so a capture
 //! holds what really went out, dropped frames absent, duplicates twice, corrupted ones as
 //! corrupted) and write the capture numbers of the frames they corrupted next to it
@@ -346,19 +346,8 @@ fn icrc_ok(pcap: &Path, injected: &BTreeSet<u64>) -> bool {
     unexpected.is_empty() && missing.is_empty()
 }
 
-/// `tshark`, installing Debian's package first where we are root.
+/// `tshark` ([`super::prereq`] installs it for this tier).
 fn tshark() -> bool {
-    if util::have("tshark") {
-        return true;
-    }
-    if util::is_root() {
-        eprintln!("xtask: wire: installing tshark to dissect the captures");
-        let _ = util::run(Command::new("sh").args([
-            "-c",
-            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-             --no-remove tshark >/dev/null",
-        ]));
-    }
     util::have("tshark")
 }
 

@@ -194,7 +194,12 @@ pub enum VmError {
 impl fmt::Display for VmError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            VmError::MissingTools(apt) => write!(f, "missing host tools; install with: {apt}"),
+            VmError::MissingTools(apt) => {
+                write!(
+                    f,
+                    "missing host tools; install with: sudo {apt} (or: sudo cargo xtask setup)"
+                )
+            }
             VmError::Command { cmd, detail } => write!(f, "`{cmd}` failed: {detail}"),
             VmError::Io { path, err } => write!(f, "{}: {err}", path.display()),
             VmError::NotFound(what) => write!(f, "not found: {what}"),
