@@ -67,8 +67,8 @@ mod types;
 pub use backend::{CmQp, MadAddr, MadPort, NoQps, QpPath, QpSet, QpStep, RemoteAccess};
 pub use conn::Cm;
 pub use types::{
-    AcceptParams, CmConfig, CmStats, ConnId, ConnRequest, ConnState, ConnectParams, Event,
-    EventKind, Micros, QpParams, MAX_LISTENERS, REJ_USER_DATA, REP_USER_DATA, REQ_USER_DATA,
+    AcceptParams, CmConfig, CmStats, ConfigError, ConnId, ConnRequest, ConnState, ConnectParams,
+    Event, EventKind, Micros, QpParams, MAX_LISTENERS, REJ_USER_DATA, REP_USER_DATA, REQ_USER_DATA,
 };
 
 #[cfg(test)]
