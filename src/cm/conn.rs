@@ -244,6 +244,9 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     /// so no handle ever names two connections.
     fn free(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
+        // Answers still waiting for the queue go with the connection (counted).
+        let waiting = s.conn.as_ref().map_or(0, |c| c.answers.iter().flatten().count());
+        self.stats.send_dropped += waiting as u64;
         s.conn = None;
         match s.gen.checked_add(1) {
             Some(g) => s.gen = g,
@@ -805,9 +808,6 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         if let Some((to, m)) = last {
             self.send_final(&to, &m);
         }
-        let dropped =
-            self.slots[slot].conn.as_ref().map_or(0, |c| c.answers.iter().flatten().count() as u64);
-        self.stats.send_dropped += dropped;
         self.free(slot);
         self.withdraw_events(id);
         Ok(())
