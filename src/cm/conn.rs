@@ -442,6 +442,12 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         let first = c.answers[0].take();
         c.answers.copy_within(1.., 0);
         c.answers[ANSWERS - 1] = None;
+        // The last one gone: a state with no timer of its own drops the answers' deadline.
+        let idle =
+            matches!(c.state, ConnState::ReqRcvd | ConnState::MraReqSent | ConnState::Established);
+        if idle && c.answers[0].is_none() {
+            c.deadline = None;
+        }
         if let Some(k) = first.and_then(|a| a.event) {
             self.push_event(id, k);
         }

@@ -420,7 +420,7 @@ fn a_drep_that_cannot_leave_holds_its_disconnected_event_until_it_does() {
 }
 
 #[test]
-fn a_req_an_rtu_and_a_rej_that_cannot_leave_go_on_a_later_poll() {
+fn a_req_an_rtu_and_a_rej_that_cannot_leave_go_on_a_later_poll_and_count_no_error() {
     let (net, mut a, mut b) = pair();
     b.listen(PORT).unwrap();
     let (mut qa, mut qb) = (FakeQp::new(0x100), FakeQp::new(0x200));
@@ -443,7 +443,57 @@ fn a_req_an_rtu_and_a_rej_that_cannot_leave_go_on_a_later_poll() {
         Some(Event { id: ida, kind: EventKind::Established })
     );
     assert_eq!(attrs(&net), [AttrId::Req, AttrId::Rep, AttrId::Rtu]);
+    assert_eq!(a.next_deadline(), None, "no timer left behind");
     assert_eq!(a.stats().send_errors, 0);
+    // The REJ of a request rejected while B's queue is full: kept, sent on B's next poll.
+    let mut q2 = FakeQp::new(0x101);
+    let id2 = a.connect(&mut q2, &params(&[]), Micros(3)).unwrap();
+    let mut evs = Vec::new();
+    for _ in 0..4 {
+        evs.extend(b.poll(Micros(3), &mut none()));
+    }
+    // B saw the first connection's RTU, then the second REQ.
+    assert_eq!(kinds(&evs), [EventKind::Established, EventKind::ConnectRequest]);
+    let e = evs[1];
+    net.borrow_mut().room[AT_B] = Some(0);
+    b.reject(e.id, b"full").unwrap();
+    assert_eq!((b.state(e.id), *attrs(&net).last().unwrap()), (None, AttrId::Req));
+    net.borrow_mut().room[AT_B] = None;
+    assert_eq!(b.poll(Micros(4), &mut none()), None);
+    assert_eq!(*attrs(&net).last().unwrap(), AttrId::Rej);
+    assert_eq!(
+        a.poll(Micros(4), core::slice::from_mut(&mut q2)),
+        Some(Event { id: id2, kind: EventKind::Rejected { reason: RejReason::ConsumerDefined } })
+    );
+    assert_eq!((b.stats().send_errors, b.stats().send_dropped), (0, 0));
+}
+
+#[test]
+fn a_rep_with_target_ack_delay_31_cannot_stretch_the_requesters_timewait() {
+    let (net, mut a, _b) = pair();
+    let cfg = CmConfig::new(0xa1, 1);
+    net.borrow_mut().blackhole.push(B);
+    let mut qa = FakeQp::new(0x100);
+    let ida = a.connect(&mut qa, &params(&[]), Micros(0)).unwrap();
+    let local = Req::new_checked(&net.borrow().log[0].mad[..]).unwrap().local_comm_id();
+    let mut m = [0u8; MAD_LEN];
+    let mut rep = Rep::new_checked(&mut m[..]).unwrap();
+    rep.hdr_mut().emit_cm(AttrId::Rep, 3);
+    rep.set_local_comm_id(0x4242);
+    rep.set_remote_comm_id(local);
+    rep.set_local_qpn(0x200);
+    rep.set_local_ca_guid(0xb2);
+    rep.set_target_ack_delay(31);
+    net.borrow_mut().inject(AT_A, B, m);
+    let e = a.poll(Micros(0), core::slice::from_mut(&mut qa)).unwrap();
+    assert_eq!(e, Event { id: ida, kind: EventKind::Established });
+    net.borrow_mut().inject(AT_A, B, dreq(0x4242, local, 0x100));
+    let e = a.poll(Micros(0), core::slice::from_mut(&mut qa)).unwrap();
+    assert_eq!(e.kind, EventKind::Disconnected);
+    let bound = Micros(0).plus_ms(convert_to_ms(cfg.max_timewait));
+    assert_eq!(a.next_deadline(), Some(bound));
+    assert_eq!(kinds(&run_clock(&mut a, Micros(0), bound)), [EventKind::TimewaitExit]);
+    assert_eq!(a.live(), 0);
 }
 
 #[test]
