@@ -458,16 +458,37 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     /// event ring has no room for them and one more.
     fn drop_answers(&mut self, slot: usize) -> bool {
         let Some(c) = self.slots[slot].conn.as_ref() else { return true };
-        let n = c.answers.iter().flatten().count();
         let events = c.answers.iter().flatten().filter(|a| a.event.is_some()).count();
         if E - self.ev_len < events + 1 {
             return false;
         }
+        self.release(slot);
+        true
+    }
+
+    /// Drop a connection's waiting answers (counted), raising the events they held.
+    fn release(&mut self, slot: usize) {
+        let Some(c) = self.slots[slot].conn.as_ref() else { return };
+        let n = c.answers.iter().flatten().count();
         self.stats.send_dropped += n as u64;
         for _ in 0..n {
             self.pop_answer(slot);
         }
-        true
+    }
+
+    /// Events held by answers waiting for the queue, over all connections.
+    fn held(&self) -> usize {
+        let held = |c: &Conn| c.answers.iter().flatten().filter(|a| a.event.is_some()).count();
+        self.slots.iter().filter_map(|s| s.conn.as_ref()).map(held).sum()
+    }
+
+    /// Raise `kind` for a live connection, after the events its waiting answers hold: the
+    /// connection moved on, so those answers are dropped (counted) and their events go
+    /// first, keeping the events in the order things happened.
+    pub(super) fn conn_event(&mut self, slot: usize, kind: EventKind) {
+        self.release(slot);
+        let id = self.id_of(slot);
+        self.push_event(id, kind);
     }
 
     fn mad_addr(&self, dgid: Gid, dmac: Mac) -> MadAddr {
@@ -840,7 +861,9 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     pub fn poll(&mut self, now: Micros, qps: &mut (impl QpSet + ?Sized)) -> Option<Event> {
         self.flush();
         for _ in 0..self.cfg.budget {
-            if self.ev_len == E {
+            // Room for the input's event and for every event held by an answer (an input
+            // may release those of its connection first).
+            if E - self.ev_len < 1 + self.held() {
                 break;
             }
             let mut rx = [0u8; GRH_LEN + MAD_LEN];
@@ -857,7 +880,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             }
         }
         for slot in 0..N {
-            if self.ev_len == E {
+            if E - self.ev_len < 1 + self.held() {
                 break;
             }
             let due =
@@ -902,7 +925,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                 // RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT); a DREQ error enters timewait.
                 if c.state == ConnState::DreqSent {
                     self.enter_timewait(slot, now);
-                    self.push_event(id, EventKind::Disconnected);
+                    self.conn_event(slot, EventKind::Disconnected);
                 } else {
                     let qpn = c.local_qpn;
                     if matches!(c.state, ConnState::RepSent | ConnState::MraRepRcvd) {

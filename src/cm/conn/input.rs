@@ -379,7 +379,6 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         }
         c.state = ConnState::Established;
         // Established is raised once the RTU left.
-        let _ = id;
         self.send_rtu(slot, Some(EventKind::Established), now);
     }
 
@@ -461,7 +460,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                     let _ = q.modify(&QpStep::Error);
                 }
                 self.enter_timewait(slot, now);
-                self.push_event(id, EventKind::Disconnected);
+                self.conn_event(slot, EventKind::Disconnected);
             }
             ConnState::TimeWait => self.stats.unexpected += 1,
         }
@@ -537,7 +536,6 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             self.send_or_drop(&to, &m);
             return;
         };
-        let id = self.id_of(slot);
         let tid = dreq.hdr().tid();
         let c = self.slots[slot].conn.as_mut().expect("found");
         if c.local_qpn.0 != dreq.remote_qpn_eecn() {
@@ -574,7 +572,6 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         }
         // Disconnected is raised once the DREP left.
         self.answer(slot, to, m, event.then_some(EventKind::Disconnected), now);
-        let _ = id;
     }
 
     /// `cm_drep_handler`.
@@ -584,12 +581,11 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             self.stats.unexpected += 1;
             return;
         };
-        let id = self.id_of(slot);
         if self.slots[slot].conn.as_ref().map(|c| c.state) != Some(ConnState::DreqSent) {
             self.stats.duplicates += 1;
             return;
         }
         self.enter_timewait(slot, now);
-        self.push_event(id, EventKind::Disconnected);
+        self.conn_event(slot, EventKind::Disconnected);
     }
 }

@@ -730,3 +730,33 @@ fn timers_due_while_nobody_drains_the_event_ring_wait_for_room_and_lose_nothing(
     assert_eq!(b.live(), 0);
     let _ = &mut a;
 }
+
+#[test]
+fn an_event_held_by_a_waiting_rtu_still_comes_before_the_connections_next_one() {
+    let (net, mut a, mut b) = pair();
+    b.listen(PORT).unwrap();
+    let (mut qa, mut qb) = (FakeQp::new(0x100), FakeQp::new(0x200));
+    let ida = a.connect(&mut qa, &params(&[]), Micros(0)).unwrap();
+    let (_, eb) = settle(&mut a, &mut b, Micros(0), core::slice::from_mut(&mut qa), &mut []);
+    let idb = eb[0].id;
+    b.accept(idb, &mut qb, &AcceptParams::default(), Micros(0)).unwrap();
+    net.borrow_mut().room[AT_A] = Some(0);
+    assert_eq!(a.poll(Micros(0), core::slice::from_mut(&mut qa)), None, "the RTU waits");
+    // B gives up on the connection (REJ, consumer-defined) before A's RTU could leave.
+    b.destroy(idb, core::slice::from_mut(&mut qb)).unwrap();
+    let mut ev = Vec::new();
+    for _ in 0..3 {
+        ev.extend(a.poll(Micros(1), core::slice::from_mut(&mut qa)));
+    }
+    assert_eq!(
+        ev,
+        [
+            Event { id: ida, kind: EventKind::Established },
+            Event { id: ida, kind: EventKind::Disconnected }
+        ]
+    );
+    assert_eq!(a.stats().send_dropped, 1, "the RTU, no longer wanted");
+    let bound = Micros(1).plus_ms(convert_to_ms(CmConfig::new(1, 1).max_timewait));
+    assert_eq!(kinds(&run_clock(&mut a, Micros(1), bound)), [EventKind::TimewaitExit]);
+    assert_eq!((a.live(), b.live()), (0, 0));
+}
