@@ -59,11 +59,11 @@ struct Conn {
     rep_data: [u8; REP_USER_DATA],
 }
 
-/// An answer waiting for room in the port's send queue, and the event raised once it left.
+/// An answer waiting for room in the port's send queue, and the event raised once it left;
+/// or (no MAD) an event waiting behind such answers.
 #[derive(Clone, Copy)]
 struct Answer {
-    to: MadAddr,
-    mad: [u8; MAD_LEN],
+    mad: Option<(MadAddr, [u8; MAD_LEN])>,
     event: Option<EventKind>,
 }
 
@@ -245,7 +245,10 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     fn free(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
         // Answers still waiting for the queue go with the connection (counted).
-        let waiting = s.conn.as_ref().map_or(0, |c| c.answers.iter().flatten().count());
+        let waiting = s
+            .conn
+            .as_ref()
+            .map_or(0, |c| c.answers.iter().flatten().filter(|a| a.mad.is_some()).count());
         self.stats.send_dropped += waiting as u64;
         s.conn = None;
         match s.gen.checked_add(1) {
@@ -353,11 +356,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
 
     /// Send an answer for a connection, and raise `event` once it left. Answers leave in
     /// order: one waits behind those already waiting. When the queue is full the answer is
-    /// kept (an answer with no event gives way to one with an event; one with no room is
-    /// dropped and counted, and its event raised, as when the connection's time runs out).
-    ///
-    /// A kept answer gives its connection a deadline (one try's timeout) if it had none, so
-    /// that its event is not held for ever.
+    /// kept with its event (see [`Cm::keep`]).
     fn answer(
         &mut self,
         slot: usize,
@@ -366,44 +365,58 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         event: Option<EventKind>,
         now: Micros,
     ) {
-        let id = self.id_of(slot);
-        let waiting =
-            self.slots[slot].conn.as_ref().is_some_and(|c| c.answers.iter().any(Option::is_some));
+        let waiting = self.slots[slot].conn.as_ref().is_some_and(|c| c.answers[0].is_some());
         if !waiting && self.send(&to, &mad) != Tx::Full {
             if let Some(k) = event {
-                self.push_event(id, k);
+                self.push_event(self.id_of(slot), k);
             }
             return;
         }
+        self.stats.send_deferred += 1;
+        self.keep(slot, Answer { mad: Some((to, mad)), event }, now);
+    }
+
+    /// Raise `kind` for a live connection, behind the events its waiting answers hold (so
+    /// that events come in the order things happened).
+    pub(super) fn conn_event(&mut self, slot: usize, kind: EventKind, now: Micros) {
+        let waiting = self.slots[slot].conn.as_ref().is_some_and(|c| c.answers[0].is_some());
+        if !waiting && self.ev_len < E {
+            self.push_event(self.id_of(slot), kind);
+            return;
+        }
+        self.keep(slot, Answer { mad: None, event: Some(kind) }, now);
+    }
+
+    /// Keep an answer (or an event behind answers) in its connection. The connection gets a
+    /// deadline (one try's timeout) if it had none, so that nothing is held for ever. When
+    /// the connection's answers are full, one without an event gives way (dropped, counted);
+    /// failing that (never with the states' answers: at most an RTU and a DREP hold events)
+    /// the MAD is dropped and its event raised now.
+    fn keep(&mut self, slot: usize, new: Answer, now: Micros) {
+        let id = self.id_of(slot);
         let Some(c) = self.slots[slot].conn.as_mut() else { return };
         if c.deadline.is_none() {
             c.deadline = Some(now.plus_ms(c.timeout_ms));
         }
-        let new = Answer { to, mad, event };
         if let Some(a) = c.answers.iter_mut().find(|a| a.is_none()) {
             *a = Some(new);
-            self.stats.send_deferred += 1;
             return;
         }
-        // Full: drop an answer with no event (the oldest), or this one if it has none.
-        if event.is_some() {
-            if let Some(i) = c.answers.iter().position(|a| a.is_some_and(|a| a.event.is_none())) {
-                c.answers.copy_within(i + 1.., i);
-                c.answers[ANSWERS - 1] = Some(new);
-                self.stats.send_dropped += 1;
-                self.stats.send_deferred += 1;
-                return;
-            }
+        if let Some(i) = c.answers.iter().position(|a| a.is_some_and(|a| a.event.is_none())) {
+            c.answers.copy_within(i + 1.., i);
+            c.answers[ANSWERS - 1] = Some(new);
+            self.stats.send_dropped += 1;
+            return;
         }
-        self.stats.send_dropped += 1;
-        if let Some(k) = event {
+        self.stats.send_dropped += new.mad.is_some() as u64;
+        if let Some(k) = new.event {
             self.push_event(id, k);
         }
     }
 
     /// Send what waits for room in the port's queue, oldest first: the finals, then each
-    /// connection's `out` and answers. Stops at the first send the queue refuses, and before
-    /// an answer whose event would find the event ring full.
+    /// connection's `out` and answers. Stops at the first send the queue refuses; a
+    /// connection's answers wait while the event ring has no room for the next one's event.
     fn flush(&mut self) {
         for i in 0..FINALS {
             let Some((to, mad)) = self.finals[i] else { continue };
@@ -425,17 +438,19 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             }
             while let Some(a) = self.slots[slot].conn.as_ref().and_then(|c| c.answers[0]) {
                 if a.event.is_some() && self.ev_len == E {
-                    return;
+                    break;
                 }
-                if self.send(&a.to, &a.mad) == Tx::Full {
-                    return;
+                if let Some((to, mad)) = a.mad {
+                    if self.send(&to, &mad) == Tx::Full {
+                        return;
+                    }
                 }
                 self.pop_answer(slot);
             }
         }
     }
 
-    /// Take the oldest waiting answer of a slot and raise its event.
+    /// Take the oldest waiting answer of a slot and raise its event (the ring has room).
     fn pop_answer(&mut self, slot: usize) {
         let id = self.id_of(slot);
         let Some(c) = self.slots[slot].conn.as_mut() else { return };
@@ -454,41 +469,17 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     }
 
     /// The connection's time ran out with answers still waiting: drop them (counted) and
-    /// raise their events, so that no event is held for ever. False (nothing done) if the
-    /// event ring has no room for them and one more.
+    /// raise the events they held, as the event ring has room. True once none is left and
+    /// the ring still has room for one more event.
     fn drop_answers(&mut self, slot: usize) -> bool {
-        let Some(c) = self.slots[slot].conn.as_ref() else { return true };
-        let events = c.answers.iter().flatten().filter(|a| a.event.is_some()).count();
-        if E - self.ev_len < events + 1 {
-            return false;
-        }
-        self.release(slot);
-        true
-    }
-
-    /// Drop a connection's waiting answers (counted), raising the events they held.
-    fn release(&mut self, slot: usize) {
-        let Some(c) = self.slots[slot].conn.as_ref() else { return };
-        let n = c.answers.iter().flatten().count();
-        self.stats.send_dropped += n as u64;
-        for _ in 0..n {
+        while let Some(a) = self.slots[slot].conn.as_ref().and_then(|c| c.answers[0]) {
+            if a.event.is_some() && self.ev_len == E {
+                return false;
+            }
+            self.stats.send_dropped += a.mad.is_some() as u64;
             self.pop_answer(slot);
         }
-    }
-
-    /// Events held by answers waiting for the queue, over all connections.
-    fn held(&self) -> usize {
-        let held = |c: &Conn| c.answers.iter().flatten().filter(|a| a.event.is_some()).count();
-        self.slots.iter().filter_map(|s| s.conn.as_ref()).map(held).sum()
-    }
-
-    /// Raise `kind` for a live connection, after the events its waiting answers hold: the
-    /// connection moved on, so those answers are dropped (counted) and their events go
-    /// first, keeping the events in the order things happened.
-    pub(super) fn conn_event(&mut self, slot: usize, kind: EventKind) {
-        self.release(slot);
-        let id = self.id_of(slot);
-        self.push_event(id, kind);
+        self.ev_len < E
     }
 
     fn mad_addr(&self, dgid: Gid, dmac: Mac) -> MadAddr {
@@ -861,9 +852,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     pub fn poll(&mut self, now: Micros, qps: &mut (impl QpSet + ?Sized)) -> Option<Event> {
         self.flush();
         for _ in 0..self.cfg.budget {
-            // Room for the input's event and for every event held by an answer (an input
-            // may release those of its connection first).
-            if E - self.ev_len < 1 + self.held() {
+            if self.ev_len == E {
                 break;
             }
             let mut rx = [0u8; GRH_LEN + MAD_LEN];
@@ -880,7 +869,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             }
         }
         for slot in 0..N {
-            if E - self.ev_len < 1 + self.held() {
+            if self.ev_len == E {
                 break;
             }
             let due =
@@ -925,7 +914,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                 // RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT); a DREQ error enters timewait.
                 if c.state == ConnState::DreqSent {
                     self.enter_timewait(slot, now);
-                    self.conn_event(slot, EventKind::Disconnected);
+                    self.conn_event(slot, EventKind::Disconnected, now);
                 } else {
                     let qpn = c.local_qpn;
                     if matches!(c.state, ConnState::RepSent | ConnState::MraRepRcvd) {

@@ -460,7 +460,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                     let _ = q.modify(&QpStep::Error);
                 }
                 self.enter_timewait(slot, now);
-                self.conn_event(slot, EventKind::Disconnected);
+                self.conn_event(slot, EventKind::Disconnected, now);
             }
             ConnState::TimeWait => self.stats.unexpected += 1,
         }
@@ -586,6 +586,6 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             return;
         }
         self.enter_timewait(slot, now);
-        self.conn_event(slot, EventKind::Disconnected);
+        self.conn_event(slot, EventKind::Disconnected, now);
     }
 }

@@ -742,8 +742,12 @@ fn an_event_held_by_a_waiting_rtu_still_comes_before_the_connections_next_one() 
     b.accept(idb, &mut qb, &AcceptParams::default(), Micros(0)).unwrap();
     net.borrow_mut().room[AT_A] = Some(0);
     assert_eq!(a.poll(Micros(0), core::slice::from_mut(&mut qa)), None, "the RTU waits");
-    // B gives up on the connection (REJ, consumer-defined) before A's RTU could leave.
+    // B gives up on the connection (REJ, consumer-defined) before A's RTU could leave: A's
+    // Disconnected waits behind the Established its RTU holds.
     b.destroy(idb, core::slice::from_mut(&mut qb)).unwrap();
+    assert_eq!(a.poll(Micros(1), core::slice::from_mut(&mut qa)), None);
+    assert_eq!(a.state(ida), Some(ConnState::TimeWait));
+    net.borrow_mut().room[AT_A] = None;
     let mut ev = Vec::new();
     for _ in 0..3 {
         ev.extend(a.poll(Micros(1), core::slice::from_mut(&mut qa)));
@@ -755,8 +759,36 @@ fn an_event_held_by_a_waiting_rtu_still_comes_before_the_connections_next_one() 
             Event { id: ida, kind: EventKind::Disconnected }
         ]
     );
-    assert_eq!(a.stats().send_dropped, 1, "the RTU, no longer wanted");
+    assert_eq!(*attrs(&net).last().unwrap(), AttrId::Rtu);
     let bound = Micros(1).plus_ms(convert_to_ms(CmConfig::new(1, 1).max_timewait));
     assert_eq!(kinds(&run_clock(&mut a, Micros(1), bound)), [EventKind::TimewaitExit]);
     assert_eq!((a.live(), b.live()), (0, 0));
+}
+
+#[test]
+fn with_room_for_one_event_held_events_come_one_by_one_and_the_slot_is_still_freed() {
+    // A has room for one undelivered event; its queue stays full, so the RTU never leaves.
+    let net: Shared = Rc::new(RefCell::new(Net::default()));
+    let mut a: Cm<Port, 2, 1> = Cm::new(host(&net, 1), CmConfig::new(0xa1, 1)).unwrap();
+    let mut b: Cm<Port, 2, 8> = Cm::new(host(&net, 2), CmConfig::new(0xb2, 2)).unwrap();
+    b.listen(PORT).unwrap();
+    let (mut qa, mut qb) = (FakeQp::new(0x100), FakeQp::new(0x200));
+    let ida = a.connect(&mut qa, &params(&[]), Micros(0)).unwrap();
+    let e = b.poll(Micros(0), &mut none()).unwrap();
+    b.accept(e.id, &mut qb, &AcceptParams::default(), Micros(0)).unwrap();
+    net.borrow_mut().room[AT_A] = Some(0);
+    assert_eq!(a.poll(Micros(0), core::slice::from_mut(&mut qa)), None);
+    b.destroy(e.id, core::slice::from_mut(&mut qb)).unwrap();
+    assert_eq!(a.poll(Micros(0), core::slice::from_mut(&mut qa)), None);
+    // The RTU's time (one try, 4608 ms) runs out: Established, then Disconnected; timewait
+    // (at most 2048 ms) ends with TimewaitExit, one event per poll.
+    let bound = Micros(0).plus_ms(4608 + 2048);
+    let ev = run_clock(&mut a, Micros(0), bound);
+    assert_eq!(
+        kinds(&ev),
+        [EventKind::Established, EventKind::Disconnected, EventKind::TimewaitExit]
+    );
+    assert!(ev.iter().all(|e| e.id == ida));
+    let s = a.stats();
+    assert_eq!((a.live(), s.send_dropped, s.send_errors), (0, 1, 0));
 }
