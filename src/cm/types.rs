@@ -62,7 +62,8 @@ pub struct CmConfig {
     pub max_peer_cm_retries: u8,
     /// Longest timewait, as an exponent: `cm.c` waits `cm_convert_to_ms(av.timeout)`, and
     /// `av.timeout` comes from the peer's ACK timeout or delay. Default 19 (2048 ms): a
-    /// RoCE path with rdma_cm's lifetime (16) and mlx5's ACK delay (16) waits 1024 ms.
+    /// RoCE path with rdma_cm's lifetime (16) and mlx5's ACK delay (16) waits 1024 ms. The
+    /// same bound caps `av.timeout`'s term in an MRA's wait (`cm_mra_handler`).
     pub max_timewait: u8,
 }
 
