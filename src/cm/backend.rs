@@ -32,6 +32,14 @@ pub struct MadAddr {
 /// Contract for implementors: `send_mad` sends the 256 bytes as one UD SEND from QP1 to QP1
 /// at `to` with Q_Key `0x80010000`, or fails without sending; `recv_mad` never blocks and
 /// hands each received datagram over once, GRH first, as the UD receive wrote it.
+///
+/// [`Error::QueueFull`](crate::Error::QueueFull) from `send_mad` means "not now, try later"
+/// (`ENOMEM` from a full send queue: mlx5's GSI queue holds about ten MADs): nothing was
+/// sent, and the same send may succeed once earlier ones complete. The CM keeps such a MAD
+/// and sends it on a later [`super::Cm::poll`] (an event that depends on it waits for it);
+/// it is not a send error. Any other error is a hard failure: the CM counts it
+/// ([`super::CmStats::send_errors`]) and treats the MAD as lost on the wire (its retry
+/// timer, where it has one, covers it).
 pub trait MadPort {
     /// Send one MAD.
     fn send_mad(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) -> Result<()>;

@@ -48,15 +48,52 @@ struct Conn {
     local_addr: IpAddr,
     /// The last MAD sent that expects an answer, for retransmission.
     out: [u8; MAD_LEN],
+    /// `out` could not leave yet (the port's queue was full): [`Cm::poll`] sends it first.
+    out_unsent: bool,
+    /// Answers (RTU, DREP, MRA, REJ) that could not leave yet, oldest first, each with the
+    /// event that waits for it.
+    answers: [Option<Answer>; ANSWERS],
     /// The REQ's private data (passive side).
     req_data: [u8; 92],
     /// The REP's private data (active side).
     rep_data: [u8; REP_USER_DATA],
 }
 
+/// An answer waiting for room in the port's send queue, and the event raised once it left;
+/// or (no MAD) an event waiting behind such answers.
+#[derive(Clone, Copy)]
+struct Answer {
+    mad: Option<(MadAddr, [u8; MAD_LEN])>,
+    event: Option<EventKind>,
+}
+
+/// Answers a connection keeps while the port's queue is full: the two that carry an event
+/// (the RTU after a REP, the DREP after a DREQ) can both be waiting; an answer without an
+/// event (to a peer's retry) gives way to them.
+const ANSWERS: usize = 2;
+
+/// Last MADs of connections already freed ([`Cm::destroy`], a failed accept or REP) kept
+/// while the port's queue is full; beyond this they are dropped and counted (the peer's
+/// own timers end its side).
+const FINALS: usize = 4;
+
 struct Slot {
-    gen: u16,
+    /// Grows by one each time the slot is freed; never wraps (see [`ConnId`]).
+    gen: u64,
+    /// The generation reached its end: the slot is never used again.
+    retired: bool,
     conn: Option<Conn>,
+}
+
+/// What became of one send.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tx {
+    /// It left.
+    Sent,
+    /// The port's queue is full ([`Error::QueueFull`]): try again later.
+    Full,
+    /// The port failed it for good (counted in `send_errors`).
+    Failed,
 }
 
 /// The connection manager over port `P`, with `N` connections and room for `E` undelivered
@@ -73,6 +110,7 @@ pub struct Cm<P: MadPort, const N: usize, const E: usize = 16> {
     hi_tid: u32,
     psn: PsnGen,
     stats: CmStats,
+    finals: [Option<(MadAddr, [u8; MAD_LEN])>; FINALS],
 }
 
 /// A REJ, MRA or DREP answering a MAD that matched no connection, or a connection's.
@@ -81,11 +119,11 @@ fn blank() -> [u8; MAD_LEN] {
 }
 
 impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
-    /// A CM over `port`. Fails if the CA GUID is 0 or `N`/`E` are 0 or `N` exceeds 65535.
+    /// A CM over `port`. Fails if the configuration does not pass [`CmConfig::check`]
+    /// (the field at fault named in [`Error::InvalidArgument`]), or `N`/`E` are 0 or `N`
+    /// exceeds 65535.
     pub fn new(port: P, cfg: CmConfig) -> Result<Self> {
-        if cfg.ca_guid == 0 {
-            return Err(Error::InvalidArgument("CA GUID 0"));
-        }
+        cfg.check()?;
         if N == 0 || E == 0 || N > u16::MAX as usize {
             return Err(Error::InvalidArgument("table sizes"));
         }
@@ -93,7 +131,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         Ok(Cm {
             port,
             cfg,
-            slots: core::array::from_fn(|_| Slot { gen: 0, conn: None }),
+            slots: core::array::from_fn(|_| Slot { gen: 0, retired: false, conn: None }),
             listeners: [None; MAX_LISTENERS],
             events: [None; E],
             ev_head: 0,
@@ -102,6 +140,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             hi_tid: hi | 1,
             psn: PsnGen::new(cfg.seed ^ 0x5053_4e53),
             stats: CmStats::default(),
+            finals: [None; FINALS],
         })
     }
 
@@ -200,15 +239,36 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         ConnId { slot: slot as u16, gen: self.slots[slot].gen }
     }
 
+    /// Free a slot: its generation moves on, so every handle to it is refused from now on;
+    /// a slot whose generation is at its end is retired instead (never handed out again),
+    /// so no handle ever names two connections.
     fn free(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
+        // Answers still waiting for the queue go with the connection (counted).
+        let waiting = s
+            .conn
+            .as_ref()
+            .map_or(0, |c| c.answers.iter().flatten().filter(|a| a.mad.is_some()).count());
+        self.stats.send_dropped += waiting as u64;
         s.conn = None;
-        s.gen = s.gen.wrapping_add(1);
+        match s.gen.checked_add(1) {
+            Some(g) => s.gen = g,
+            None => {
+                s.retired = true;
+                self.stats.retired += 1;
+            }
+        }
     }
 
     /// A free slot.
     fn alloc_slot(&self) -> Option<usize> {
-        self.slots.iter().position(|s| s.conn.is_none())
+        self.slots.iter().position(|s| s.conn.is_none() && !s.retired)
+    }
+
+    /// Test hook: set a slot's generation (to reach its end without 2^64 connections).
+    #[cfg(test)]
+    pub(crate) fn set_generation(&mut self, slot: usize, gen: u64) {
+        self.slots[slot].gen = gen;
     }
 
     /// A fresh local communication ID: non-zero, not in use (`cm_alloc_id_priv` draws them
@@ -240,17 +300,186 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         self.ev_len += 1;
     }
 
-    fn send(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) {
+    /// One send: only a hard error counts as `send_errors`; a full queue is the caller's to
+    /// keep or drop.
+    fn send(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) -> Tx {
         match self.port.send_mad(to, mad) {
-            Ok(()) => self.stats.sent += 1,
-            Err(_) => self.stats.send_errors += 1,
+            Ok(()) => {
+                self.stats.sent += 1;
+                Tx::Sent
+            }
+            Err(Error::QueueFull { .. }) => Tx::Full,
+            Err(_) => {
+                self.stats.send_errors += 1;
+                Tx::Failed
+            }
         }
     }
 
+    /// Send an answer that no connection keeps (to a MAD that matched none, or to a peer's
+    /// retry): dropped and counted when the queue is full; the peer's next retry gets one.
+    fn send_or_drop(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) {
+        if self.send(to, mad) == Tx::Full {
+            self.stats.send_dropped += 1;
+        }
+    }
+
+    /// The last MAD of a connection being freed: kept among the finals when the queue is
+    /// full, dropped and counted when they are full too.
+    fn send_final(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) {
+        if self.finals.iter().all(Option::is_none) && self.send(to, mad) != Tx::Full {
+            return;
+        }
+        match self.finals.iter_mut().find(|f| f.is_none()) {
+            Some(f) => {
+                *f = Some((*to, *mad));
+                self.stats.send_deferred += 1;
+            }
+            None => self.stats.send_dropped += 1,
+        }
+    }
+
+    /// Send (or send again) the connection's `out`; if the queue is full it waits, sent
+    /// first on the next poll. Its timer runs either way, so a queue that stays full ends
+    /// the connection within its retries, as a lost MAD would.
     fn send_out(&mut self, slot: usize) {
         let Some(c) = self.slots[slot].conn.as_ref() else { return };
         let (to, mad) = (c.peer, c.out);
-        self.send(&to, &mad);
+        let full = self.send(&to, &mad) == Tx::Full;
+        if full {
+            self.stats.send_deferred += 1;
+        }
+        if let Some(c) = self.slots[slot].conn.as_mut() {
+            c.out_unsent = full;
+        }
+    }
+
+    /// Send an answer for a connection, and raise `event` once it left. Answers leave in
+    /// order: one waits behind those already waiting. When the queue is full the answer is
+    /// kept with its event (see [`Cm::keep`]).
+    fn answer(
+        &mut self,
+        slot: usize,
+        to: MadAddr,
+        mad: [u8; MAD_LEN],
+        event: Option<EventKind>,
+        now: Micros,
+    ) {
+        let waiting = self.slots[slot].conn.as_ref().is_some_and(|c| c.answers[0].is_some());
+        if !waiting && self.send(&to, &mad) != Tx::Full {
+            if let Some(k) = event {
+                self.push_event(self.id_of(slot), k);
+            }
+            return;
+        }
+        self.stats.send_deferred += 1;
+        self.keep(slot, Answer { mad: Some((to, mad)), event }, now);
+    }
+
+    /// Raise `kind` for a live connection, behind the events its waiting answers hold (so
+    /// that events come in the order things happened).
+    pub(super) fn conn_event(&mut self, slot: usize, kind: EventKind, now: Micros) {
+        let waiting = self.slots[slot].conn.as_ref().is_some_and(|c| c.answers[0].is_some());
+        if !waiting && self.ev_len < E {
+            self.push_event(self.id_of(slot), kind);
+            return;
+        }
+        self.keep(slot, Answer { mad: None, event: Some(kind) }, now);
+    }
+
+    /// Keep an answer (or an event behind answers) in its connection. The connection gets a
+    /// deadline (one try's timeout) if it had none, so that nothing is held for ever. When
+    /// the connection's answers are full, one without an event gives way (dropped, counted);
+    /// failing that (never with the states' answers: at most an RTU and a DREP hold events)
+    /// the MAD is dropped and its event raised now.
+    fn keep(&mut self, slot: usize, new: Answer, now: Micros) {
+        let id = self.id_of(slot);
+        let Some(c) = self.slots[slot].conn.as_mut() else { return };
+        if c.deadline.is_none() {
+            c.deadline = Some(now.plus_ms(c.timeout_ms));
+        }
+        if let Some(a) = c.answers.iter_mut().find(|a| a.is_none()) {
+            *a = Some(new);
+            return;
+        }
+        if let Some(i) = c.answers.iter().position(|a| a.is_some_and(|a| a.event.is_none())) {
+            c.answers.copy_within(i + 1.., i);
+            c.answers[ANSWERS - 1] = Some(new);
+            self.stats.send_dropped += 1;
+            return;
+        }
+        self.stats.send_dropped += new.mad.is_some() as u64;
+        if let Some(k) = new.event {
+            self.push_event(id, k);
+        }
+    }
+
+    /// Send what waits for room in the port's queue, oldest first: the finals, then each
+    /// connection's `out` and answers. Stops at the first send the queue refuses; a
+    /// connection's answers wait while the event ring has no room for the next one's event.
+    fn flush(&mut self) {
+        for i in 0..FINALS {
+            let Some((to, mad)) = self.finals[i] else { continue };
+            if self.send(&to, &mad) == Tx::Full {
+                return;
+            }
+            self.finals[i] = None;
+        }
+        for slot in 0..N {
+            let Some(c) = self.slots[slot].conn.as_ref() else { continue };
+            if c.out_unsent {
+                let (to, mad) = (c.peer, c.out);
+                if self.send(&to, &mad) == Tx::Full {
+                    return;
+                }
+                if let Some(c) = self.slots[slot].conn.as_mut() {
+                    c.out_unsent = false;
+                }
+            }
+            while let Some(a) = self.slots[slot].conn.as_ref().and_then(|c| c.answers[0]) {
+                if a.event.is_some() && self.ev_len == E {
+                    break;
+                }
+                if let Some((to, mad)) = a.mad {
+                    if self.send(&to, &mad) == Tx::Full {
+                        return;
+                    }
+                }
+                self.pop_answer(slot);
+            }
+        }
+    }
+
+    /// Take the oldest waiting answer of a slot and raise its event (the ring has room).
+    fn pop_answer(&mut self, slot: usize) {
+        let id = self.id_of(slot);
+        let Some(c) = self.slots[slot].conn.as_mut() else { return };
+        let first = c.answers[0].take();
+        c.answers.copy_within(1.., 0);
+        c.answers[ANSWERS - 1] = None;
+        // The last one gone: a state with no timer of its own drops the answers' deadline.
+        let idle =
+            matches!(c.state, ConnState::ReqRcvd | ConnState::MraReqSent | ConnState::Established);
+        if idle && c.answers[0].is_none() {
+            c.deadline = None;
+        }
+        if let Some(k) = first.and_then(|a| a.event) {
+            self.push_event(id, k);
+        }
+    }
+
+    /// The connection's time ran out with answers still waiting: drop them (counted) and
+    /// raise the events they held, as the event ring has room. True once none is left and
+    /// the ring still has room for one more event.
+    fn drop_answers(&mut self, slot: usize) -> bool {
+        while let Some(a) = self.slots[slot].conn.as_ref().and_then(|c| c.answers[0]) {
+            if a.event.is_some() && self.ev_len == E {
+                return false;
+            }
+            self.stats.send_dropped += a.mad.is_some() as u64;
+            self.pop_answer(slot);
+        }
+        self.ev_len < E
     }
 
     fn mad_addr(&self, dgid: Gid, dmac: Mac) -> MadAddr {
@@ -324,8 +553,9 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         }
         let peer = self.mad_addr(p.remote_gid, p.remote_mac);
         // ib_send_cm_req: two packet lifetimes and the peer's response timeout.
-        let timeout_ms =
-            2 * convert_to_ms(cfg.packet_life_time) + convert_to_ms(cfg.cm_response_timeout);
+        let timeout_ms = convert_to_ms(cfg.packet_life_time)
+            .saturating_mul(2)
+            .saturating_add(convert_to_ms(cfg.cm_response_timeout));
         self.slots[slot].conn = Some(Conn {
             state: ConnState::ReqSent,
             active: true,
@@ -342,7 +572,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             initiator_depth: p.qp.initiator_depth,
             retry_count: p.qp.retry_count.min(7),
             rnr_retry: p.qp.rnr_retry_count.min(7),
-            av_timeout: cfg.packet_life_time + 1,
+            av_timeout: cfg.packet_life_time.saturating_add(1).min(MAX_TIMEOUT),
             timeout_ms,
             retries_left: cfg.max_cm_retries,
             max_cm_retries: cfg.max_cm_retries,
@@ -361,6 +591,8 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             peer_addr: p.remote,
             local_addr: p.local.ip(),
             out,
+            out_unsent: false,
+            answers: [None; ANSWERS],
             req_data: [0; 92],
             rep_data: [0; REP_USER_DATA],
         });
@@ -422,8 +654,12 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         for s in &steps {
             if let Err(e) = qp.modify(s) {
                 let _ = qp.modify(&QpStep::Error);
-                self.send_rej(id.slot as usize, RejReason::ConsumerDefined, MsgResponse::Req, &[]);
-                self.free(id.slot as usize);
+                let slot = id.slot as usize;
+                let rej = self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Req, &[]);
+                if let Some((to, m)) = rej {
+                    self.send_final(&to, &m);
+                }
+                self.free(slot);
                 return Err(e);
             }
         }
@@ -462,16 +698,26 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         if !matches!(c.state, ConnState::ReqRcvd | ConnState::MraReqSent) {
             return Err(Error::InvalidArgument("connection not waiting for accept"));
         }
-        self.send_rej(id.slot as usize, RejReason::ConsumerDefined, MsgResponse::Req, private_data);
-        self.free(id.slot as usize);
+        let slot = id.slot as usize;
+        let rej = self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Req, private_data);
+        if let Some((to, m)) = rej {
+            self.send_final(&to, &m);
+        }
+        self.free(slot);
         Ok(())
     }
 
-    /// `cm_format_rej` for a connection, sent to its peer.
+    /// `cm_format_rej` for a connection, to its peer: where it goes and the MAD.
     /// `what` is the message rejected: the REQ while it is unanswered, the REP when the
     /// active side fails it, else "other".
-    fn send_rej(&mut self, slot: usize, reason: RejReason, what: MsgResponse, data: &[u8]) {
-        let Some(c) = self.slots[slot].conn.as_ref() else { return };
+    fn rej_for(
+        &self,
+        slot: usize,
+        reason: RejReason,
+        what: MsgResponse,
+        data: &[u8],
+    ) -> Option<(MadAddr, [u8; MAD_LEN])> {
+        let c = self.slots[slot].conn.as_ref()?;
         let mut m = blank();
         let mut rej = Rej::new_checked(&mut m[..]).expect("a MAD");
         rej.hdr_mut().emit_cm(AttrId::Rej, c.tid);
@@ -482,8 +728,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         rej.set_message_rejected(what.raw());
         rej.set_reason(reason.raw());
         rej.set_private_data(data);
-        let to = c.peer;
-        self.send(&to, &m);
+        Some((c.peer, m))
     }
 
     /// `rdma_disconnect`: move `qp` to ERR and send a DREQ; [`EventKind::Disconnected`]
@@ -514,12 +759,89 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         Ok(())
     }
 
-    /// `cm_enter_timewait`: the slot waits `cm_convert_to_ms(av.timeout)` before it is freed.
+    /// `cm_enter_timewait`: the slot waits `cm_convert_to_ms(av.timeout)` before it is freed,
+    /// at most [`CmConfig::max_timewait`] (`av.timeout` comes from the peer).
     fn enter_timewait(&mut self, slot: usize, now: Micros) {
-        if let Some(c) = self.slots[slot].conn.as_mut() {
-            c.state = ConnState::TimeWait;
-            c.deadline = Some(now.plus_ms(convert_to_ms(c.av_timeout)));
+        let max = self.cfg.max_timewait;
+        let Some(c) = self.slots[slot].conn.as_mut() else { return };
+        c.state = ConnState::TimeWait;
+        let t = if c.av_timeout > max {
+            self.stats.clamped += 1;
+            max
+        } else {
+            c.av_timeout
+        };
+        c.deadline = Some(now.plus_ms(convert_to_ms(t)));
+    }
+
+    /// `rdma_destroy_id` (`cm.c` `cm_destroy_id`): end the connection in whatever state it
+    /// is, at once. A request we sent (REQ sent, MRA received) is withdrawn with a REJ
+    /// "timeout" carrying our CA GUID; a request we received and did not complete (REQ
+    /// received, MRA sent, REP sent) is rejected, consumer-defined; an established
+    /// connection gets a DREQ (not retried: the slot is gone); one already disconnecting
+    /// gets nothing more. The connection's QP, if lent in `qps` and the connection had
+    /// moved it, goes to ERR. The slot is freed now, the handle is refused from now on, and
+    /// no event follows for it (undelivered ones are withdrawn). This is how a connect in
+    /// progress is cancelled.
+    pub fn destroy(&mut self, id: ConnId, qps: &mut (impl QpSet + ?Sized)) -> Result<()> {
+        let slot = id.slot as usize;
+        let guid = self.cfg.ca_guid;
+        let tid_base = self.hi_tid;
+        let c = self.conn(id).ok_or(Error::InvalidArgument("no such connection"))?;
+        let (state, qpn) = (c.state, c.local_qpn);
+        let has_qp = c.active || !matches!(state, ConnState::ReqRcvd | ConnState::MraReqSent);
+        let last = match state {
+            ConnState::ReqSent | ConnState::MraReqRcvd => self
+                .rej_for(slot, RejReason::Timeout, MsgResponse::Other, &[])
+                .map(|(to, mut m)| {
+                    let mut rej = Rej::new_checked(&mut m[..]).expect("a MAD");
+                    let mut ari = [0u8; 72];
+                    ari[..8].copy_from_slice(&guid.to_be_bytes());
+                    rej.set_ari(&ari);
+                    rej.set_rejected_info_length(8);
+                    (to, m)
+                }),
+            ConnState::ReqRcvd | ConnState::MraReqSent => {
+                self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Req, &[])
+            }
+            ConnState::RepSent | ConnState::MraRepRcvd => {
+                self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Other, &[])
+            }
+            ConnState::Established => {
+                let mut m = blank();
+                let mut d = Dreq::new_checked(&mut m[..]).expect("a MAD");
+                d.hdr_mut().emit_cm(AttrId::Dreq, ((tid_base as u64) << 32) | c.local_id as u64);
+                d.set_local_comm_id(c.local_id);
+                d.set_remote_comm_id(c.remote_id);
+                d.set_remote_qpn_eecn(c.remote_qpn);
+                Some((c.peer, m))
+            }
+            ConnState::DreqSent | ConnState::TimeWait => None,
+        };
+        if has_qp {
+            if let Some(q) = qps.find(qpn) {
+                let _ = q.modify(&QpStep::Error);
+            }
         }
+        if let Some((to, m)) = last {
+            self.send_final(&to, &m);
+        }
+        self.free(slot);
+        self.withdraw_events(id);
+        Ok(())
+    }
+
+    /// Remove the undelivered events of `id`, keeping the others in order.
+    fn withdraw_events(&mut self, id: ConnId) {
+        let mut kept = 0;
+        for i in 0..self.ev_len {
+            let e = self.events[(self.ev_head + i) % E].take();
+            if let Some(e) = e.filter(|e| e.id != id) {
+                self.events[(self.ev_head + kept) % E] = Some(e);
+                kept += 1;
+            }
+        }
+        self.ev_len = kept;
     }
 
     // ---- polling ----
@@ -528,6 +850,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     /// that are due at `now`, and return the next event. `qps` are the QPs the CM may have
     /// to move meanwhile (a REP moves the active side's QP to RTS, a DREQ moves it to ERR).
     pub fn poll(&mut self, now: Micros, qps: &mut (impl QpSet + ?Sized)) -> Option<Event> {
+        self.flush();
         for _ in 0..self.cfg.budget {
             if self.ev_len == E {
                 break;
@@ -579,7 +902,8 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             | ConnState::MraRepRcvd
             | ConnState::DreqSent => {
                 if c.retries_left > 0 {
-                    // ib_mad's retry: the same MAD, the same timeout.
+                    // ib_mad's retry: the same MAD, the same timeout. A try the queue had no
+                    // room for counts as a try, as a lost one would.
                     c.retries_left -= 1;
                     c.deadline = Some(now.plus_ms(c.timeout_ms));
                     self.stats.retransmits += 1;
@@ -590,7 +914,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                 // RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT); a DREQ error enters timewait.
                 if c.state == ConnState::DreqSent {
                     self.enter_timewait(slot, now);
-                    self.push_event(id, EventKind::Disconnected);
+                    self.conn_event(slot, EventKind::Disconnected, now);
                 } else {
                     let qpn = c.local_qpn;
                     if matches!(c.state, ConnState::RepSent | ConnState::MraRepRcvd) {
@@ -603,10 +927,20 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                 }
             }
             ConnState::TimeWait => {
+                if !self.drop_answers(slot) {
+                    return;
+                }
                 self.free(slot);
                 self.push_event(id, EventKind::TimewaitExit);
             }
-            _ => c.deadline = None,
+            // The deadline of answers waiting for the queue (an RTU): their time is up.
+            _ => {
+                if self.drop_answers(slot) {
+                    if let Some(c) = self.slots[slot].conn.as_mut() {
+                        c.deadline = None;
+                    }
+                }
+            }
         }
     }
 }

@@ -42,9 +42,9 @@ crate::code_enum! {
         Dreq = 0x0015,
         /// Disconnection reply.
         Drep = 0x0016,
-        /// Service ID resolution request (not handled).
+        /// Service ID resolution request (refused: UD service resolution is not supported).
         SidrReq = 0x0017,
-        /// Service ID resolution reply (not handled).
+        /// Service ID resolution reply (sent to refuse a SIDR_REQ).
         SidrRep = 0x0018,
         /// Load alternate path (not handled).
         Lap = 0x0019,
@@ -87,6 +87,24 @@ crate::code_enum! {
         InvalidGid = 12,
         /// The application rejected (`rdma_reject`), or its CM failed the request.
         ConsumerDefined = 28,
+    }
+}
+
+crate::code_enum! {
+    /// SIDR_REP status (`enum ib_cm_sidr_status`, `include/rdma/ib_cm.h`).
+    SidrStatus: u8 {
+        /// The service was resolved.
+        Success = 0,
+        /// No such service: what `cm.c` `cm_sidr_req_handler` answers when nobody listens.
+        Unsupported = 1,
+        /// The service rejected the request.
+        Reject = 2,
+        /// No QP available.
+        NoQp = 3,
+        /// Redirect (the class port info says where).
+        Redirect = 4,
+        /// Unsupported class version.
+        UnsupportedVersion = 5,
     }
 }
 
@@ -506,4 +524,39 @@ pub fn grh_source(grh: &[u8]) -> Result<Gid, MadError> {
         return Ok(Gid(g));
     }
     Err(MadError::BadGrh)
+}
+
+cm_msg! {
+    /// SIDR_REQ, IBTA table 119 (`CM_SIDR_REQ_*`).
+    SidrReq, Field::cm, Some(AttrId::SidrReq), private: (16, 216) {
+        /// Request ID.
+        request_id / set_request_id: u32 = (0, 0, 32);
+        /// Partition key.
+        partition_key / set_partition_key: u16 = (4, 0, 16);
+        /// Service ID.
+        service_id / set_service_id: u64 = (8, 0, 64);
+    }
+    bytes {}
+}
+
+cm_msg! {
+    /// SIDR_REP, IBTA table 120 (`CM_SIDR_REP_*`).
+    SidrRep, Field::cm, Some(AttrId::SidrRep), private: (96, 136) {
+        /// Request ID (the SIDR_REQ's).
+        request_id / set_request_id: u32 = (0, 0, 32);
+        /// Status ([`SidrStatus`]).
+        status / set_status: u8 = (4, 0, 8);
+        /// Bytes of additional information.
+        additional_information_length / set_additional_information_length: u8 = (5, 0, 8);
+        /// The UD QPN of the service.
+        qpn / set_qpn: u32 = (8, 0, 24);
+        /// Service ID.
+        service_id / set_service_id: u64 = (12, 0, 64);
+        /// Q_Key of the service's QP.
+        q_key / set_q_key: u32 = (20, 0, 32);
+    }
+    bytes {
+        /// Additional information (class port info for a redirect).
+        additional_information / set_additional_information = (24, 72);
+    }
 }

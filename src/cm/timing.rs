@@ -18,9 +18,16 @@ pub const CMA_MRA_SERVICE_TIMEOUT: u8 = 24;
 pub const LID_PERMISSIVE: u16 = 0xffff;
 
 /// `cm_convert_to_ms` (`cm.c`): 4.096 µs × 2^t, approximated as 2^(t − 8) ms.
+///
+/// Total: every timeout field on the wire has 5 bits, so `t` above 31 is read as 31
+/// (2^23 ms), never shifted out of range.
 pub const fn convert_to_ms(t: u8) -> u64 {
+    let t = if t > MAX_TIMEOUT { MAX_TIMEOUT } else { t };
     1u64 << t.saturating_sub(8)
 }
+
+/// The largest timeout exponent a CM field carries (5 bits).
+pub const MAX_TIMEOUT: u8 = 31;
 
 /// `cm_ack_timeout` (`cm.c`): the local ACK timeout for a path of `packet_life_time`
 /// through a CA whose ACK delay is `ca_ack_delay` (4.096 µs × 2^t each), 2 × lifetime +
@@ -50,6 +57,11 @@ mod tests {
         assert_eq!(convert_to_ms(8), 1);
         assert_eq!(convert_to_ms(20), 4096);
         assert_eq!(convert_to_ms(24), 65536);
+        // Total: beyond the 5-bit field it saturates instead of overflowing the shift.
+        assert_eq!(convert_to_ms(31), 1 << 23);
+        for t in 32..=u8::MAX {
+            assert_eq!(convert_to_ms(t), 1 << 23, "t = {t}");
+        }
         // cm_ack_timeout: the larger of delay and lifetime + 1, one more when within 50 %.
         assert_eq!(ack_timeout(15, 16), 17);
         assert_eq!(ack_timeout(16, 16), 18);

@@ -47,8 +47,68 @@ pub struct CmConfig {
     pub ack_delay: u8,
     /// IP hop limit of MADs and paths (64: the IPv4 default TTL).
     pub hop_limit: u8,
-    /// Received MADs handled per [`Cm::poll`].
+    /// Received MADs handled per [`Cm::poll`] (at least 1).
     pub budget: usize,
+    /// Longest response timeout taken from a peer's REQ (`local_cm_response_timeout`, the
+    /// wait of each REP try), as an exponent (4.096 µs × 2^t). Default 20 (4096 ms), the
+    /// value rdma_cm sends ([`CMA_CM_RESPONSE_TIMEOUT`]): a peer asking for more gets its
+    /// REP retries sooner, which costs it only duplicates.
+    pub max_peer_response_timeout: u8,
+    /// Longest service timeout taken from a peer's MRA, as an exponent. Default 24
+    /// (65,536 ms), what rdma_cm's MRA asks ([`CMA_MRA_SERVICE_TIMEOUT`]).
+    pub max_mra_service_timeout: u8,
+    /// Most retries taken from a peer's REQ (`max_cm_retries`, for the REP). Default 15
+    /// ([`CMA_MAX_CM_RETRIES`]; the field has four bits).
+    pub max_peer_cm_retries: u8,
+    /// Longest timewait, as an exponent: `cm.c` waits `cm_convert_to_ms(av.timeout)`, and
+    /// `av.timeout` comes from the peer's ACK timeout or delay. Default 19 (2048 ms): a
+    /// RoCE path with rdma_cm's lifetime (16) and mlx5's ACK delay (16) waits 1024 ms. The
+    /// same bound caps `av.timeout`'s term in an MRA's wait (`cm_mra_handler`).
+    pub max_timewait: u8,
+}
+
+/// Why [`CmConfig::check`] refused a configuration: the field, and the value given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The CA GUID is 0.
+    CaGuidZero,
+    /// The budget is 0: [`Cm::poll`] would never receive.
+    BudgetZero,
+    /// The port number is 0 (physical ports count from 1).
+    PortZero,
+    /// A timeout exponent wider than its wire field (5 bits: at most 31), or a packet
+    /// lifetime over 30 (the path's ACK timeout, lifetime + 1, has 5 bits).
+    Timeout {
+        /// The field's name.
+        field: &'static str,
+        /// The value given.
+        value: u8,
+    },
+    /// A retry count wider than its wire field (4 bits: at most 15).
+    Retries {
+        /// The field's name.
+        field: &'static str,
+        /// The value given.
+        value: u8,
+    },
+}
+
+impl ConfigError {
+    /// The name of the field at fault, as [`Error::InvalidArgument`] carries it.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ConfigError::CaGuidZero => "CmConfig::ca_guid is 0",
+            ConfigError::BudgetZero => "CmConfig::budget is 0",
+            ConfigError::PortZero => "CmConfig::port is 0",
+            ConfigError::Timeout { field, .. } | ConfigError::Retries { field, .. } => field,
+        }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Error {
+        Error::InvalidArgument(e.field())
+    }
 }
 
 impl CmConfig {
@@ -65,7 +125,51 @@ impl CmConfig {
             ack_delay: 16,
             hop_limit: 64,
             budget: 16,
+            max_peer_response_timeout: CMA_CM_RESPONSE_TIMEOUT,
+            max_mra_service_timeout: CMA_MRA_SERVICE_TIMEOUT,
+            max_peer_cm_retries: CMA_MAX_CM_RETRIES,
+            max_timewait: 19,
         }
+    }
+
+    /// Check every field against the wire field it goes into: timeout exponents fit 5 bits
+    /// (the packet lifetime 30, as the ACK timeout is one more), retry counts 4 bits, the
+    /// GUID, port and budget non-zero. [`Cm::new`] refuses what this refuses.
+    pub const fn check(&self) -> Result<(), ConfigError> {
+        if self.ca_guid == 0 {
+            return Err(ConfigError::CaGuidZero);
+        }
+        if self.budget == 0 {
+            return Err(ConfigError::BudgetZero);
+        }
+        if self.port == 0 {
+            return Err(ConfigError::PortZero);
+        }
+        let timeouts: [(&'static str, u8, u8); 6] = [
+            ("CmConfig::cm_response_timeout over 31", self.cm_response_timeout, 31),
+            ("CmConfig::packet_life_time over 30", self.packet_life_time, 30),
+            ("CmConfig::ack_delay over 31", self.ack_delay, 31),
+            ("CmConfig::max_peer_response_timeout over 31", self.max_peer_response_timeout, 31),
+            ("CmConfig::max_mra_service_timeout over 31", self.max_mra_service_timeout, 31),
+            ("CmConfig::max_timewait over 31", self.max_timewait, 31),
+        ];
+        let mut i = 0;
+        while i < timeouts.len() {
+            let (field, value, max) = timeouts[i];
+            if value > max {
+                return Err(ConfigError::Timeout { field, value });
+            }
+            i += 1;
+        }
+        if self.max_cm_retries > 15 {
+            let field = "CmConfig::max_cm_retries over 15";
+            return Err(ConfigError::Retries { field, value: self.max_cm_retries });
+        }
+        if self.max_peer_cm_retries > 15 {
+            let field = "CmConfig::max_peer_cm_retries over 15";
+            return Err(ConfigError::Retries { field, value: self.max_peer_cm_retries });
+        }
+        Ok(())
     }
 }
 
@@ -128,12 +232,14 @@ pub const REJ_USER_DATA: usize = 148;
 /// Listening ports at most.
 pub const MAX_LISTENERS: usize = 8;
 
-/// A connection: its slot and the slot's generation (a handle to a freed or reused slot is
-/// refused).
+/// A connection: its slot and the slot's generation. A slot's generation only grows (64
+/// bits, one step per connection the slot held), and a slot whose generation would wrap is
+/// retired instead of reused, so a handle names one connection for ever: once that
+/// connection is gone the handle is refused, whatever the peers do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConnId {
     pub(super) slot: u16,
-    pub(super) gen: u16,
+    pub(super) gen: u64,
 }
 
 /// Where a connection is (`enum ib_cm_state`, the states an RC connection passes).
@@ -227,6 +333,23 @@ pub struct CmStats {
     pub unresolved: u64,
     /// Receives the port failed ([`MadPort::recv_mad`] returned an error).
     pub port_errors: u64,
+    /// Sends the port could not take yet ([`crate::Error::QueueFull`]): kept and sent on a
+    /// later [`Cm::poll`] (or by the MAD's own retry timer).
+    pub send_deferred: u64,
+    /// MADs dropped because the port's queue was full and nothing could keep them: answers
+    /// to MADs that match no connection, answers to a peer's retry (its next retry gets one
+    /// again), the last word of a connection already freed, or what was still waiting when
+    /// the connection's time ran out.
+    pub send_dropped: u64,
+    /// REQs and REPs that named an established connection's peer (CA GUID and QPN) from
+    /// another GID: rejected, the connection left alone.
+    pub spoofed: u64,
+    /// SIDR requests refused with a SIDR_REP (UD service resolution is not supported).
+    pub sidr_refused: u64,
+    /// Slots retired because their generation reached its end.
+    pub retired: u64,
+    /// Peer-chosen timers and retry counts cut to the configured bounds.
+    pub clamped: u64,
 }
 
 /// A connection request: what [`Cm::get_request`] shows.

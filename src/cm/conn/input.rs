@@ -4,7 +4,7 @@
 use crate::addr::{Gid, QpNum};
 use crate::error::{Error, Result};
 
-use super::{blank, Cm, Conn};
+use super::{blank, Cm, Conn, ANSWERS};
 use crate::cm::backend::{CmQp, MadPort, QpPath, QpSet, QpStep};
 use crate::cm::cma::{service_id, CmaHdr, RDMA_PS_TCP};
 use crate::cm::mad::*;
@@ -43,6 +43,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             AttrId::Mra => self.on_mra(&mad, now),
             AttrId::Dreq => self.on_dreq(&mad, src, now, qps),
             AttrId::Drep => self.on_drep(&mad, now),
+            AttrId::SidrReq => self.on_sidr_req(&mad, src),
             _ => self.stats.unexpected += 1,
         }
     }
@@ -70,7 +71,28 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         rej.set_message_rejected(what.raw());
         rej.set_reason(reason.raw());
         let to = self.mad_addr(src, dmac);
-        self.send(&to, &m);
+        self.send_or_drop(&to, &m);
+    }
+
+    /// `cm_sidr_req_handler` with no listener for UD: a SIDR_REP with status
+    /// [`SidrStatus::Unsupported`] (what `cm.c` answers when no UD service listens), so that
+    /// rdma_cm's requester fails at once (`cma_sidr_rep_handler`: any status but success is
+    /// `RDMA_CM_EVENT_UNREACHABLE`) instead of after its retries.
+    fn on_sidr_req(&mut self, mad: &[u8; MAD_LEN], src: Gid) {
+        let req = SidrReq::new_checked(&mad[..]).expect("a MAD");
+        let Some(dmac) = self.port.resolve(&src) else {
+            self.stats.unresolved += 1;
+            return;
+        };
+        self.stats.sidr_refused += 1;
+        let mut m = blank();
+        let mut rep = SidrRep::new_checked(&mut m[..]).expect("a MAD");
+        rep.hdr_mut().emit_cm(AttrId::SidrRep, req.hdr().tid());
+        rep.set_request_id(req.request_id());
+        rep.set_status(SidrStatus::Unsupported.raw());
+        rep.set_service_id(req.service_id());
+        let to = self.mad_addr(src, dmac);
+        self.send_or_drop(&to, &m);
     }
 
     /// `cm_req_handler` with `cm_match_req` (duplicates, stale connections, listeners) and
@@ -78,6 +100,13 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     fn on_req(&mut self, mad: &[u8; MAD_LEN], src: Gid, now: Micros) {
         let req = Req::new_checked(&mad[..]).expect("a MAD");
         let (rid, guid, rqpn) = (req.local_comm_id(), req.local_ca_guid(), req.local_qpn());
+        // A connection is known by the peer's CA GUID and communication ID (cm.c's remote ID
+        // table); GUID 0 names no CA (CmConfig refuses it for us), and a REQ with it could
+        // never be found again as a duplicate: malformed.
+        if guid == 0 {
+            self.stats.malformed += 1;
+            return;
+        }
         // A duplicate REQ: cm_dup_req_handler.
         if let Some(slot) = self.slots.iter().position(|s| {
             s.conn.as_ref().is_some_and(|c| {
@@ -99,10 +128,13 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                     mra.set_remote_comm_id(c.remote_id);
                     mra.set_service_timeout(CMA_MRA_SERVICE_TIMEOUT);
                     let to = c.peer;
-                    self.send(&to, &m);
+                    self.answer(slot, to, m, None, now);
                 }
                 ConnState::TimeWait => {
-                    self.send_rej(slot, RejReason::StaleConn, MsgResponse::Other, &[])
+                    let rej = self.rej_for(slot, RejReason::StaleConn, MsgResponse::Other, &[]);
+                    if let Some((to, m)) = rej {
+                        self.answer(slot, to, m, None, now);
+                    }
                 }
                 _ => {}
             }
@@ -111,15 +143,19 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         // A stale connection: the requester's QP is still in one of ours (cm_match_req).
         if let Some(slot) = self.slots.iter().position(|s| {
             s.conn.as_ref().is_some_and(|c| {
-                c.remote_qpn == rqpn
-                    && c.remote_ca_guid == guid
-                    && c.remote_ca_guid != 0
-                    && c.state != ConnState::TimeWait
+                c.remote_qpn == rqpn && c.remote_ca_guid == guid && c.state != ConnState::TimeWait
             })
         }) {
             self.stats.unexpected += 1;
             self.issue_rej(mad, src, RejReason::StaleConn, MsgResponse::Req);
-            self.stale_dreq(slot, now);
+            // cm.c tears the old connection down whoever sent the REQ; here only its own
+            // peer (the GID its MADs come from) may: anyone else who copies its CA GUID and
+            // QPN is refused and changes nothing (see the module docs).
+            if self.slots[slot].conn.as_ref().is_some_and(|c| c.peer.dgid == src) {
+                self.stale_dreq(slot, now);
+            } else {
+                self.stats.spoofed += 1;
+            }
             return;
         }
         let sid = req.service_id();
@@ -164,6 +200,13 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         };
         let lat = req.primary_local_ack_timeout();
         let cfg = self.cfg;
+        // Bound what the peer chooses: its response timeout (each REP try) and retries.
+        let (rto, retries) = (req.local_cm_response_timeout(), req.max_cm_retries());
+        if rto > cfg.max_peer_response_timeout || retries > cfg.max_peer_cm_retries {
+            self.stats.clamped += 1;
+        }
+        let rto = rto.min(cfg.max_peer_response_timeout);
+        let retries = retries.min(cfg.max_peer_cm_retries);
         let hop = match req.primary_hop_limit() {
             0 | 1 => cfg.hop_limit,
             h => h,
@@ -186,10 +229,10 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             rnr_retry: req.rnr_retry_count(),
             // cm_format_paths_from_req: the lifetime is the ACK timeout less one;
             // cm_init_av_by_path adds it back.
-            av_timeout: lat - (lat > 0) as u8 + 1,
-            timeout_ms: convert_to_ms(req.local_cm_response_timeout()),
+            av_timeout: lat.saturating_sub((lat > 0) as u8).saturating_add(1).min(MAX_TIMEOUT),
+            timeout_ms: convert_to_ms(rto),
             retries_left: 0,
-            max_cm_retries: req.max_cm_retries(),
+            max_cm_retries: retries,
             deadline: None,
             peer: self.mad_addr(src, mad_mac),
             path: QpPath {
@@ -205,6 +248,8 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             peer_addr,
             local_addr,
             out: blank(),
+            out_unsent: false,
+            answers: [None; ANSWERS],
             req_data,
             rep_data: [0; REP_USER_DATA],
         });
@@ -252,7 +297,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                     self.stats.duplicates += 1;
                     if self.slots[s].conn.as_ref().map(|c| c.state) == Some(ConnState::Established)
                     {
-                        self.send_rtu(s);
+                        self.send_rtu(s, None, now);
                     }
                 }
                 None => self.stats.unexpected += 1,
@@ -260,6 +305,11 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             return;
         };
         let (guid, rqpn) = (rep.local_ca_guid(), rep.local_qpn());
+        // As for a REQ: GUID 0 names no CA, and duplicates could not be found by it.
+        if guid == 0 {
+            self.stats.malformed += 1;
+            return;
+        }
         // Duplicate remote ID or stale QP (cm_insert_remote_id, cm_insert_remote_qpn).
         let clash = |c: &Conn| c.remote_ca_guid == guid && c.state != ConnState::TimeWait;
         if self.slots.iter().enumerate().any(|(i, s)| {
@@ -273,7 +323,12 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         }) {
             self.stats.unexpected += 1;
             self.issue_rej(mad, src, RejReason::StaleConn, MsgResponse::Rep);
-            self.stale_dreq(other, now);
+            // As for a REQ: only the other connection's own peer may end it.
+            if self.slots[other].conn.as_ref().is_some_and(|c| c.peer.dgid == src) {
+                self.stale_dreq(other, now);
+            } else {
+                self.stats.spoofed += 1;
+            }
             return;
         }
         let id = self.id_of(slot);
@@ -286,7 +341,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         c.responder_resources = c.responder_resources.min(rep.initiator_depth());
         c.sq_psn = rep.starting_psn();
         c.rnr_retry = rep.rnr_retry_count();
-        c.av_timeout = ack_timeout(rep.target_ack_delay(), c.av_timeout - 1);
+        c.av_timeout = ack_timeout(rep.target_ack_delay(), c.av_timeout.saturating_sub(1));
         c.rep_data.copy_from_slice(rep.private_data());
         c.deadline = None;
         let steps = [
@@ -314,17 +369,20 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         };
         if let Err(e) = res {
             // cma_rep_recv failed: rdma_cm rejects (consumer-defined) and reports the error.
-            self.send_rej(slot, RejReason::ConsumerDefined, MsgResponse::Rep, &[]);
+            let rej = self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Rep, &[]);
+            if let Some((to, m)) = rej {
+                self.send_final(&to, &m);
+            }
             self.free(slot);
             self.push_event(id, EventKind::ConnectError(e));
             return;
         }
         c.state = ConnState::Established;
-        self.send_rtu(slot);
-        self.push_event(id, EventKind::Established);
+        // Established is raised once the RTU left.
+        self.send_rtu(slot, Some(EventKind::Established), now);
     }
 
-    fn send_rtu(&mut self, slot: usize) {
+    fn send_rtu(&mut self, slot: usize, event: Option<EventKind>, now: Micros) {
         let Some(c) = self.slots[slot].conn.as_ref() else { return };
         let mut m = blank();
         let mut rtu = Rtu::new_checked(&mut m[..]).expect("a MAD");
@@ -332,7 +390,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         rtu.set_local_comm_id(c.local_id);
         rtu.set_remote_comm_id(c.remote_id);
         let to = c.peer;
-        self.send(&to, &m);
+        self.answer(slot, to, m, event, now);
     }
 
     /// `cm_rtu_handler`.
@@ -402,7 +460,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                     let _ = q.modify(&QpStep::Error);
                 }
                 self.enter_timewait(slot, now);
-                self.push_event(id, EventKind::Disconnected);
+                self.conn_event(slot, EventKind::Disconnected, now);
             }
             ConnState::TimeWait => self.stats.unexpected += 1,
         }
@@ -424,8 +482,14 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             self.stats.unexpected += 1;
             return;
         };
+        let (max, tw) = (self.cfg.max_mra_service_timeout, self.cfg.max_timewait);
+        let st = mra.service_timeout();
         let c = self.slots[slot].conn.as_mut().expect("found");
-        let timeout = convert_to_ms(mra.service_timeout()) + convert_to_ms(c.av_timeout);
+        // The peer chooses the service timeout: at most CmConfig::max_mra_service_timeout.
+        // av.timeout came from the peer too (its ACK timeout or delay): as for timewait, at
+        // most CmConfig::max_timewait.
+        let av = c.av_timeout.min(tw);
+        let timeout = convert_to_ms(st.min(max)).saturating_add(convert_to_ms(av));
         let next = match (c.state, what) {
             (ConnState::ReqSent, MsgResponse::Req) => ConnState::MraReqRcvd,
             (ConnState::RepSent, MsgResponse::Rep) => ConnState::MraRepRcvd,
@@ -438,6 +502,9 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                 return;
             }
         };
+        if st > max {
+            self.stats.clamped += 1;
+        }
         c.state = next;
         c.timeout_ms = timeout;
         c.deadline = Some(now.plus_ms(timeout));
@@ -466,10 +533,9 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             drep.set_remote_comm_id(dreq.local_comm_id());
             drep.set_local_comm_id(dreq.remote_comm_id());
             let to = self.mad_addr(src, dmac);
-            self.send(&to, &m);
+            self.send_or_drop(&to, &m);
             return;
         };
-        let id = self.id_of(slot);
         let tid = dreq.hdr().tid();
         let c = self.slots[slot].conn.as_mut().expect("found");
         if c.local_qpn.0 != dreq.remote_qpn_eecn() {
@@ -503,9 +569,9 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                 let _ = q.modify(&QpStep::Error);
             }
             self.enter_timewait(slot, now);
-            self.push_event(id, EventKind::Disconnected);
         }
-        self.send(&to, &m);
+        // Disconnected is raised once the DREP left.
+        self.answer(slot, to, m, event.then_some(EventKind::Disconnected), now);
     }
 
     /// `cm_drep_handler`.
@@ -515,12 +581,11 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             self.stats.unexpected += 1;
             return;
         };
-        let id = self.id_of(slot);
         if self.slots[slot].conn.as_ref().map(|c| c.state) != Some(ConnState::DreqSent) {
             self.stats.duplicates += 1;
             return;
         }
         self.enter_timewait(slot, now);
-        self.push_event(id, EventKind::Disconnected);
+        self.conn_event(slot, EventKind::Disconnected, now);
     }
 }

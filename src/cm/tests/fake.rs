@@ -31,6 +31,16 @@ pub struct Net {
     pub log: Vec<Datagram>,
     /// Sends to these GIDs vanish.
     pub blackhole: Vec<Gid>,
+    /// Per port, sends its queue still takes (`None`: no limit): at 0 a send fails with
+    /// `Error::QueueFull`, as mlx5's GSI send queue does when about ten MADs are in flight.
+    pub room: Vec<Option<usize>>,
+}
+
+impl Net {
+    /// Deliver `mad` to port `to` as if sent from `from`.
+    pub fn inject(&mut self, to: usize, from: Gid, mad: [u8; MAD_LEN]) {
+        self.inbox[to].push_back(Datagram { to: MadAddr::default(), from, mad });
+    }
 }
 
 pub type Shared = Rc<RefCell<Net>>;
@@ -45,6 +55,7 @@ pub fn host(net: &Shared, last: u8) -> Port {
     n.hosts.push((Gid::from_ipv4([10, 0, 0, last]), Mac([2, 0, 0, 0, 0, last])));
     n.inbox.push(VecDeque::new());
     n.raw.push(VecDeque::new());
+    n.room.push(None);
     Port { net: net.clone(), me: n.hosts.len() - 1 }
 }
 
@@ -60,6 +71,11 @@ pub fn grh(from: Gid, to: Gid) -> [u8; GRH_LEN] {
 impl MadPort for Port {
     fn send_mad(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) -> Result<()> {
         let mut n = self.net.borrow_mut();
+        match &mut n.room[self.me] {
+            Some(0) => return Err(Error::QueueFull { needed: 1, free: 0 }),
+            Some(k) => *k -= 1,
+            None => {}
+        }
         let from = n.hosts[self.me].0;
         let d = Datagram { to: *to, from, mad: *mad };
         n.log.push(d.clone());

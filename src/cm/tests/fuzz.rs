@@ -126,6 +126,8 @@ enum Input {
     Crafted { attr: u16, local: usize, remote: usize, fill: u8, to_a: bool },
     /// Time passes.
     Tick(u32),
+    /// A port's send queue takes only this many more MADs (`None`: any number).
+    Room { a: bool, room: Option<u8> },
 }
 
 fn input() -> impl Strategy<Value = Input> {
@@ -142,6 +144,7 @@ fn input() -> impl Strategy<Value = Input> {
             |(attr, local, remote, fill, to_a)| Input::Crafted { attr, local, remote, fill, to_a }
         ),
         (0u32..100_000).prop_map(Input::Tick),
+        (any::<bool>(), proptest::option::of(0u8..4)).prop_map(|(a, room)| Input::Room { a, room }),
     ]
 }
 
@@ -196,6 +199,10 @@ fn run_case(inputs: &[Input]) -> [u64; 4] {
                 pump(&mut w);
                 continue;
             }
+            Input::Room { a, room } => {
+                w.net.borrow_mut().room[if *a { 0 } else { 1 }] = room.map(usize::from);
+                continue;
+            }
         };
         let side = to_a as usize;
         expect_malformed[side] += malformed(&bytes) as u64;
@@ -203,8 +210,11 @@ fn run_case(inputs: &[Input]) -> [u64; 4] {
         w.net.borrow_mut().raw[if to_a { 0 } else { 1 }].push_back(bytes);
         pump(&mut w);
     }
+    w.net.borrow_mut().room = std::vec![None, None];
     pump(&mut w);
     let (sa, sb) = (w.a.stats(), w.b.stats());
+    // A full queue is never a send error.
+    assert_eq!((sa.send_errors, sb.send_errors), (0, 0));
     // Every injected datagram was taken and judged; the malformed ones were counted as such.
     assert!(sa.received - before_a.received >= injected[1], "{sa:?}");
     assert!(sb.received - before_b.received >= injected[0], "{sb:?}");

@@ -371,3 +371,51 @@ fn the_grh_source_is_read_for_ipv4_and_ipv6() {
     assert_eq!(grh_source(&v6).unwrap().0[0], 0xfe);
     assert_eq!(grh_source(&[0u8; 40]), Err(MadError::BadGrh));
 }
+
+/// SIDR_REQ and SIDR_REP (IBTA tables 119, 120) against bytes written by hand from
+/// `ibta_vol1_c12.h`. Offsets are the header's plus the 24-byte MAD header:
+/// `CM_SIDR_REQ_REQUESTID CM_FIELD32_LOC(.., 0, 32)` → MAD bytes 24..28;
+/// `CM_SIDR_REQ_PARTITION_KEY CM_FIELD16_LOC(.., 4, 16)` → 28..30 (30..32 reserved);
+/// `CM_SIDR_REQ_SERVICEID CM_FIELD64_LOC(.., 8)` → 32..40; private data from 16 → 40..256.
+/// `CM_SIDR_REP_REQUESTID (0, 32)` → 24..28; `STATUS CM_FIELD8_LOC(.., 4, 8)` → 28;
+/// `ADDITIONAL_INFORMATION_LENGTH (5, 8)` → 29 (30..32 reserved);
+/// `QPN CM_FIELD32_LOC(.., 8, 24)` → the high 24 bits of 32..36, so 32..35 (35 reserved);
+/// `SERVICEID CM_FIELD64_LOC(.., 12)` → 36..44; `Q_KEY (20, 32)` → 44..48;
+/// `ADDITIONAL_INFORMATION CM_FIELD_MLOC(.., 24, 576)` → 48..120; private data from 96
+/// (1088 bits, 136 bytes) → 120..256.
+#[test]
+fn sidr_messages_sit_where_ibta_vol1_c12_puts_them() {
+    let mut req = [0u8; MAD_LEN];
+    req[24..28].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    req[28..30].copy_from_slice(&[0x7f, 0xff]);
+    req[32..40].copy_from_slice(&[0, 0, 0, 0, 0x01, 0x06, 0x1c, 0x06]);
+    req[40] = 0xaa;
+    let r = SidrReq::new_checked(&req[..]).unwrap();
+    assert_eq!((r.request_id(), r.partition_key()), (0xdead_beef, 0x7fff));
+    assert_eq!(r.service_id(), 0x0106_1c06);
+    assert_eq!(SidrReq::<&[u8]>::PRIVATE_DATA_OFFSET, 40);
+    assert_eq!(r.private_data().len(), 216);
+    assert_eq!(r.private_data()[0], 0xaa);
+
+    // Every field set through the view, into a buffer of poison bytes.
+    let mut m = [0xeeu8; MAD_LEN];
+    let mut rep = SidrRep::new_checked(&mut m[..]).unwrap();
+    rep.set_request_id(0x0102_0304);
+    rep.set_status(SidrStatus::Unsupported.raw());
+    rep.set_additional_information_length(0x06);
+    rep.set_qpn(0x0a0b0c);
+    rep.set_service_id(0x1112_1314_1516_1718);
+    rep.set_q_key(0x2122_2324);
+    let mut want = [0xeeu8; MAD_LEN];
+    want[24..28].copy_from_slice(&[1, 2, 3, 4]);
+    want[28] = 1; // IB_SIDR_UNSUPPORTED
+    want[29] = 6;
+    want[32..35].copy_from_slice(&[0x0a, 0x0b, 0x0c]);
+    want[36..44].copy_from_slice(&[0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18]);
+    want[44..48].copy_from_slice(&[0x21, 0x22, 0x23, 0x24]);
+    assert_eq!(m[..], want[..]);
+    assert_eq!(SidrRep::<&[u8]>::PRIVATE_DATA_OFFSET, 120);
+    assert_eq!(SidrRep::new_checked(&m[..]).unwrap().private_data().len(), 136);
+    assert_eq!(AttrId::SidrReq.raw(), 0x0017);
+    assert_eq!(AttrId::SidrRep.raw(), 0x0018);
+}

@@ -12,18 +12,18 @@ use crate::cm::mad::*;
 use crate::cm::*;
 use crate::{Errno, Gid, Mac, QpNum};
 
-type TCm = Cm<Port, 8, 8>;
+pub(super) type TCm = Cm<Port, 8, 8>;
 
-const PORT: u16 = 7174;
+pub(super) const PORT: u16 = 7174;
 
-fn pair() -> (Shared, TCm, TCm) {
+pub(super) fn pair() -> (Shared, TCm, TCm) {
     let net: Shared = Rc::new(RefCell::new(Net::default()));
     let a = Cm::new(host(&net, 1), CmConfig::new(0xa1, 1)).unwrap();
     let b = Cm::new(host(&net, 2), CmConfig::new(0xb2, 2)).unwrap();
     (net, a, b)
 }
 
-fn params(pd: &[u8]) -> ConnectParams<'_> {
+pub(super) fn params(pd: &[u8]) -> ConnectParams<'_> {
     ConnectParams {
         local: ([10, 0, 0, 1], 40000).into(),
         remote: ([10, 0, 0, 2], PORT).into(),
@@ -36,7 +36,7 @@ fn params(pd: &[u8]) -> ConnectParams<'_> {
 }
 
 /// Poll both sides until neither has anything to say; the events of each.
-fn settle(
+pub(super) fn settle(
     a: &mut TCm,
     b: &mut TCm,
     now: Micros,
@@ -61,12 +61,12 @@ fn settle(
     (ea, eb)
 }
 
-fn attrs(net: &Shared) -> Vec<AttrId> {
+pub(super) fn attrs(net: &Shared) -> Vec<AttrId> {
     net.borrow().log.iter().map(|d| MadHdr::new_checked(&d.mad[..]).unwrap().attr()).collect()
 }
 
 /// Connect A's QP 0x100 to B's QP 0x200; the two CMs, their QPs and the ids.
-fn connected() -> (Shared, TCm, TCm, FakeQp, FakeQp, ConnId, ConnId) {
+pub(super) fn connected() -> (Shared, TCm, TCm, FakeQp, FakeQp, ConnId, ConnId) {
     let (net, mut a, mut b) = pair();
     b.listen(PORT).unwrap();
     let (mut qa, mut qb) = (FakeQp::new(0x100), FakeQp::new(0x200));
@@ -563,7 +563,7 @@ fn private_data_limits_are_those_of_rdma_cm() {
 }
 
 /// A REQ as A would send it, for B, with `edit` applied.
-fn req_to_b(net: &Shared, edit: impl FnOnce(&mut Req<&mut [u8]>)) {
+pub(super) fn req_to_b(net: &Shared, edit: impl FnOnce(&mut Req<&mut [u8]>)) {
     let (_n2, mut a, _b) = pair();
     let mut q = FakeQp::new(0x300);
     a.connect(&mut q, &params(&[]), Micros(0)).unwrap();

@@ -1,4 +1,5 @@
 mod fake;
 mod fuzz;
+mod hostile;
 mod layout;
 mod machine;
