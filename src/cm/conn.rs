@@ -759,19 +759,23 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         Ok(())
     }
 
-    /// `cm_enter_timewait`: the slot waits `cm_convert_to_ms(av.timeout)` before it is freed,
-    /// at most [`CmConfig::max_timewait`] (`av.timeout` comes from the peer).
+    /// `cm_enter_timewait`: the slot waits `cm_convert_to_ms(av.timeout)` before it is freed
+    /// (at most [`CmConfig::max_ack_timeout`]: `av.timeout` is bounded where the peer sets it).
     fn enter_timewait(&mut self, slot: usize, now: Micros) {
-        let max = self.cfg.max_timewait;
         let Some(c) = self.slots[slot].conn.as_mut() else { return };
         c.state = ConnState::TimeWait;
-        let t = if c.av_timeout > max {
+        c.deadline = Some(now.plus_ms(convert_to_ms(c.av_timeout)));
+    }
+
+    /// `av.timeout` as a peer set it (its REQ's ACK timeout, its REP's ACK delay), cut to
+    /// [`CmConfig::max_ack_timeout`]: it becomes the data QP's ACK timeout, the timewait and
+    /// a term of an MRA's wait.
+    fn bound_ack_timeout(&mut self, t: u8) -> u8 {
+        if t > self.cfg.max_ack_timeout {
             self.stats.clamped += 1;
-            max
-        } else {
-            c.av_timeout
-        };
-        c.deadline = Some(now.plus_ms(convert_to_ms(t)));
+            return self.cfg.max_ack_timeout;
+        }
+        t
     }
 
     /// `rdma_destroy_id` (`cm.c` `cm_destroy_id`): end the connection in whatever state it

@@ -57,7 +57,7 @@
 //! | REQ local CM response timeout | each REP try | [`CmConfig::max_peer_response_timeout`] 20: 4096 ms |
 //! | REQ max CM retries | REP tries | [`CmConfig::max_peer_cm_retries`] 15 |
 //! | MRA service timeout | the stretched try | [`CmConfig::max_mra_service_timeout`] 24: 65,536 ms |
-//! | REQ ACK timeout, REP ACK delay (`av.timeout`) | timewait, the MRA's path term | [`CmConfig::max_timewait`] 19: 2048 ms |
+//! | REQ ACK timeout, REP ACK delay (`av.timeout`) | the data QP's ACK timeout, timewait, the MRA's path term | [`CmConfig::max_ack_timeout`] 19: 2048 ms |
 //!
 //! A connection takes at most one MRA (a repeated one is a duplicate). So a REQ is
 //! unanswered for at most 4608 ms + 16 × (65,536 + 512) ms ≈ 17.7 min when MRA-ed (16 ×

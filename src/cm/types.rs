@@ -60,11 +60,13 @@ pub struct CmConfig {
     /// Most retries taken from a peer's REQ (`max_cm_retries`, for the REP). Default 15
     /// ([`CMA_MAX_CM_RETRIES`]; the field has four bits).
     pub max_peer_cm_retries: u8,
-    /// Longest timewait, as an exponent: `cm.c` waits `cm_convert_to_ms(av.timeout)`, and
-    /// `av.timeout` comes from the peer's ACK timeout or delay. Default 19 (2048 ms): a
-    /// RoCE path with rdma_cm's lifetime (16) and mlx5's ACK delay (16) waits 1024 ms. The
-    /// same bound caps `av.timeout`'s term in an MRA's wait (`cm_mra_handler`).
-    pub max_timewait: u8,
+    /// Longest `av.timeout` a peer can set, as an exponent (4.096 µs × 2^t): it comes from
+    /// the peer's ACK timeout (a REQ) or ACK delay (a REP), and it is the data QP's ACK
+    /// timeout (each transport retry's wait), the timewait (`cm.c` waits
+    /// `cm_convert_to_ms(av.timeout)`) and a term of an MRA's wait (`cm_mra_handler`).
+    /// Default 19 (2048 ms): a RoCE path with rdma_cm's lifetime (16) and mlx5's ACK delay
+    /// (16) has 17 or 18.
+    pub max_ack_timeout: u8,
 }
 
 /// Why [`CmConfig::check`] refused a configuration: the field, and the value given.
@@ -128,7 +130,7 @@ impl CmConfig {
             max_peer_response_timeout: CMA_CM_RESPONSE_TIMEOUT,
             max_mra_service_timeout: CMA_MRA_SERVICE_TIMEOUT,
             max_peer_cm_retries: CMA_MAX_CM_RETRIES,
-            max_timewait: 19,
+            max_ack_timeout: 19,
         }
     }
 
@@ -151,7 +153,7 @@ impl CmConfig {
             ("CmConfig::ack_delay over 31", self.ack_delay, 31),
             ("CmConfig::max_peer_response_timeout over 31", self.max_peer_response_timeout, 31),
             ("CmConfig::max_mra_service_timeout over 31", self.max_mra_service_timeout, 31),
-            ("CmConfig::max_timewait over 31", self.max_timewait, 31),
+            ("CmConfig::max_ack_timeout over 31", self.max_ack_timeout, 31),
         ];
         let mut i = 0;
         while i < timeouts.len() {

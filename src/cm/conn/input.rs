@@ -206,6 +206,10 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             self.stats.clamped += 1;
         }
         let rto = rto.min(cfg.max_peer_response_timeout);
+        // cm_format_paths_from_req: the lifetime is the ACK timeout less one;
+        // cm_init_av_by_path adds it back. The peer chooses it: at most max_ack_timeout.
+        let av_timeout =
+            self.bound_ack_timeout(lat.saturating_sub((lat > 0) as u8).saturating_add(1));
         let retries = retries.min(cfg.max_peer_cm_retries);
         let hop = match req.primary_hop_limit() {
             0 | 1 => cfg.hop_limit,
@@ -227,9 +231,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             initiator_depth: req.responder_resources(),
             retry_count: req.retry_count(),
             rnr_retry: req.rnr_retry_count(),
-            // cm_format_paths_from_req: the lifetime is the ACK timeout less one;
-            // cm_init_av_by_path adds it back.
-            av_timeout: lat.saturating_sub((lat > 0) as u8).saturating_add(1).min(MAX_TIMEOUT),
+            av_timeout,
             timeout_ms: convert_to_ms(rto),
             retries_left: 0,
             max_cm_retries: retries,
@@ -341,7 +343,10 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         c.responder_resources = c.responder_resources.min(rep.initiator_depth());
         c.sq_psn = rep.starting_psn();
         c.rnr_retry = rep.rnr_retry_count();
-        c.av_timeout = ack_timeout(rep.target_ack_delay(), c.av_timeout.saturating_sub(1));
+        let av = ack_timeout(rep.target_ack_delay(), c.av_timeout.saturating_sub(1));
+        let av = self.bound_ack_timeout(av);
+        let c = self.slots[slot].conn.as_mut().expect("found");
+        c.av_timeout = av;
         c.rep_data.copy_from_slice(rep.private_data());
         c.deadline = None;
         let steps = [
@@ -482,13 +487,12 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             self.stats.unexpected += 1;
             return;
         };
-        let (max, tw) = (self.cfg.max_mra_service_timeout, self.cfg.max_timewait);
+        let max = self.cfg.max_mra_service_timeout;
         let st = mra.service_timeout();
         let c = self.slots[slot].conn.as_mut().expect("found");
-        // The peer chooses the service timeout: at most CmConfig::max_mra_service_timeout.
-        // av.timeout came from the peer too (its ACK timeout or delay): as for timewait, at
-        // most CmConfig::max_timewait.
-        let av = c.av_timeout.min(tw);
+        // The peer chooses the service timeout: at most CmConfig::max_mra_service_timeout
+        // (av.timeout was bounded when the peer set it).
+        let av = c.av_timeout;
         let timeout = convert_to_ms(st.min(max)).saturating_add(convert_to_ms(av));
         let next = match (c.state, what) {
             (ConnState::ReqSent, MsgResponse::Req) => ConnState::MraReqRcvd,

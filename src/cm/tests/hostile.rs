@@ -222,7 +222,7 @@ fn every_peer_timeout_at_31_and_retries_15_still_free_the_slot_within_the_config
     net.borrow_mut().inject(AT_B, A, m);
     assert_eq!(b.poll(Micros(0), core::slice::from_mut(&mut qb)), None);
     // cm_mra_handler's wait, bounded: the service timeout at most 24, av.timeout at most 19.
-    let try_ms = convert_to_ms(cfg.max_mra_service_timeout) + convert_to_ms(cfg.max_timewait);
+    let try_ms = convert_to_ms(cfg.max_mra_service_timeout) + convert_to_ms(cfg.max_ack_timeout);
     assert_eq!(b.next_deadline(), Some(Micros(0).plus_ms(try_ms)));
     assert!(b.stats().clamped >= 2, "{:?}", b.stats());
     // The REP is sent again at most 15 times: the slot is free after 16 tries.
@@ -261,13 +261,20 @@ fn the_peer_cannot_stretch_timewait_beyond_the_bound() {
     let id = b.poll(Micros(0), &mut none()).unwrap().id;
     let mut qb = FakeQp::new(0x200);
     b.accept(id, &mut qb, &AcceptParams::default(), Micros(0)).unwrap();
+    // The same av.timeout is the data QP's ACK timeout: bounded too (each transport retry
+    // would otherwise wait 4.096 µs × 2^31, 2.4 h).
+    let rts = qb.steps.iter().find_map(|s| match s {
+        QpStep::Rts { timeout, .. } => Some(*timeout),
+        _ => None,
+    });
+    assert_eq!(rts, Some(cfg.max_ack_timeout));
     let rep = net.borrow().log.last().unwrap().mad;
     let rep = Rep::new_checked(&rep[..]).unwrap();
     net.borrow_mut().inject(AT_B, A, dreq(rep.remote_comm_id(), rep.local_comm_id(), 0x200));
     let e = b.poll(Micros(0), core::slice::from_mut(&mut qb)).unwrap();
     assert_eq!(e.kind, EventKind::Disconnected);
     assert_eq!(b.state(id), Some(ConnState::TimeWait));
-    let bound = Micros(0).plus_ms(convert_to_ms(cfg.max_timewait));
+    let bound = Micros(0).plus_ms(convert_to_ms(cfg.max_ack_timeout));
     assert_eq!(b.next_deadline(), Some(bound), "2048 ms, not 2^23");
     assert_eq!(kinds(&run_clock(&mut b, Micros(0), bound)), [EventKind::TimewaitExit]);
     assert_eq!(b.live(), 0);
@@ -317,7 +324,7 @@ fn configuration_wider_than_its_wire_field_is_refused_at_construction() {
         CmConfig { budget: 0, ..base },
         CmConfig { port: 0, ..base },
         CmConfig { max_mra_service_timeout: 32, ..base },
-        CmConfig { max_timewait: 40, ..base },
+        CmConfig { max_ack_timeout: 40, ..base },
         CmConfig { max_peer_response_timeout: 99, ..base },
         CmConfig { max_peer_cm_retries: 16, ..base },
     ];
@@ -490,7 +497,7 @@ fn a_rep_with_target_ack_delay_31_cannot_stretch_the_requesters_timewait() {
     net.borrow_mut().inject(AT_A, B, dreq(0x4242, local, 0x100));
     let e = a.poll(Micros(0), core::slice::from_mut(&mut qa)).unwrap();
     assert_eq!(e.kind, EventKind::Disconnected);
-    let bound = Micros(0).plus_ms(convert_to_ms(cfg.max_timewait));
+    let bound = Micros(0).plus_ms(convert_to_ms(cfg.max_ack_timeout));
     assert_eq!(a.next_deadline(), Some(bound));
     assert_eq!(kinds(&run_clock(&mut a, Micros(0), bound)), [EventKind::TimewaitExit]);
     assert_eq!(a.live(), 0);
@@ -695,7 +702,7 @@ fn dreq_and_rej_floods_are_counted_and_a_full_queue_drops_their_answers() {
         core::slice::from_mut(&mut qa),
         core::slice::from_mut(&mut qb),
     );
-    let bound = Micros(2).plus_ms(convert_to_ms(CmConfig::new(1, 1).max_timewait));
+    let bound = Micros(2).plus_ms(convert_to_ms(CmConfig::new(1, 1).max_ack_timeout));
     settle(&mut a, &mut b, bound, &mut [], &mut []);
     assert_eq!((a.live(), b.live()), (0, 0));
 }
@@ -760,7 +767,7 @@ fn an_event_held_by_a_waiting_rtu_still_comes_before_the_connections_next_one() 
         ]
     );
     assert_eq!(*attrs(&net).last().unwrap(), AttrId::Rtu);
-    let bound = Micros(1).plus_ms(convert_to_ms(CmConfig::new(1, 1).max_timewait));
+    let bound = Micros(1).plus_ms(convert_to_ms(CmConfig::new(1, 1).max_ack_timeout));
     assert_eq!(kinds(&run_clock(&mut a, Micros(1), bound)), [EventKind::TimewaitExit]);
     assert_eq!((a.live(), b.live()), (0, 0));
 }
