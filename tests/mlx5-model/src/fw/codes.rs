@@ -346,6 +346,9 @@ pub const MKC_ACCESS_MODE_PA: u8 = 0;
 pub const MKC_ACCESS_MODE_MTT: u8 = 1;
 /// `qpc.rq_type` for a QP without receive queue (`MLX5_ZERO_LEN_RQ`, kernel qp.h).
 pub const ZERO_LEN_RQ: u8 = 3;
+/// `roce_addr_layout.roce_version` for RoCE v1 (`MLX5_ROCE_VERSION_1`, device.h), which the
+/// model does not offer.
+pub const ROCE_VERSION_1: u8 = 0;
 /// `roce_addr_layout.roce_version` for RoCE v2 (`MLX5_ROCE_VERSION_2`, device.h).
 pub const ROCE_VERSION_2: u8 = 2;
 /// `roce_addr_layout.roce_l3_type` IPv4 (`MLX5_ROCE_L3_TYPE_IPV4`, device.h).
@@ -364,7 +367,8 @@ pub const TEARDOWN_FORCE: u16 = 1;
 ///
 /// Real firmware's syndromes are opaque 32-bit values; the model's are its own, one per reason,
 /// so that a test can tell which check refused a command. They have the form `0x4d46_xxxx`
-/// (`"MF"`, model firmware).
+/// (`"MF"`, model firmware), except where the real one is known
+/// ([`ROCE_VERSION_UNSUPPORTED`](syndrome::ROCE_VERSION_UNSUPPORTED)).
 pub mod syndrome {
     /// Opcode unknown to the model.
     pub const UNKNOWN_OPCODE: u32 = 0x4d46_0001;
@@ -434,6 +438,12 @@ pub mod syndrome {
     pub const ROCE_DISABLED: u32 = 0x4d46_0063;
     /// `SET_ROCE_ADDRESS` differs from the model's configured GID table.
     pub const GID_MISMATCH: u32 = 0x4d46_0064;
+    /// `SET_ROCE_ADDRESS` with a `roce_version` the function does not have (`roce_cap`), such
+    /// as the all-zero clear (version 0, RoCE v1) on a function without RoCE v1. Not of the
+    /// model's form: real firmware's syndrome for it, quoted in the kernel's April 2021 fix
+    /// "IB/mlx5: Set right RoCE l3 type and roce version while deleting GID"
+    /// (`SET_ROCE_ADDRESS(0x761) ... bad parameter(0x3), syndrome (0x12822d)`).
+    pub const ROCE_VERSION_UNSUPPORTED: u32 = 0x0012_822d;
     /// The device model refused the operation.
     pub const MODEL_REFUSED: u32 = 0x4d46_0070;
     /// A fault injected by a test.

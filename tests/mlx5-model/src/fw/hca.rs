@@ -232,7 +232,8 @@ fn roce_caps() -> Vec<u8> {
     roce_cap::FL_RC_QP_WHEN_ROCE_ENABLED.set(&mut c, 1);
     // MLX5_ROCE_L3_TYPE_IPV4_CAP | MLX5_ROCE_L3_TYPE_IPV6_CAP (device.h).
     roce_cap::L3_TYPE.set(&mut c, 0b110);
-    // MLX5_ROCE_VERSION_2_CAP (device.h).
+    // MLX5_ROCE_VERSION_2_CAP (device.h) alone: a function without RoCE v1 (the engine speaks
+    // RoCE v2 only), so SET_ROCE_ADDRESS refuses version 0 as such firmware does.
     roce_cap::ROCE_VERSION.set(&mut c, 1 << 2);
     roce_cap::R_ROCE_DEST_UDP_PORT.set(&mut c, 4791);
     roce_cap::R_ROCE_MAX_SRC_UDP_PORT.set(&mut c, 0xffff);

@@ -18,8 +18,8 @@
 //! | `MODIFY_NIC_VPORT_CONTEXT` | own vport only; `roce_en` only if the RoCE capability is on (`BAD_PARAM`) |
 //! | `QUERY_QP` | QP exists; reports the model's state and the creation fields |
 //! | `QUERY_VPORT_STATE` | own vport only; always up |
-//! | `QUERY_ROCE_ADDRESS` | port 0 or 1 (`BAD_PARAM`); index below `roce_address_table_size` (`BAD_INDEX`); the model's GID table, empty past its end |
-//! | `SET_ROCE_ADDRESS` | as `QUERY_ROCE_ADDRESS`; the entry must equal the model's configured one (RoCE v2, no VLAN), or be all zero past the table's end (`BAD_PARAM`) |
+//! | `QUERY_ROCE_ADDRESS` | port 0 or 1 (`BAD_PARAM`); index below `roce_address_table_size` (`BAD_INDEX`); the model's GID table in the kernel's RoCE v2 form (an IPv4 GID as `::ffff:a.b.c.d`, L3 type IPv4), zeros past its end |
+//! | `SET_ROCE_ADDRESS` | as `QUERY_ROCE_ADDRESS`; `roce_version` one the RoCE caps list, so not 0 (v1): `BAD_PARAM`, syndrome 0x12822d as real firmware; the entry must equal the model's configured one in that form, or past the table's end be the kernel's clear (no address or MAC, version 2, L3 type IPv6) (`BAD_PARAM`) |
 //!
 //! | Ethernet (`ALLOC_TRANSPORT_DOMAIN` … `SET_FLOW_TABLE_ROOT`) | see `eth.rs` |
 //!

@@ -171,56 +171,34 @@ fn full_bring_up_objects_and_teardown() {
     assert_eq!((qpc(ifc::qpc::CQN_SND), qpc(ifc::qpc::LOG_SQ_SIZE)), (u64::from(cq), 6));
     let out = d.ok(&input(Opcode::QueryVportState, 0, 16), 16);
     assert_eq!(ifc::query_vport_state_out::STATE.get(&out), u64::from(VPORT_STATE_UP));
-    let out = d.ok(&input(Opcode::QueryRoceAddress, 0, 16), ifc::query_roce_address_out::SIZE);
-    let at = ifc::query_roce_address_out::ROCE_ADDRESS;
+    // The RoCE address table in the kernel's form (see the test below): the default GID is
+    // IPv4-mapped, so the whole GID, its MAC, L3 type IPv4, version 2.
     let g = d.model.gids()[0];
-    let l3 = ifc::roce_addr_layout::SOURCE_L3_ADDRESS.at(at).slice(&out);
-    assert_eq!((&l3[..12], &l3[12..]), (&[0u8; 12][..], &g.gid[12..]), "IPv4: last four bytes");
-    assert_eq!(
-        ifc::roce_addr_layout::SOURCE_MAC_31_0.at(at).get(&out),
-        u64::from(u32::from_be_bytes([g.mac[2], g.mac[3], g.mac[4], g.mac[5]]))
-    );
-    assert_eq!(ifc::roce_addr_layout::ROCE_L3_TYPE.at(at).get(&out), u64::from(ROCE_L3_TYPE_IPV4));
-    assert_eq!(ifc::roce_addr_layout::ROCE_VERSION.at(at).get(&out), u64::from(ROCE_VERSION_2));
+    assert_eq!(&g.gid[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+    let entry = kernel_roce_addr(Some((g.gid, g.mac)), 0, 2);
+    assert_eq!(query_roce_address(&mut d, 0), entry);
+    assert_eq!(query_roce_address(&mut d, 1), [0; 32], "an empty entry");
     let mut x = input(Opcode::QueryRoceAddress, 0, 16);
-    ifc::query_roce_address_in::ROCE_ADDRESS_INDEX.set(&mut x, 1);
-    let out = d.ok(&x, ifc::query_roce_address_out::SIZE);
-    assert!(out[16..].iter().all(|b| *b == 0), "an empty entry");
     ifc::query_roce_address_in::ROCE_ADDRESS_INDEX.set(&mut x, 16);
     assert_eq!(
         d.status(&x, ifc::query_roce_address_out::SIZE),
         (CmdStatus::BadIndex, crate::fw::codes::syndrome::INDEX_RANGE)
     );
     // SET_ROCE_ADDRESS: the configured entry is accepted, anything else refused.
-    let set_gid = |d: &mut Dev, index: u64, gid: [u8; 16], mac: u64| {
-        use ifc::set_roce_address_in as i;
-        let mut x = input(Opcode::SetRoceAddress, 0, i::SIZE);
-        i::ROCE_ADDRESS_INDEX.set(&mut x, index);
-        i::VHCA_PORT_NUM.set(&mut x, 1);
-        let r = i::ROCE_ADDRESS;
-        if gid != [0; 16] {
-            // IPv4: the address in the last four bytes, the rest zero (as the kernel writes).
-            let l3 = ifc::roce_addr_layout::SOURCE_L3_ADDRESS.at(r).slice_mut(&mut x);
-            l3[12..].copy_from_slice(&gid[12..]);
-            ifc::roce_addr_layout::SOURCE_MAC_47_32.at(r).set(&mut x, mac >> 32);
-            ifc::roce_addr_layout::SOURCE_MAC_31_0.at(r).set(&mut x, mac & 0xffff_ffff);
-            ifc::roce_addr_layout::ROCE_L3_TYPE.at(r).set(&mut x, u64::from(ROCE_L3_TYPE_IPV4));
-            ifc::roce_addr_layout::ROCE_VERSION.at(r).set(&mut x, u64::from(ROCE_VERSION_2));
-        }
-        d.status(&x, 16)
-    };
-    let mut m = [0u8; 8];
-    m[2..].copy_from_slice(&g.mac);
-    let mac = u64::from_be_bytes(m);
     let gid_mismatch = (CmdStatus::BadParam, crate::fw::codes::syndrome::GID_MISMATCH);
-    assert_eq!(set_gid(&mut d, 0, g.gid, mac), (CmdStatus::Ok, 0));
+    assert_eq!(d.status(&set_roce_address(0, 1, entry), 16), (CmdStatus::Ok, 0));
     let mut other = g.gid;
     other[15] ^= 1;
-    assert_eq!(set_gid(&mut d, 0, other, mac), gid_mismatch);
-    assert_eq!(set_gid(&mut d, 0, g.gid, mac ^ 1), gid_mismatch);
-    assert_eq!(set_gid(&mut d, 3, [0; 16], 0), (CmdStatus::Ok, 0));
-    assert_eq!(set_gid(&mut d, 3, g.gid, mac), gid_mismatch);
-    assert_eq!(set_gid(&mut d, 16, [0; 16], 0).0, CmdStatus::BadIndex);
+    let other = kernel_roce_addr(Some((other, g.mac)), 0, 2);
+    assert_eq!(d.status(&set_roce_address(0, 1, other), 16), gid_mismatch);
+    let mut mac = g.mac;
+    mac[5] ^= 1;
+    let other_mac = kernel_roce_addr(Some((g.gid, mac)), 0, 2);
+    assert_eq!(d.status(&set_roce_address(0, 1, other_mac), 16), gid_mismatch);
+    let clear = kernel_roce_addr(None, 1, 2);
+    assert_eq!(d.status(&set_roce_address(3, 1, clear), 16), (CmdStatus::Ok, 0));
+    assert_eq!(d.status(&set_roce_address(3, 1, entry), 16), gid_mismatch);
+    assert_eq!(d.status(&set_roce_address(16, 1, clear), 16).0, CmdStatus::BadIndex);
     assert_eq!(d.fw.live_objects(), 7);
 
     // Command completion events arrived on the EQ, one per command since (and including)
@@ -287,6 +265,121 @@ fn full_bring_up_objects_and_teardown() {
     assert!(d.fw.delivery_errors().is_empty());
     assert_eq!(d.fw.spurious_doorbells(), 0);
     assert_eq!(d.model.counters().validation_failures, 0);
+}
+
+/// A 32-byte `roce_addr_layout` as the kernel fills it, written byte by byte from
+/// `mlx5_ifc.h`'s `roce_addr_layout_bits` (`source_l3_address` bytes 0..16, `vlan_valid` and
+/// `vlan_id` bytes 16..18, `source_mac_47_32` 18..20, `source_mac_31_0` 20..24, `roce_l3_type`
+/// the low nibble of byte 26, `roce_version` byte 27), independent of the model's accessors.
+/// `mlx5_core_roce_gid_set` copies the whole 16-byte GID and the MAC only when it has a GID,
+/// and sets the version and L3 type on every call (since the kernel's April 2021 fix).
+fn kernel_roce_addr(gid: Option<([u8; 16], [u8; 6])>, l3_type: u8, version: u8) -> [u8; 32] {
+    let mut e = [0u8; 32];
+    if let Some((gid, mac)) = gid {
+        e[0..16].copy_from_slice(&gid);
+        e[18..24].copy_from_slice(&mac);
+    }
+    e[26] = l3_type;
+    e[27] = version;
+    e
+}
+
+/// A `SET_ROCE_ADDRESS` (0x761) input, byte by byte: `opcode` bytes 0..2,
+/// `roce_address_index` bytes 8..10, `vhca_port_num` the low nibble of byte 11, the entry at
+/// byte 16.
+fn set_roce_address(index: u16, port: u8, entry: [u8; 32]) -> Vec<u8> {
+    let mut c = vec![0u8; 48];
+    c[0..2].copy_from_slice(&[0x07, 0x61]);
+    c[8..10].copy_from_slice(&index.to_be_bytes());
+    c[11] = port;
+    c[16..48].copy_from_slice(&entry);
+    c
+}
+
+/// The entry a `QUERY_ROCE_ADDRESS` (0x760) answers for `index` (its output's bytes 16..48).
+fn query_roce_address(d: &mut Dev, index: u16) -> [u8; 32] {
+    let mut c = vec![0u8; 16];
+    c[0..2].copy_from_slice(&[0x07, 0x60]);
+    c[8..10].copy_from_slice(&index.to_be_bytes());
+    let out = d.ok(&c, 48);
+    out[16..48].try_into().unwrap()
+}
+
+/// The RoCE address table takes and answers the entries the kernel's `set_roce_addr` /
+/// `mlx5_core_roce_gid_set` write for RoCE v2: an IPv4 GID is the whole IPv4-mapped GID
+/// (`::ffff:a.b.c.d`) with L3 type IPv4 (0), an IPv6 one its GID with L3 type IPv6 (1), both
+/// version 2; a clear (`mlx5_ib_del_gid`) is no address and no MAC with version 2 and L3 type
+/// IPv6. The deprecated IPv4-compatible form `::a.b.c.d` names another GID and is refused;
+/// a version-0 clear is refused as firmware refuses it on a function without RoCE v1 (the
+/// model's `roce_cap.roce_version` lists only v2), with the syndrome the kernel's fix quotes.
+#[test]
+fn roce_address_table_takes_and_answers_the_kernels_image() {
+    // ::ffff:192.0.2.7 and fe80::4d:11ff:fe22:3344, literal.
+    let v4 = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 7];
+    let v6 = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0x4d, 0x11, 0xff, 0xfe, 0x22, 0x33, 0x44];
+    let mac = [0x02, 0x4d, 0x00, 0x11, 0x22, 0x33];
+    let gids = vec![crate::model::Gid { gid: v4, mac }, crate::model::Gid { gid: v6, mac }];
+    let model = Model::with_config(crate::ModelConfig { gids, ..Default::default() }).unwrap();
+    let mut d = Dev::on(model, FwConfig::default());
+    d.up();
+    let ok = (CmdStatus::Ok, 0);
+    let mismatch = (CmdStatus::BadParam, crate::fw::codes::syndrome::GID_MISMATCH);
+    // `mlx5_cmd_check: SET_ROCE_ADDRESS(0x761) ... bad parameter(0x3), syndrome (0x12822d)`.
+    let no_v1 = (CmdStatus::BadParam, 0x0012_822d);
+
+    // QUERY answers the entries in the same form.
+    let mapped = kernel_roce_addr(Some((v4, mac)), 0, 2);
+    let ipv6 = kernel_roce_addr(Some((v6, mac)), 1, 2);
+    assert_eq!(query_roce_address(&mut d, 0), mapped);
+    assert_eq!(query_roce_address(&mut d, 1), ipv6);
+    assert_eq!(query_roce_address(&mut d, 2), [0; 32], "never written");
+
+    // SET takes the kernel's image of the configured entries, on port 0 or 1.
+    assert_eq!(d.status(&set_roce_address(0, 0, mapped), 16), ok);
+    assert_eq!(d.status(&set_roce_address(0, 1, mapped), 16), ok);
+    assert_eq!(d.status(&set_roce_address(1, 1, ipv6), 16), ok);
+    // ... and the kernel's clear past them.
+    let clear = kernel_roce_addr(None, 1, 2);
+    assert_eq!(d.status(&set_roce_address(5, 1, clear), 16), ok);
+    assert_eq!(d.status(&set_roce_address(15, 1, clear), 16), ok);
+    assert_eq!(d.status(&set_roce_address(16, 1, clear), 16).0, CmdStatus::BadIndex);
+
+    // The deprecated IPv4-compatible GID ::192.0.2.7 (bytes 10..12 zero) is another GID.
+    let mut compat = v4;
+    compat[10..12].copy_from_slice(&[0, 0]);
+    assert_eq!(
+        d.status(&set_roce_address(0, 1, kernel_roce_addr(Some((compat, mac)), 0, 2)), 16),
+        mismatch
+    );
+    // An address that disagrees with its L3 type, another address or MAC: refused.
+    let typed_v6 = kernel_roce_addr(Some((v4, mac)), 1, 2);
+    assert_eq!(d.status(&set_roce_address(0, 1, typed_v6), 16), mismatch);
+    let mut other = v4;
+    other[15] ^= 1;
+    assert_eq!(
+        d.status(&set_roce_address(0, 1, kernel_roce_addr(Some((other, mac)), 0, 2)), 16),
+        mismatch
+    );
+    let mut other_mac = mac;
+    other_mac[5] ^= 1;
+    assert_eq!(
+        d.status(&set_roce_address(0, 1, kernel_roce_addr(Some((v4, other_mac)), 0, 2)), 16),
+        mismatch
+    );
+    // The configured table is fixed: no clearing or writing over its entries, no new ones.
+    assert_eq!(d.status(&set_roce_address(0, 1, clear), 16), mismatch);
+    assert_eq!(d.status(&set_roce_address(5, 1, mapped), 16), mismatch);
+
+    // No RoCE v1 on this function: the pre-2021 all-zero clear (version 0, type 0) and any
+    // version-0 entry are refused as real firmware refuses them.
+    assert_eq!(d.status(&set_roce_address(5, 1, [0; 32]), 16), no_v1);
+    assert_eq!(
+        d.status(&set_roce_address(0, 1, kernel_roce_addr(Some((v4, mac)), 0, 0)), 16),
+        no_v1
+    );
+    // The table is unchanged by all of it.
+    assert_eq!(query_roce_address(&mut d, 0), mapped);
+    assert_eq!(query_roce_address(&mut d, 1), ipv6);
 }
 
 #[test]

@@ -412,6 +412,8 @@ fn every_code_matches_the_header() {
             ("MLX5_TEARDOWN_HCA_IN_PROFILE_FORCE_CLOSE", TEARDOWN_FORCE as u64),
             ("CMD_OWNER_HW", entry::OWNER_HW as u64),
             ("MLX5_CMD_DATA_BLOCK_SIZE", mailbox::DATA as u64),
+            ("MLX5_ROCE_VERSION_1", ROCE_VERSION_1 as u64),
+            ("MLX5_ROCE_VERSION_1_CAP", 1 << ROCE_VERSION_1),
             ("MLX5_ROCE_VERSION_2_CAP", 1 << 2),
             ("MLX5_ROCE_VERSION_2", ROCE_VERSION_2 as u64),
             ("MLX5_ROCE_L3_TYPE_IPV4", ROCE_L3_TYPE_IPV4 as u64),
