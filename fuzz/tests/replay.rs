@@ -100,3 +100,22 @@ fn seeds_reach_what_they_were_written_for() {
     }
     assert_eq!(checked, expect.len());
 }
+
+/// `FUZZ_TRACE_DIR=DIR FUZZ_TRACE_TARGET=cm cargo test --test replay milestones -- --ignored
+/// --nocapture`: the milestones a corpus (a fuzz run's, say) reaches, with how many inputs
+/// reach each; a quick look at how deep the fuzzer got.
+#[test]
+#[ignore]
+fn milestones() {
+    let dir = PathBuf::from(std::env::var("FUZZ_TRACE_DIR").expect("FUZZ_TRACE_DIR"));
+    let target = std::env::var("FUZZ_TRACE_TARGET").expect("FUZZ_TRACE_TARGET");
+    let body = TARGETS.iter().find(|t| t.0 == target).expect("a target").1;
+    let mut counts = std::collections::BTreeMap::new();
+    let files = files(&dir);
+    for f in &files {
+        for m in body(&fs::read(f).unwrap()) {
+            *counts.entry(m).or_insert(0) += 1;
+        }
+    }
+    println!("{} inputs: {counts:#?}", files.len());
+}

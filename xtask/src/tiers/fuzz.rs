@@ -77,6 +77,7 @@ fn have_cxx() -> bool {
         return true;
     }
     if util::is_root() {
+        let _ = util::run(Command::new("apt-get").args(["update", "-qq"]));
         let _ = util::run(Command::new("apt-get").args(["install", "-y", "-qq", "g++"]));
     }
     util::have("c++") || util::have("g++")
