@@ -23,6 +23,11 @@ impl TrackDma {
         TrackDma { heap: HeapDma::new(), live: Mutex::new(Vec::new()) }
     }
 
+    /// Blocks allocated and not given back.
+    pub fn live_blocks(&self) -> usize {
+        self.live.lock().expect("not poisoned").len()
+    }
+
     /// Free every block still allocated.
     ///
     /// # Safety

@@ -146,6 +146,8 @@ fn fuzz_one(bin: &Path, target: &str, seconds: u64) -> bool {
         }
     };
     let mut cmd = Command::new(bin);
+    // A panic prints its stack before libFuzzer aborts.
+    cmd.env("RUST_BACKTRACE", "1");
     cmd.arg(work.join("corpus"))
         .arg(format!("-max_total_time={seconds}"))
         .arg("-seed=1")
