@@ -58,12 +58,12 @@ pub mod op {
     /// A CQE on the send CQ: opcode nibble, 64 bytes; with the high bit, the counter and QP
     /// number are set to the oldest outstanding request's.
     pub const SEND_CQE: u8 = 2;
-    /// A CQE on the receive CQ: as [`SEND_CQE`]; the GSI rig also sets a GRH flag and a
-    /// byte count from the script.
+    /// A CQE on the receive CQ: as [`SEND_CQE`]; the GSI rig also sets the GRH flag, source
+    /// QP 1 and the byte count of the last datagram.
     pub const RECV_CQE: u8 = 3;
-    /// Poll the send CQ (array size byte).
+    /// RC: poll the send CQ (array size byte). (The GSI rig polls the CM after every step.)
     pub const POLL: u8 = 4;
-    /// Poll the receive CQ (array size byte); the GSI rig polls the CM.
+    /// RC: poll the receive CQ (array size byte).
     pub const POLL_RECV: u8 = 5;
     /// Move the QP to ERR (RC only).
     pub const ERROR: u8 = 6;
