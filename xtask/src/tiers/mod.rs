@@ -2,6 +2,7 @@
 //! `cargo xtask test` runs them in order and prints one summary line.
 
 mod demo;
+mod fuzz;
 mod lint;
 mod miri;
 mod nostd;
@@ -58,6 +59,7 @@ type Tier = fn() -> Outcome;
 /// Every tier, in the order `cargo xtask test` runs them.
 const TIERS: &[(&str, Tier)] = &[
     ("unit", unit::run),
+    ("fuzz", fuzz::run),
     ("lint", lint::run),
     ("miri", miri::run),
     ("vectors", vectors::run),
