@@ -8,7 +8,7 @@
 //!    (cargo-fuzz `src/project.rs`: the `sancov-module` pass, inline 8-bit counters, PC table,
 //!    compare tracing, `--cfg fuzzing`, debug assertions), which are stable codegen options,
 //!    plus overflow checks; `--target` keeps them off build scripts. libFuzzer itself is built
-//!    from C++ by `libfuzzer-sys`, so a C++ compiler is needed (installed as root when missing).
+//!    from C++ by `libfuzzer-sys`, so a C++ compiler is needed (`prereq` installs g++).
 //! 3. Runs each target for [`SECONDS`] (or `FUZZ_TIME`) with a fixed seed, a per-input
 //!    timeout and an RSS limit, on a scratch copy of its corpus under `target/fuzz/work/`
 //!    (the committed corpus is never modified), and prints libFuzzer's final figures:
@@ -69,18 +69,6 @@ fn host() -> Option<String> {
     String::from_utf8_lossy(&o.stdout)
         .lines()
         .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
-}
-
-/// A C++ compiler for libFuzzer's sources: present, or installed when we are root.
-fn have_cxx() -> bool {
-    if util::have("c++") || util::have("g++") {
-        return true;
-    }
-    if util::is_root() {
-        let _ = util::run(Command::new("apt-get").args(["update", "-qq"]));
-        let _ = util::run(Command::new("apt-get").args(["install", "-y", "-qq", "g++"]));
-    }
-    util::have("c++") || util::have("g++")
 }
 
 /// libFuzzer's final figures for one run.
@@ -195,8 +183,10 @@ fn fuzz_one(bin: &Path, target: &str, seconds: u64) -> bool {
 
 pub fn run() -> Outcome {
     let Some(triple) = host() else { return Outcome::skip("no rustc host triple (rustc -vV)") };
-    if !have_cxx() {
-        return Outcome::skip("no C++ compiler for libFuzzer (apt-get install g++)");
+    // libFuzzer is C++: `prereq` installs g++ for this tier (or stopped with the command).
+    if !super::prereq::ensure(Some("fuzz")) {
+        eprintln!("xtask: fuzz: no C++ compiler for libFuzzer (sudo apt-get install g++)");
+        return Outcome::check(false);
     }
     let seconds = std::env::var("FUZZ_TIME").ok().and_then(|v| v.parse().ok()).unwrap_or(SECONDS);
 
