@@ -191,11 +191,14 @@ pub fn query_roce_address_cmd(
 }
 
 /// The GID and MAC of a `QUERY_ROCE_ADDRESS` reply; `None` for an empty (or cleared) entry, one
-/// that is not RoCE v2, or one whose address disagrees with its L3 type. `source_l3_address` is
-/// the whole GID, as [`set_roce_address_cmd`] writes it: an IPv4 entry holds the IPv4-mapped
-/// GID (`::ffff:a.b.c.d`), and an entry of type IPv4 holding anything else (such as the
-/// deprecated IPv4-compatible `::a.b.c.d`), or of type IPv6 holding a v4-mapped GID, is not
-/// one the kernel's `set_roce_addr` writes, and is not taken.
+/// that is not RoCE v2, or one whose address disagrees with its L3 type.
+///
+/// `source_l3_address` is the whole GID, as [`set_roce_address_cmd`] and the kernel write it:
+/// an entry of L3 type IPv4 holds the IPv4-mapped GID `::ffff:a.b.c.d`, and is returned as it
+/// is. A table programmed in the deprecated IPv4-compatible form `::a.b.c.d` (this driver did
+/// so before; the device model in `tests/mlx5-model` still does) is read as the same address,
+/// returned as its v4-mapped GID, the only form a RoCE v2 GID over IPv4 has. An IPv4 entry with
+/// any other prefix, or an IPv6 entry holding a v4-mapped GID, is not taken.
 pub fn roce_address_entry(out: &[u8; query_roce_address_out::SIZE]) -> Option<(Gid, Mac)> {
     let ra = query_roce_address_out::ROCE_ADDRESS;
     if ifc::get(out, roce_addr_layout::ROCE_VERSION.within(ra)) != ROCE_VERSION_2 {
@@ -204,15 +207,18 @@ pub fn roce_address_entry(out: &[u8; query_roce_address_out::SIZE]) -> Option<(G
     let l3 = roce_addr_layout::SOURCE_L3_ADDRESS.within(ra).byte();
     let mut g = [0u8; 16];
     g.copy_from_slice(&out[l3..l3 + 16]);
-    let gid = Gid(g);
-    let v4 = match ifc::get(out, roce_addr_layout::ROCE_L3_TYPE.within(ra)) {
-        ROCE_L3_TYPE_IPV4 => true,
-        ROCE_L3_TYPE_IPV6 => false,
+    let gid = match ifc::get(out, roce_addr_layout::ROCE_L3_TYPE.within(ra)) {
+        ROCE_L3_TYPE_IPV4 => {
+            let v4 = [g[12], g[13], g[14], g[15]];
+            let compat = g[..12] == [0; 12];
+            if Gid(g).ipv4().is_none() && !compat || v4 == [0; 4] {
+                return None;
+            }
+            Gid::from_ipv4(v4)
+        }
+        ROCE_L3_TYPE_IPV6 if Gid(g).ipv4().is_none() && g != [0; 16] => Gid(g),
         _ => return None,
     };
-    if gid.0 == [0; 16] || gid.ipv4().is_some() != v4 || gid.ipv4() == Some([0; 4]) {
-        return None;
-    }
     let hi = ifc::get(out, roce_addr_layout::SOURCE_MAC_47_32.within(ra)) as u16;
     let lo = ifc::get(out, roce_addr_layout::SOURCE_MAC_31_0.within(ra)) as u32;
     let (h, l) = (hi.to_be_bytes(), lo.to_be_bytes());
