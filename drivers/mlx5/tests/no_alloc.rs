@@ -269,12 +269,12 @@ fn arp_and_the_neighbour_table_allocate_nothing() {
     }
     let ((), n) = counted(|| {
         let mut t = 0;
-        // Requests for us (answered, learned, the table evicting), junk, and a resolution
-        // that runs out of retries.
+        // Requests for us (answered, learned, the table evicting what went stale 31 s on),
+        // junk, and a resolution that runs out of retries.
         for f in &frames {
+            t += 31_000_000_000;
             let _ = arp.on_frame(f, t, &mut out);
             let _ = arp.on_frame(&f[..30], t, &mut out);
-            t += 1;
         }
         let target = Ipv4Addr::new(10, 0, 9, 9);
         while arp.poll_resolve(target, t, &mut out).is_ok() {
