@@ -234,10 +234,10 @@ fn flood(seed: u64, n: usize, peer_every: usize) -> impl Iterator<Item = [u8; 60
         } else {
             Ipv4Addr::new(10, 0, b[0], b[1])
         };
-        let target_ip = if b[2] % 8 == 0 { Ipv4Addr::new(10, 0, 9, b[3]) } else { OUR_IP };
+        let target_ip = if b[2].is_multiple_of(8) { Ipv4Addr::new(10, 0, 9, b[3]) } else { OUR_IP };
         frame(ArpRepr {
-            eth_dst: if b[4] % 2 == 0 { BROADCAST } else { US },
-            op: if b[5] % 2 == 0 { ArpOp::Request } else { ArpOp::Reply },
+            eth_dst: if b[4].is_multiple_of(2) { BROADCAST } else { US },
+            op: if b[5].is_multiple_of(2) { ArpOp::Request } else { ArpOp::Reply },
             sender_mac: Mac([0x02, b[6], b[7], b[3], b[1], b[0]]),
             sender_ip,
             target_mac: US,
