@@ -180,6 +180,16 @@ pub enum DeviceFault {
     },
     /// A receive completion while no receive was posted.
     NoReceivePosted,
+    /// A receive completion names another receive WQE than the one it must complete (a plain
+    /// receive queue completes in order: the oldest outstanding receive). A duplicated or
+    /// misdirected receive CQE is refused before any receive is retired, so no buffer the
+    /// device may still write is handed back.
+    WrongReceive {
+        /// The `wqe_counter` it carried.
+        counter: u16,
+        /// The counter of the oldest outstanding receive.
+        expected: u16,
+    },
     /// Firmware kept a command past the bound without handing it back.
     CommandTimeout {
         /// The command's opcode.
@@ -284,6 +294,7 @@ impl DeviceFault {
             | DeviceFault::WrongQp { .. }
             | DeviceFault::UnexpectedOpcode { .. }
             | DeviceFault::NoReceivePosted
+            | DeviceFault::WrongReceive { .. }
             | DeviceFault::TokenMismatch { .. }
             | DeviceFault::Unhealthy { .. }
             | DeviceFault::BadFirmwareValue { .. }
@@ -341,6 +352,10 @@ impl fmt::Display for DeviceFault {
                 write!(f, "completion opcode {opcode:#x} does not belong on this queue")
             }
             DeviceFault::NoReceivePosted => f.write_str("receive completion with none posted"),
+            DeviceFault::WrongReceive { counter, expected } => write!(
+                f,
+                "receive completion for WQE {counter:#06x}, the oldest posted is {expected:#06x}"
+            ),
             DeviceFault::CommandTimeout { opcode } => {
                 write!(f, "command {opcode:#x} not handed back within its bound")
             }
@@ -412,6 +427,10 @@ mod tests {
         assert_eq!(Error::Unreachable(ip).errno().0, 113);
         assert_eq!(Error::TooManyInFlight.errno().0, 12);
         assert_eq!(Error::Fault(DeviceFault::NoReceivePosted).errno(), Errno::EIO);
+        assert_eq!(
+            Error::Fault(DeviceFault::WrongReceive { counter: 0, expected: 1 }).errno(),
+            Errno::EIO
+        );
     }
 
     #[test]

@@ -107,21 +107,99 @@ unsafe impl<const PAGES: usize> Dma for StaticDma<PAGES> {
     }
 }
 
-/// A clock on the x86 time-stamp counter, for bare metal without an OS timer.
+/// A clock on the CPU's free-running counter, for bare metal without an OS timer: the
+/// time-stamp counter (`rdtsc`) on x86_64, the generic timer's virtual count (`CNTVCT_EL0`)
+/// on aarch64. Elsewhere there is no such counter and construction fails.
+///
+/// Ticks become nanoseconds exactly, `ticks * 10^9 / hz` in 128-bit arithmetic: no
+/// intermediate overflows, and the result fits `u64` for 584 years at 1 GHz (more at any
+/// faster counter; it saturates past that, never wraps). It never decreases while the counter
+/// does not (an invariant TSC; the generic timer is architecturally monotonic).
 #[derive(Clone, Copy, Debug)]
 pub struct TscClock {
-    /// TSC ticks per microsecond (the caller knows its invariant TSC rate).
-    pub ticks_per_us: u64,
+    /// Counter ticks per second (never 0).
+    hz: u64,
+}
+
+impl TscClock {
+    /// A clock on a counter of `ticks_per_us` ticks per microsecond (the caller knows its
+    /// invariant TSC rate). Refused: a rate of 0, or an architecture without a counter.
+    pub fn new(ticks_per_us: u64) -> Result<Self, HalError> {
+        Self::from_hz(
+            ticks_per_us
+                .checked_mul(1_000_000)
+                .ok_or(HalError::Unsupported("counter rate above 2^64 Hz"))?,
+        )
+    }
+
+    /// A clock on a counter of `hz` ticks per second. Refused: a rate of 0, or an architecture
+    /// without a counter.
+    pub fn from_hz(hz: u64) -> Result<Self, HalError> {
+        if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+            return Err(HalError::Unsupported("no free-running CPU counter on this architecture"));
+        }
+        if hz == 0 {
+            return Err(HalError::Unsupported("counter rate of 0 Hz"));
+        }
+        Ok(TscClock { hz })
+    }
+
+    /// A clock on the generic timer at the rate firmware programmed into `CNTFRQ_EL0`.
+    /// Refused when that register reads 0 (firmware did not set it).
+    #[cfg(target_arch = "aarch64")]
+    pub fn generic_timer() -> Result<Self, HalError> {
+        let hz: u64;
+        // SAFETY: reading CNTFRQ_EL0 has no side effect and touches no memory; EL0 may read
+        // it whenever the timer is usable at all (as it must be for CNTVCT_EL0).
+        unsafe {
+            core::arch::asm!("mrs {}, cntfrq_el0", out(reg) hz, options(nomem, nostack, preserves_flags))
+        };
+        Self::from_hz(hz & 0xffff_ffff)
+    }
+
+    /// Counter ticks per second.
+    pub fn hz(&self) -> u64 {
+        self.hz
+    }
+
+    /// Nanoseconds at a count of `ticks`: `ticks * 10^9 / hz`, exact (rounded down), saturating
+    /// at `u64::MAX`.
+    pub fn ns_at(&self, ticks: u64) -> u64 {
+        let ns = ticks as u128 * 1_000_000_000 / self.hz as u128;
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+}
+
+/// The counter: `rdtsc` on x86_64, `CNTVCT_EL0` on aarch64 (after an `isb`, so that the read
+/// is not taken early, as the kernel's `arch_timer_read_cntvct_el0`).
+#[inline]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc reads a counter; it has no memory effects.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let t: u64;
+        // SAFETY: `isb` and reading CNTVCT_EL0 touch no memory and have no side effect; a
+        // `TscClock` exists on aarch64 only through its constructors, which callers use where
+        // the generic timer is accessible at their exception level.
+        unsafe {
+            core::arch::asm!("isb", "mrs {}, cntvct_el0", out(reg) t, options(nostack, preserves_flags))
+        };
+        t
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        // Unreachable: `TscClock::from_hz` refuses these architectures.
+        0
+    }
 }
 
 impl Clock for TscClock {
     fn now_ns(&self) -> u64 {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: rdtsc reads a counter; it has no memory effects.
-        let t = unsafe { core::arch::x86_64::_rdtsc() };
-        #[cfg(not(target_arch = "x86_64"))]
-        let t = 0u64;
-        t.saturating_mul(1000) / self.ticks_per_us.max(1)
+        self.ns_at(ticks())
     }
 }
 
@@ -150,5 +228,72 @@ mod tests {
             dma.free(b);
         }
         assert_eq!(dma.free_pages(), 8);
+    }
+
+    const YEAR_S: u64 = 31_557_600; // 365.25 days
+
+    #[test]
+    fn nanoseconds_stay_exact_for_years_at_gigahertz_rates() {
+        for ghz in [1u64, 3, 5] {
+            let c = TscClock::new(ghz * 1000).unwrap();
+            // 71 days at 3 GHz is where `ticks * 1000` passed 2^64.
+            for secs in [1u64, 71 * 86_400, 72 * 86_400, YEAR_S, 10 * YEAR_S, 100 * YEAR_S] {
+                let ticks = secs * ghz * 1_000_000_000;
+                assert_eq!(c.ns_at(ticks), secs * 1_000_000_000, "{ghz} GHz, {secs} s");
+                // A tick later is later, by what one tick is worth.
+                assert_eq!(c.ns_at(ticks + ghz), secs * 1_000_000_000 + 1, "{ghz} GHz");
+            }
+            // The counter's end is 2^64 ticks: 5.8, 195 and 117 years; exact up to it.
+            let end = c.ns_at(u64::MAX);
+            assert_eq!(
+                end as u128,
+                u64::MAX as u128 * 1_000_000_000 / (ghz as u128 * 1_000_000_000)
+            );
+        }
+    }
+
+    #[test]
+    fn nanoseconds_never_decrease_and_keep_moving() {
+        // A rate that is not a whole number of ticks per microsecond (a 19.2 MHz generic timer)
+        // and a fast TSC, across the ranges where the old product overflowed.
+        for hz in [19_200_000u64, 3_000_000_000, 5_000_000_000] {
+            let c = TscClock::from_hz(hz).unwrap();
+            // 2^58 ticks is 475 years at 19.2 MHz; the counter's end only at GHz rates (below 1 GHz
+            // the nanoseconds saturate first, after 584 years).
+            let end = if hz >= 1_000_000_000 { u64::MAX - (1 << 20) } else { 1 << 58 };
+            for base in [0u64, 1 << 40, 1 << 54, 1 << 58, end] {
+                let mut last = c.ns_at(base);
+                let mut moved = false;
+                for k in 1..(1u64 << 16) {
+                    let now = c.ns_at(base + k * 16);
+                    assert!(now >= last, "{hz} Hz at {base:#x} + {k}");
+                    moved |= now > last;
+                    last = now;
+                }
+                assert!(moved, "{hz} Hz at {base:#x}: the clock stopped");
+            }
+        }
+        assert_eq!(
+            TscClock::from_hz(19_200_000).unwrap().ns_at(19_200_000 * 3600),
+            3_600_000_000_000
+        );
+    }
+
+    #[test]
+    fn a_zero_rate_is_refused_and_the_clock_runs() {
+        assert!(TscClock::new(0).is_err());
+        assert!(TscClock::from_hz(0).is_err());
+        assert!(TscClock::new(u64::MAX).is_err());
+        // On the build machine's own counter: time moves forward.
+        let c = TscClock::new(3000).unwrap();
+        let a = c.now_ns();
+        let mut b = c.now_ns();
+        for _ in 0..1_000_000 {
+            if b > a {
+                break;
+            }
+            b = c.now_ns();
+        }
+        assert!(b > a);
     }
 }

@@ -3,20 +3,25 @@
 //! [`Qp`]).
 //!
 //! The GSI QP sends each MAD inline (256 bytes, no buffer to keep), signalled, reaping send
-//! completions as it goes; it receives into `RQ` slots of one region, each a 40-byte GRH and
-//! a MAD, reposted as soon as the MAD is copied out. The peer's MAC comes from a small
+//! completions as it goes; its send ring holds [`GSI_SENDS`] MADs in flight, and a MAD that
+//! finds it full after reaping is refused with [`Error::QueueFull`] (the CM keeps it and sends
+//! it later). It receives into `RQ` slots of one region ([`GSI_RQ`] by default), each a
+//! 40-byte GRH and a MAD, reposted as soon as the MAD is copied out. A burst of datagrams
+//! larger than the ring finds no receive posted, and the device drops the excess (UD has no
+//! RNR): [`GsiPort::stats`] counts every poll that found the ring exhausted, and what the port
+//! itself discarded. The peer's MAC comes from a small
 //! neighbour table the application fills ([`GsiPort::add_neighbour`]), or from the port's
 //! ARP: [`ArpGsiPort`] pairs a `GsiPort` with the driver's [`EthPort`], answers ARP whenever
 //! the CM polls, and resolves from what ARP learned.
 //!
 //! ```
 //! use rdma_pmd::cm::{Cm, CmConfig};
-//! use rdma_pmd_mlx5::{cm::{GsiPort, RX_SLOT}, control::Access, Mlx5, SharedDma};
+//! use rdma_pmd_mlx5::{cm::{GsiPort, GSI_RQ, RX_SLOT}, control::Access, Mlx5, SharedDma};
 //! use rdma_pmd_mlx5_model::Model;
 //!
 //! let model = Model::new();
 //! let dev = Mlx5::open(model.bar(), SharedDma(model.dma()), model.control())?;
-//! let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE)?;
+//! let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE)?;
 //! let mut port: GsiPort<_, _, _> = GsiPort::new(&dev, &mut rx, 1)?;
 //! let peer = rdma_pmd::Gid::from_ipv4([192, 168, 0, 2]);
 //! port.add_neighbour(peer, rdma_pmd::Mac([2, 0, 0, 0, 0, 2]))?;
@@ -39,8 +44,18 @@ use crate::eth::EthPort;
 use crate::mr::Region;
 use crate::qp::{ConnectOpts, Qp, QpConfig, QpState};
 
-/// Send blocks of the GSI QP.
-const GSI_SQ: usize = 64;
+/// Send blocks of the GSI QP: 1024 blocks of 64 bytes, [`GSI_SENDS`] inline MADs (a burst of
+/// REPs or DREPs for a full CM table goes out without waiting).
+const GSI_SQ: usize = 1024;
+/// Blocks of one inline MAD on the GSI QP: control (16), datagram (48), the inline header (4)
+/// and 256 bytes, 324 bytes in 64-byte blocks.
+const MAD_BLOCKS: usize = (16 + 48 + 4 + MAD_LEN).div_ceil(64);
+/// MADs the GSI send ring holds in flight.
+pub const GSI_SENDS: usize = GSI_SQ / MAD_BLOCKS;
+/// Receive slots of a [`GsiPort`] by default (the `RQ` parameter): enough for a burst of
+/// REQs or DREQs a CM table of that size can take at once. The kernel's MAD layer posts 512
+/// (`IB_MAD_QP_RECV_SIZE`).
+pub const GSI_RQ: usize = 128;
 /// Bytes of one receive slot: a GRH and the largest single-packet UD message (4096 bytes,
 /// the largest MTU), rounded up to 64. A MAD needs only 296, but a datagram longer than its
 /// receive fails the receive and moves the QP to ERR, and anyone may send QP1 a datagram:
@@ -51,10 +66,35 @@ const SLOT: usize = RX_SLOT;
 /// Neighbour table entries.
 pub const NEIGHBOURS: usize = 16;
 
+/// What a [`GsiPort`] counted ([`GsiPort::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GsiStats {
+    /// Datagrams handed to the CM.
+    pub received: u64,
+    /// Polls that found every posted receive consumed: the device had no receive for the next
+    /// datagram and dropped any that came then (its own count of them, a Q counter's
+    /// `out_of_buffer`, is not read by this driver).
+    pub ring_exhausted: u64,
+    /// Datagrams the port itself discarded: completions for a slot it did not post, and
+    /// completions left staged when a receive failed.
+    pub dropped: u64,
+    /// Receive completions in error (flushed, or the device refused a slot).
+    pub recv_errors: u64,
+    /// Send completions in error.
+    pub send_errors: u64,
+    /// MADs refused because the send ring was full after reaping.
+    pub send_full: u64,
+}
+
 /// MADs on QP1 of one port, with `RQ` receive slots. See the module docs.
-pub struct GsiPort<'r, M: Mmio, D: Dma, C: Control, const RQ: usize = 16> {
+pub struct GsiPort<'r, M: Mmio, D: Dma, C: Control, const RQ: usize = 128> {
     qp: Qp<'r, M, D, C, GSI_SQ, RQ, 1>,
     pending: [Option<Pending<DestBuf<'r>>>; RQ],
+    /// Receive completions reaped and not yet handed out: `staged[next..count]`.
+    staged: [Completion; RQ],
+    next: usize,
+    count: usize,
+    stats: GsiStats,
     neighbours: [Option<(Gid, Mac)>; NEIGHBOURS],
     /// Receive completions in error (flushed, or the device refused a slot).
     pub recv_errors: u64,
@@ -91,6 +131,10 @@ impl<'r, M: Mmio, D: Dma, C: Control, const RQ: usize> GsiPort<'r, M, D, C, RQ> 
         Ok(GsiPort {
             qp,
             pending,
+            staged: [Completion::default(); RQ],
+            next: 0,
+            count: 0,
+            stats: GsiStats::default(),
             neighbours: [None; NEIGHBOURS],
             recv_errors: 0,
             send_errors: 0,
@@ -113,6 +157,11 @@ impl<'r, M: Mmio, D: Dma, C: Control, const RQ: usize> GsiPort<'r, M, D, C, RQ> 
     /// Whether a receive failed, leaving the GSI QP in ERR (see [`MadPort::recv_mad`]).
     pub fn is_failed(&self) -> bool {
         self.failed
+    }
+
+    /// What the port counted.
+    pub fn stats(&self) -> GsiStats {
+        GsiStats { recv_errors: self.recv_errors, send_errors: self.send_errors, ..self.stats }
     }
 
     /// The GSI QP.
@@ -153,7 +202,13 @@ impl<M: Mmio, D: Dma, C: Control, const RQ: usize> MadPort for GsiPort<'_, M, D,
             qkey: GSI_QKEY,
         };
         let flags = SendFlags::SIGNALED | SendFlags::INLINE;
-        self.qp.post_send_ud(0, Source::inline(&[&mad[..]]), flags, &dest, None)
+        match self.qp.post_send_ud(0, Source::inline(&[&mad[..]]), flags, &dest, None) {
+            Err(e @ Error::QueueFull { .. }) => {
+                self.stats.send_full += 1;
+                Err(e)
+            }
+            r => r,
+        }
     }
 
     /// A datagram of any length up to a slot is taken, and its true length returned (the CM
@@ -166,26 +221,49 @@ impl<M: Mmio, D: Dma, C: Control, const RQ: usize> MadPort for GsiPort<'_, M, D,
             return Err(Error::NotConnected);
         }
         self.reap()?;
-        let mut wc = [Completion::default(); 1];
-        if self.qp.poll_recv(&mut wc)? == 0 {
-            return Ok(None);
+        if self.next == self.count {
+            // Reap every receive completion there is (at most `RQ`: one per posted slot), so
+            // that what the device still holds is known: none left is an exhausted ring.
+            self.next = 0;
+            self.count = 0;
+            let n = self.qp.poll_recv(&mut self.staged)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.count = n;
+            if self.qp.rq_outstanding() == 0 {
+                self.stats.ring_exhausted += 1;
+            }
         }
-        let c = wc[0];
+        let c = self.staged[self.next];
+        self.next += 1;
         let i = c.wr_id as usize;
         let Some(p) = self.pending.get_mut(i).and_then(Option::take) else {
+            self.stats.dropped += 1;
             return Err(Error::InvalidArgument("receive completion for an unknown slot"));
         };
-        let slot =
-            p.reclaim(&self.qp).map_err(|_| Error::InvalidArgument("receive not retired"))?;
+        let slot = match p.reclaim(&self.qp) {
+            Ok(s) => s,
+            Err(p) => {
+                self.pending[i] = Some(p);
+                self.stats.dropped += 1;
+                return Err(Error::InvalidArgument("receive not retired"));
+            }
+        };
         if c.status != WcStatus::Success {
             self.recv_errors += 1;
             self.failed = true;
+            // What was staged after it is not handed out any more.
+            self.stats.dropped += (self.count - self.next) as u64;
+            self.next = self.count;
             return Err(Error::NotConnected);
         }
         let len = c.byte_len as usize;
         let n = len.min(buf.len()).min(slot.len());
         slot.read(0, &mut buf[..n])?;
+        // The slot goes back to the device before the MAD is handed on.
         self.pending[i] = Some(self.qp.post_recv(i as u64, slot).map_err(Error::from)?);
+        self.stats.received += 1;
         Ok(Some(len))
     }
 
@@ -204,7 +282,7 @@ impl<M: Mmio, D: Dma, C: Control, const RQ: usize> MadPort for GsiPort<'_, M, D,
 /// [`ArpGsiPort::resolve_ipv4`], a bounded wait. Keep polling the CM while connections run:
 /// a peer's kernel probes our MAC again once its entry goes stale (by unicast ARP, seconds
 /// apart), and drops its traffic to us if nobody answers.
-pub struct ArpGsiPort<'r, 'd, M: Mmio, D: Dma, C: Control, K: Clock, const RQ: usize = 16> {
+pub struct ArpGsiPort<'r, 'd, M: Mmio, D: Dma, C: Control, K: Clock, const RQ: usize = 128> {
     gsi: GsiPort<'r, M, D, C, RQ>,
     eth: EthPort<'d, M, D, C>,
     clock: K,
@@ -320,5 +398,54 @@ impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: us
             }
             QpStep::Error => self.to_error(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rdma_pmd::cm::{MadAddr, MadPort};
+    use rdma_pmd_hal::mem::HeapDma;
+
+    use super::*;
+    use crate::device::SharedDma;
+    use crate::testing::{bar, NullControl};
+
+    /// The GSI send ring holds a burst of 128 MADs (REPs or DREPs for a full CM table) with no
+    /// completion reaped, and the MAD after the last that fits is refused with
+    /// [`Error::QueueFull`], counted, so that the CM keeps it for later.
+    #[test]
+    fn the_gsi_send_ring_holds_a_burst_and_then_says_queue_full() {
+        let (b, _rec) = bar::bar();
+        let dev = Mlx5::open(b, SharedDma(HeapDma::new()), NullControl::with_bf(9)).unwrap();
+        let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+        let mut port: GsiPort<'_, _, SharedDma<Arc<HeapDma>>, _> =
+            GsiPort::new(&dev, &mut rx, 1).unwrap();
+        let to = MadAddr {
+            dgid: Gid::from_ipv4([192, 0, 2, 2]),
+            dmac: Mac([2, 0, 0, 0, 0, 2]),
+            sgid_index: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+        };
+        let mad = [0x5au8; MAD_LEN];
+        // The fake device completes nothing: every MAD stays in flight.
+        let mut sent = 0;
+        let e = loop {
+            match port.send_mad(&to, &mad) {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+            assert!(sent <= GSI_SQ, "the ring never filled");
+        };
+        assert!(matches!(e, Error::QueueFull { .. }), "{e:?}");
+        assert_eq!(e.errno(), rdma_pmd::Errno::ENOMEM);
+        assert_eq!(sent, GSI_SENDS);
+        assert!(sent >= 128, "{sent} MADs in flight");
+        assert_eq!(port.stats().send_full, 1);
+        // Still full, still the same error: nothing was posted.
+        assert!(matches!(port.send_mad(&to, &mad), Err(Error::QueueFull { .. })));
+        assert_eq!(port.stats().send_full, 2);
     }
 }

@@ -26,8 +26,12 @@ const B_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const NOBODY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 99);
 
 /// Fast resolution timing: 2 requests 100 ms apart.
-const FAST: NeighConfig =
-    NeighConfig { retries: 2, retrans_ns: 100_000_000, reachable_ns: 30_000_000_000 };
+const FAST: NeighConfig = NeighConfig {
+    retries: 2,
+    retrans_ns: 100_000_000,
+    reachable_ns: 30_000_000_000,
+    locktime_ns: 1_000_000_000,
+};
 
 fn model_on(hub: &Hub, mac: Mac, ip: Ipv4Addr) -> Model {
     let gid = Gid { gid: ip.to_ipv6_mapped().octets(), mac: mac.0 };

@@ -21,7 +21,7 @@ use rdma_pmd::{
     Completion, Errno, Gid, Mac, Post, RecvQueue, RemoteBuf, Rkey, SendFlags, WcOpcode,
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
-use rdma_pmd_mlx5::cm::{GsiPort, RX_SLOT};
+use rdma_pmd_mlx5::cm::{GsiPort, GSI_RQ, RX_SLOT};
 use rdma_pmd_mlx5::control::fw::FwControl;
 use rdma_pmd_mlx5::control::Access;
 use rdma_pmd_mlx5::{Qp, QpConfig, QpState, SharedDma};
@@ -161,8 +161,8 @@ fn two_drivers_connect_through_their_cms_write_send_and_disconnect_from_each_sid
     let (d1, d2) = (open(&m1), open(&m2));
     let (h1, h2) = (host(&m1, &d1), host(&m2, &d2));
     let (mut rx1, mut rx2) = (
-        d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
-        d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d1.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d2.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
     );
     let mut p1 = GsiPort::new(&d1, &mut rx1, 1).unwrap();
     let mut p2 = GsiPort::new(&d2, &mut rx2, 1).unwrap();
@@ -262,8 +262,8 @@ fn a_port_nobody_listens_on_is_refused_and_an_absent_gid_times_out_within_the_bo
     let (d1, d2) = (open(&m1), open(&m2));
     let (h1, h2) = (host(&m1, &d1), host(&m2, &d2));
     let (mut rx1, mut rx2) = (
-        d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
-        d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d1.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d2.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
     );
     let mut p1 = GsiPort::new(&d1, &mut rx1, 1).unwrap();
     let mut p2 = GsiPort::new(&d2, &mut rx2, 1).unwrap();
@@ -344,8 +344,8 @@ fn junk_datagrams_to_qp1_are_counted_and_the_cm_keeps_working() {
     let (d1, d2) = (open(&m1), open(&m2));
     let (h1, h2) = (host(&m1, &d1), host(&m2, &d2));
     let (mut rx1, mut rx2) = (
-        d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
-        d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d1.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d2.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
     );
     let mut p1 = GsiPort::new(&d1, &mut rx1, 1).unwrap();
     let mut p2 = GsiPort::new(&d2, &mut rx2, 1).unwrap();
@@ -388,6 +388,85 @@ fn junk_datagrams_to_qp1_are_counted_and_the_cm_keeps_working() {
     connect(start, &mut a, &h1, &mut qa, &mut b, &h2, &mut qb, &[]);
 }
 
+/// Datagrams to `to` (QP1, the GSI Q_Key) from a UD QP of `dev`, one at a time, each MAD-sized
+/// and carrying its number in its first four bytes.
+fn send_mads(dev: &Dev, to: rdma_pmd::RoceAddr, numbers: std::ops::Range<u32>) {
+    use rdma_pmd::{QpNum, Source, UdDest, GSI_QKEY};
+    use rdma_pmd_mlx5::control::Service;
+    let ucfg = QpConfig { service: Service::Ud, ..QpConfig::default() };
+    let src = dev.reg(4096, Access::LOCAL_WRITE).unwrap();
+    let mut ud = dev.create_qp_with::<64, 16, 4>(&ucfg).unwrap();
+    ud.ready_datagram(1, GSI_QKEY, 0).unwrap();
+    let to = UdDest { addr: to, qpn: QpNum(1), qkey: GSI_QKEY };
+    for i in numbers {
+        src.write(0, &i.to_be_bytes()).unwrap();
+        let one = [src.slice(0, rdma_pmd::cm::mad::MAD_LEN).unwrap()];
+        ud.post_send_ud(i as u64, Source::sgl(&one), SIG, &to, None).unwrap();
+        assert!(wait(&mut ud, 1)[0].status.is_ok());
+    }
+}
+
+/// A burst as large as the GSI receive ring (`GSI_RQ`, say 100 REQs at once) arriving while
+/// the application does not poll is received whole afterwards, in order; one more datagram
+/// finds no receive posted, the device drops it (UD has no RNR), and the port counts the ring
+/// it found exhausted. Then the ring is whole again.
+#[test]
+fn a_burst_as_large_as_the_gsi_ring_is_received_whole_and_one_more_is_counted() {
+    use rdma_pmd::cm::mad::{GRH_LEN, MAD_LEN};
+    use rdma_pmd::cm::MadPort;
+    use rdma_pmd::RoceAddr;
+    let wire = Wire::new();
+    let cfg = || ModelConfig { wire: Some(wire.clone()), ..ModelConfig::default() };
+    let (m1, m2) = (Model::with_config(cfg()).unwrap(), Model::with_config(cfg()).unwrap());
+    let (d1, d2) = (open(&m1), open(&m2));
+    let h2 = host(&m2, &d2);
+    let mut rx2 = d2.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut p2: Port = GsiPort::new(&d2, &mut rx2, 1).unwrap();
+    let to = RoceAddr { dgid: h2.gid, dmac: h2.mac, hop_limit: 64, ..RoceAddr::default() };
+    let burst = GSI_RQ as u32;
+    send_mads(&d1, to, 0..burst + 1);
+    // B's device takes them on its own; B does not poll.
+    let start = Instant::now();
+    let arrived = |m: &Model| {
+        let c = m.counters();
+        (c.datagrams_delivered, c.datagrams_dropped)
+    };
+    while {
+        let (d, x) = arrived(&m2);
+        d + x
+    } < burst as u64 + 1
+    {
+        assert!(start.elapsed() < WAIT, "{:?}", arrived(&m2));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(arrived(&m2), (burst as u64, 1), "the ring held the burst, not one more");
+    let mut buf = [0u8; GRH_LEN + MAD_LEN];
+    for i in 0..burst {
+        assert_eq!(p2.recv_mad(&mut buf).unwrap(), Some(GRH_LEN + MAD_LEN), "datagram {i}");
+        assert_eq!(buf[GRH_LEN..GRH_LEN + 4], i.to_be_bytes());
+    }
+    assert_eq!(p2.recv_mad(&mut buf).unwrap(), None);
+    let s = p2.stats();
+    assert_eq!((s.received, s.ring_exhausted, s.dropped, s.recv_errors), (burst as u64, 1, 0, 0));
+    // Every slot was posted again: the next datagram is received, and the ring was not
+    // found exhausted this time.
+    send_mads(&d1, to, burst + 1..burst + 2);
+    let start = Instant::now();
+    let n = loop {
+        if let Some(n) = p2.recv_mad(&mut buf).unwrap() {
+            break n;
+        }
+        assert!(start.elapsed() < WAIT, "the datagram after the burst did not come");
+        std::thread::yield_now();
+    };
+    assert_eq!(
+        (n, &buf[GRH_LEN..GRH_LEN + 4]),
+        (GRH_LEN + MAD_LEN, &(burst + 1).to_be_bytes()[..])
+    );
+    assert_eq!(p2.stats().ring_exhausted, 1);
+    assert_eq!(p2.qp().rq_outstanding(), burst);
+}
+
 /// Neighbours by ARP instead of tables: two drivers on two models on one in-process hub, each
 /// CM over an `ArpGsiPort` (its GSI QP and the driver's Ethernet port). A resolves B by ARP
 /// and connects; B knows A's MAC from A's ARP request when A's REQ arrives; a SEND crosses.
@@ -410,8 +489,8 @@ fn two_drivers_resolve_each_other_by_arp_and_connect_through_their_cms() {
     let (d1, d2) = (open(&m1), open(&m2));
     let (h1, h2) = (host(&m1, &d1), host(&m2, &d2));
     let (mut rx1, mut rx2) = (
-        d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
-        d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d1.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
+        d2.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap(),
     );
     fn arp(dev: &Dev, ip: Ipv4Addr) -> rdma_pmd_mlx5::EthPort<'_, MemBar, D, C> {
         let mut eth = dev.eth_port(&EthConfig::default()).unwrap();

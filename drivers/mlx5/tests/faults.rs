@@ -134,3 +134,54 @@ fn a_second_receive_completion_with_none_posted_is_a_no_receive_posted_fault() {
         assert_eq!(wait(a, 1)[0].wr_id, 1);
     });
 }
+
+/// Poll `b`'s receive queue until a completion or a fault comes (failing after [`WAIT`]).
+fn next_recv(b: &mut Q<'_>) -> rdma_pmd::Result<Completion> {
+    let mut out = [Completion::default(); 1];
+    let start = Instant::now();
+    loop {
+        if b.poll_recv(&mut out)? == 1 {
+            return Ok(out[0]);
+        }
+        assert!(start.elapsed() < WAIT, "no receive completion");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_receive_completion_written_twice_is_a_wrong_receive_fault_and_keeps_the_next_receive() {
+    let model = Model::new();
+    let dev = open(&model);
+    let src = dev.reg(4096, TARGET).unwrap();
+    let mut rx = dev.reg(4096, TARGET).unwrap();
+    let (mut a, mut b) = pair::<_, _, 64>(&dev, &QpConfig::default());
+    let mut first = rx.dest().unwrap();
+    let second = first.split_off(64).unwrap();
+    let p0 = b.post_recv(500, first).unwrap();
+    let p1 = b.post_recv(501, second).unwrap();
+    src.write(0, &[0xaa; 64]).unwrap();
+    model.break_next_cqe(CqeFault::Twice);
+    a.post_send(1, src.slice(0, 64).unwrap(), SIG).unwrap();
+    assert_eq!(next_recv(&mut b).unwrap().wr_id, 500);
+    let e = next_recv(&mut b).unwrap_err();
+    assert_eq!(
+        (e, e.errno()),
+        (DeviceFault::WrongReceive { counter: 0, expected: 1 }.into(), Errno::EIO)
+    );
+    assert_eq!(b.rq_outstanding(), 1);
+    let got = p0.reclaim(&b).unwrap();
+    let mut bytes = [0u8; 64];
+    got.read(0, &mut bytes).unwrap();
+    assert_eq!(bytes, [0xaa; 64]);
+    // The second receive was not retired: its buffer stays out of the application's reach.
+    let p1 = p1.reclaim(&b).unwrap_err();
+    assert_eq!(wait(&mut a, 1)[0].wr_id, 1);
+    // The device's next message lands in it, and only then is it handed back.
+    src.write(0, &[0xbb; 64]).unwrap();
+    a.post_send(2, src.slice(0, 64).unwrap(), SIG).unwrap();
+    assert_eq!(next_recv(&mut b).unwrap().wr_id, 501);
+    let got = p1.reclaim(&b).unwrap();
+    got.read(0, &mut bytes).unwrap();
+    assert_eq!(bytes, [0xbb; 64]);
+    assert_eq!(wait(&mut a, 1)[0].wr_id, 2);
+}

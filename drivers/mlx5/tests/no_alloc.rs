@@ -269,12 +269,12 @@ fn arp_and_the_neighbour_table_allocate_nothing() {
     }
     let ((), n) = counted(|| {
         let mut t = 0;
-        // Requests for us (answered, learned, the table evicting), junk, and a resolution
-        // that runs out of retries.
+        // Requests for us (answered, learned, the table evicting what went stale 31 s on),
+        // junk, and a resolution that runs out of retries.
         for f in &frames {
+            t += 31_000_000_000;
             let _ = arp.on_frame(f, t, &mut out);
             let _ = arp.on_frame(&f[..30], t, &mut out);
-            t += 1;
         }
         let target = Ipv4Addr::new(10, 0, 9, 9);
         while arp.poll_resolve(target, t, &mut out).is_ok() {
@@ -289,7 +289,7 @@ fn arp_and_the_neighbour_table_allocate_nothing() {
 fn the_connection_manager_allocates_nothing() {
     use rdma_pmd::cm::{AcceptParams, Cm, CmConfig, ConnectParams, EventKind, Micros, QpParams};
     use rdma_pmd::{Gid, Mac};
-    use rdma_pmd_mlx5::cm::{GsiPort, RX_SLOT};
+    use rdma_pmd_mlx5::cm::{GsiPort, GSI_RQ, RX_SLOT};
     use rdma_pmd_mlx5::control::Access;
     use rdma_pmd_mlx5_model::{ModelConfig, Wire};
     use std::net::SocketAddr;
@@ -303,8 +303,8 @@ fn the_connection_manager_allocates_nothing() {
     let ip = |g: Gid| -> std::net::IpAddr {
         g.ipv4().map(std::net::IpAddr::from).unwrap_or(std::net::IpAddr::from(g.0))
     };
-    let mut rx1 = d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut rx2 = d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx1 = d1.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx2 = d2.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let mut p1: GsiPort<_, _, _> = GsiPort::new(&d1, &mut rx1, 1).unwrap();
     let mut p2: GsiPort<_, _, _> = GsiPort::new(&d2, &mut rx2, 1).unwrap();
     p1.add_neighbour(gid2, Mac(g2.mac)).unwrap();
@@ -393,7 +393,7 @@ fn arp_resolution_and_the_cm_over_it_allocate_nothing() {
     use rdma_pmd::cm::{AcceptParams, Cm, CmConfig, ConnectParams, EventKind, Micros, QpParams};
     use rdma_pmd::{Gid, Mac};
     use rdma_pmd_hal::{Clock, StdClock};
-    use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, RX_SLOT};
+    use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, GSI_RQ, RX_SLOT};
     use rdma_pmd_mlx5::control::Access;
     use rdma_pmd_mlx5::EthConfig;
     use rdma_pmd_mlx5_model::roce::Hub;
@@ -410,8 +410,8 @@ fn arp_resolution_and_the_cm_over_it_allocate_nothing() {
     let (mac1, mac2) = ([2, 0x4d, 0x41, 0, 0, 1], [2, 0x4d, 0x42, 0, 0, 2]);
     let (m1, m2) = (on_hub(mac1, ip1), on_hub(mac2, ip2));
     let (d1, d2) = (open_with(&m1, DeviceSide), open_with(&m2, DeviceSide));
-    let mut rx1 = d1.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut rx2 = d2.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx1 = d1.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx2 = d2.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let mut e1 = d1.eth_port(&EthConfig::default()).unwrap();
     let mut e2 = d2.eth_port(&EthConfig::default()).unwrap();
     e1.add_address(ip1).unwrap();

@@ -28,7 +28,7 @@ use rdma_pmd::{
 };
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::StdClock;
-use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, RX_SLOT};
+use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, GSI_RQ, RX_SLOT};
 use rdma_pmd_mlx5::control::fw::FwControl;
 use rdma_pmd_mlx5::control::Access;
 use rdma_pmd_mlx5::{EthConfig, Qp, QpConfig, QpState, Region, SharedDma};
@@ -339,7 +339,7 @@ const RPING_SIZE: usize = 3000;
 fn on_wire_cm_client_pings_rping_server_and_disconnects() {
     let model = model_on_wire("rping_server");
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let mut port = arp_port(&dev, &mut rx);
     let mac = resolve_peer(&mut port);
     let (count, size) = (RPING_COUNT.to_string(), RPING_SIZE.to_string());
@@ -423,7 +423,7 @@ fn on_wire_rping_client_waits_on_our_mra_while_we_delay_accepting() {
 fn rping_server_side(name: &str, delay_accept: bool) {
     let model = model_on_wire(name);
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let port = arp_port(&dev, &mut rx);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 2)).unwrap();
     cm.listen(RPING_PORT).unwrap();
@@ -529,7 +529,7 @@ fn rping_server_side(name: &str, delay_accept: bool) {
 fn on_wire_cm_client_talks_to_rdma_server_which_disconnects() {
     let model = model_on_wire("rdma_server");
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let mut port = arp_port(&dev, &mut rx);
     let mac = resolve_peer(&mut port);
     let server = spawn_in_peer(&["rdma_server", "-s", &theirs().to_string()]);
@@ -579,7 +579,7 @@ fn on_wire_a_request_from_a_peer_not_yet_resolved_is_accepted_on_its_retry() {
 fn rdma_client_side(name: &str, peer_knows_us: bool) {
     let model = model_on_wire(name);
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let port = arp_port(&dev, &mut rx);
     if peer_knows_us {
         let mac: Vec<String> = OUR_MAC.0.iter().map(|b| format!("{b:02x}")).collect();
@@ -637,7 +637,7 @@ fn rdma_client_side(name: &str, peer_knows_us: bool) {
 fn on_wire_rdma_client_is_rejected_by_cm_listener() {
     let model = model_on_wire("rdma_client_rejected");
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let port = arp_port(&dev, &mut rx);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 11)).unwrap();
     cm.listen(RDMA_SERVER_PORT).unwrap();
@@ -702,7 +702,7 @@ fn on_wire_cm_client_writev_into_cm_writev_server() {
     use writev::*;
     let model = model_on_wire("cm_writev_server");
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let mut port = arp_port(&dev, &mut rx);
     let mac = resolve_peer(&mut port);
     let seed = 13u32;
@@ -760,7 +760,7 @@ fn on_wire_cm_writev_client_writes_into_cm_listener() {
     use writev::*;
     let model = model_on_wire("cm_writev_client");
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let port = arp_port(&dev, &mut rx);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 8)).unwrap();
     cm.listen(PORT).unwrap();
@@ -880,7 +880,7 @@ fn await_each(start: Instant, cm: &mut TCm<'_>, qps: &mut [RcQp<'_>], n: usize, 
 fn on_wire_cm_client_opens_four_connections_to_ucmatose_server() {
     let model = model_on_wire("ucmatose_server");
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let mut port = arp_port(&dev, &mut rx);
     let mac = resolve_peer(&mut port);
     let (n, count, size) = (UCMA_CONNS.to_string(), UCMA_COUNT.to_string(), UCMA_SIZE.to_string());
@@ -963,7 +963,7 @@ fn on_wire_cm_client_opens_four_connections_to_ucmatose_server() {
 fn on_wire_ucmatose_client_opens_four_connections_to_cm_listener() {
     let model = model_on_wire("ucmatose_client");
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let port = arp_port(&dev, &mut rx);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 10)).unwrap();
     cm.listen(RDMA_SERVER_PORT).unwrap();
@@ -1040,7 +1040,7 @@ fn on_wire_ucmatose_client_opens_four_connections_to_cm_listener() {
 fn on_wire_cm_connect_to_a_port_nobody_listens_on_is_refused() {
     let model = model_on_wire("refused");
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let mut port = arp_port(&dev, &mut rx);
     let mac = resolve_peer(&mut port);
     let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 3)).unwrap();
@@ -1063,7 +1063,7 @@ fn on_wire_cm_connect_to_a_port_nobody_listens_on_is_refused() {
 fn on_wire_cm_connect_to_an_address_that_never_answers_times_out_within_the_bound() {
     let model = model_on_wire("unreachable");
     let dev = driver(&model);
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
     let mut port = arp_port(&dev, &mut rx);
     let ghost = Ipv4Addr::new(10, 3, 0, 99);
     let hole = Mac([0x02, 0x00, 0x00, 0xde, 0xad, 0x99]);

@@ -17,7 +17,7 @@ use rdma_pmd::cm::{AcceptParams, Cm, CmConfig, ConnectParams, Event, EventKind, 
 use rdma_pmd::{Completion, Gid, Mac, Post, RecvQueue, RemoteBuf, Rkey, SendFlags, SendQueue};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::StdClock;
-use rdma_pmd_mlx5::cm::{GsiPort, RX_SLOT};
+use rdma_pmd_mlx5::cm::{GsiPort, GSI_RQ, RX_SLOT};
 use rdma_pmd_mlx5::control::bringup::{bitmap_words, Hca, HcaConfig, PagePool};
 use rdma_pmd_mlx5::control::fw::FwControl;
 use rdma_pmd_mlx5::control::Access;
@@ -80,8 +80,8 @@ fn run() -> Result<(), String> {
 
     // Each side: QP1 for its MADs, the peer in its neighbour table, a CM.
     let (mut srx, mut crx) = (
-        ds.reg(16 * RX_SLOT, Access::LOCAL_WRITE).map_err(e)?,
-        dc.reg(16 * RX_SLOT, Access::LOCAL_WRITE).map_err(e)?,
+        ds.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).map_err(e)?,
+        dc.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).map_err(e)?,
     );
     let mut sport: GsiPort<_, _, _> = GsiPort::new(&ds, &mut srx, 1).map_err(e)?;
     let mut cport: GsiPort<_, _, _> = GsiPort::new(&dc, &mut crx, 1).map_err(e)?;

@@ -20,7 +20,7 @@ use rdma_pmd::cm::{Cm, CmConfig, ConnectParams, Event, EventKind, Micros, QpPara
 use rdma_pmd::{Completion, Gid, Mac, Post, RecvQueue, SendFlags, SendQueue, WcStatus};
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::StdClock;
-use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, RX_SLOT};
+use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, GSI_RQ, RX_SLOT};
 use rdma_pmd_mlx5::control::bringup::{bitmap_words, Hca, HcaConfig, PagePool};
 use rdma_pmd_mlx5::control::fw::FwControl;
 use rdma_pmd_mlx5::control::Access;
@@ -112,7 +112,7 @@ fn run(
     let (our_gid, peer_gid) = (Gid::from_ipv4(ours.octets()), Gid::from_ipv4(theirs.octets()));
 
     // QP1 for the MADs, the Ethernet port for ARP, the CM; the peer's MAC by ARP.
-    let mut rx = dev.reg(16 * RX_SLOT, Access::LOCAL_WRITE).map_err(e)?;
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).map_err(e)?;
     let gsi: GsiPort<_, _, _> = GsiPort::new(&dev, &mut rx, 1).map_err(e)?;
     let mut eth = dev.eth_port(&EthConfig::default()).map_err(e)?;
     eth.add_address(ours).map_err(e)?;

@@ -107,11 +107,20 @@ pub fn vport_mtu(out: &[u8; query_nic_vport_context_out::SIZE]) -> u32 {
         as u32
 }
 
-/// `SET_ROCE_ADDRESS` of GID table entry `index`, as `mlx5_core_roce_gid_set` builds it for a
-/// RoCE v2 GID: `Some((ip, mac))` programs the entry (IPv4: the address in the last four bytes
-/// of `source_l3_address` and L3 type IPv4; IPv6: all sixteen), `None` clears it (an all-zero
-/// address, what the kernel writes on `del_gid`). `vhca_port_num` is set only where the
-/// device has several vHCA ports, as the kernel does.
+/// `SET_ROCE_ADDRESS` of GID table entry `index`, the image the kernel sends for a RoCE v2
+/// GID (`hw/mlx5/main.c` `set_roce_addr`, then `mlx5/core/lib/gid.c`
+/// `mlx5_core_roce_gid_set`):
+///
+/// * `Some((ip, mac))` programs the entry: `source_l3_address` is the whole 16-byte GID (an
+///   IPv4 address as its IPv4-mapped GID `::ffff:a.b.c.d`, [`Gid::from_ipv4`]; an IPv6
+///   address as it is), the MAC, `roce_l3_type` IPv4 for an IPv4-mapped GID
+///   (`ipv6_addr_v4mapped`) else IPv6, `roce_version` 2. No VLAN.
+/// * `None` clears it (`mlx5_ib_del_gid`): no address, no MAC, but still `roce_version` 2 and
+///   `roce_l3_type` IPv6 (the kernel sets both for every call since its April 2021 fix,
+///   and `set_roce_addr` without a GID takes the not-v4-mapped branch). Firmware on a
+///   function without RoCE v1 refuses a version of 0 (`BAD_PARAM`, syndrome 0x12822d).
+///
+/// `vhca_port_num` is set only where the device has several vHCA ports, as the kernel does.
 pub fn set_roce_address_cmd(
     index: u16,
     entry: Option<(IpAddr, Mac)>,
@@ -126,39 +135,44 @@ pub fn set_roce_address_cmd(
     if caps.num_vhca_ports > 0 {
         ifc::set(&mut c, set_roce_address_in::VHCA_PORT_NUM, port as u64);
     }
-    let Some((ip, mac)) = entry else { return Ok(c) };
     let ra = set_roce_address_in::ROCE_ADDRESS;
-    let l3 = roce_addr_layout::SOURCE_L3_ADDRESS.within(ra).byte();
-    // `roce_cap.l3_type` 0 is a device that does not report its L3 types: both are tried.
-    let l3_type = match ip {
-        IpAddr::V4(v4) => {
-            if caps.roce_l3_types != 0 && caps.roce_l3_types & 0b10 == 0 {
-                return Err(Error::Unsupported("IPv4 RoCE addresses"));
+    // A cleared entry: the not-v4-mapped branch of `set_roce_addr`.
+    let mut l3_type = ROCE_L3_TYPE_IPV6;
+    if let Some((ip, mac)) = entry {
+        // `roce_cap.l3_type` 0 is a device that does not report its L3 types: both are tried.
+        let gid = match ip {
+            IpAddr::V4(v4) => {
+                if caps.roce_l3_types != 0 && caps.roce_l3_types & 0b10 == 0 {
+                    return Err(Error::Unsupported("IPv4 RoCE addresses"));
+                }
+                Gid::from_ipv4(v4.octets())
             }
-            c[l3 + 12..l3 + 16].copy_from_slice(&v4.octets());
-            ROCE_L3_TYPE_IPV4
-        }
-        IpAddr::V6(v6) => {
-            if caps.roce_l3_types != 0 && caps.roce_l3_types & 0b100 == 0 {
-                return Err(Error::Unsupported("IPv6 RoCE addresses"));
+            IpAddr::V6(v6) => {
+                if caps.roce_l3_types != 0 && caps.roce_l3_types & 0b100 == 0 {
+                    return Err(Error::Unsupported("IPv6 RoCE addresses"));
+                }
+                Gid(v6.octets())
             }
-            c[l3..l3 + 16].copy_from_slice(&v6.octets());
-            ROCE_L3_TYPE_IPV6
+        };
+        if gid.ipv4().is_some() {
+            l3_type = ROCE_L3_TYPE_IPV4;
         }
-    };
-    let m = mac.0;
-    ifc::set(
-        &mut c,
-        roce_addr_layout::SOURCE_MAC_47_32.within(ra),
-        u16::from_be_bytes([m[0], m[1]]) as u64,
-    );
-    ifc::set(
-        &mut c,
-        roce_addr_layout::SOURCE_MAC_31_0.within(ra),
-        u32::from_be_bytes([m[2], m[3], m[4], m[5]]) as u64,
-    );
-    ifc::set(&mut c, roce_addr_layout::ROCE_L3_TYPE.within(ra), l3_type);
+        let l3 = roce_addr_layout::SOURCE_L3_ADDRESS.within(ra).byte();
+        c[l3..l3 + 16].copy_from_slice(&gid.0);
+        let m = mac.0;
+        ifc::set(
+            &mut c,
+            roce_addr_layout::SOURCE_MAC_47_32.within(ra),
+            u16::from_be_bytes([m[0], m[1]]) as u64,
+        );
+        ifc::set(
+            &mut c,
+            roce_addr_layout::SOURCE_MAC_31_0.within(ra),
+            u32::from_be_bytes([m[2], m[3], m[4], m[5]]) as u64,
+        );
+    }
     ifc::set(&mut c, roce_addr_layout::ROCE_VERSION.within(ra), ROCE_VERSION_2);
+    ifc::set(&mut c, roce_addr_layout::ROCE_L3_TYPE.within(ra), l3_type);
     Ok(c)
 }
 
@@ -176,8 +190,15 @@ pub fn query_roce_address_cmd(
     c
 }
 
-/// The GID and MAC of a `QUERY_ROCE_ADDRESS` reply; `None` for an empty entry or one that
-/// is not RoCE v2. An IPv4 entry becomes its IPv4-mapped GID.
+/// The GID and MAC of a `QUERY_ROCE_ADDRESS` reply; `None` for an empty (or cleared) entry, one
+/// that is not RoCE v2, or one whose address disagrees with its L3 type.
+///
+/// `source_l3_address` is the whole GID, as [`set_roce_address_cmd`] and the kernel write it:
+/// an entry of L3 type IPv4 holds the IPv4-mapped GID `::ffff:a.b.c.d`, and is returned as it
+/// is. A table programmed in the deprecated IPv4-compatible form `::a.b.c.d` (this driver did
+/// so before; the device model in `tests/mlx5-model` still does) is read as the same address,
+/// returned as its v4-mapped GID, the only form a RoCE v2 GID over IPv4 has. An IPv4 entry with
+/// any other prefix, or an IPv6 entry holding a v4-mapped GID, is not taken.
 pub fn roce_address_entry(out: &[u8; query_roce_address_out::SIZE]) -> Option<(Gid, Mac)> {
     let ra = query_roce_address_out::ROCE_ADDRESS;
     if ifc::get(out, roce_addr_layout::ROCE_VERSION.within(ra)) != ROCE_VERSION_2 {
@@ -187,13 +208,17 @@ pub fn roce_address_entry(out: &[u8; query_roce_address_out::SIZE]) -> Option<(G
     let mut g = [0u8; 16];
     g.copy_from_slice(&out[l3..l3 + 16]);
     let gid = match ifc::get(out, roce_addr_layout::ROCE_L3_TYPE.within(ra)) {
-        ROCE_L3_TYPE_IPV4 => Gid::from_ipv4([g[12], g[13], g[14], g[15]]),
-        ROCE_L3_TYPE_IPV6 => Gid(g),
+        ROCE_L3_TYPE_IPV4 => {
+            let v4 = [g[12], g[13], g[14], g[15]];
+            let compat = g[..12] == [0; 12];
+            if Gid(g).ipv4().is_none() && !compat || v4 == [0; 4] {
+                return None;
+            }
+            Gid::from_ipv4(v4)
+        }
+        ROCE_L3_TYPE_IPV6 if Gid(g).ipv4().is_none() && g != [0; 16] => Gid(g),
         _ => return None,
     };
-    if gid.0 == [0; 16] || gid.ipv4() == Some([0; 4]) {
-        return None;
-    }
     let hi = ifc::get(out, roce_addr_layout::SOURCE_MAC_47_32.within(ra)) as u16;
     let lo = ifc::get(out, roce_addr_layout::SOURCE_MAC_31_0.within(ra)) as u32;
     let (h, l) = (hi.to_be_bytes(), lo.to_be_bytes());

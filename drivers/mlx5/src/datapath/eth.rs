@@ -297,26 +297,32 @@ impl EthRx {
         if self.head == self.tail {
             return Err(Error::Fault(DeviceFault::NoReceivePosted));
         }
+        // The CQE names the WQE it completes, the oldest handed over, modulo the ring
+        // (`mlx5_wq_cyc_ctr2ix`); a duplicated or skipping CQE takes no buffer.
         let counter = c.wqe_counter();
-        if counter != self.tail {
-            return Err(Error::Fault(DeviceFault::NotOutstanding { counter }));
+        let mask = self.size() - 1;
+        if (counter ^ self.tail) as usize & mask != 0 {
+            return Err(Error::Fault(DeviceFault::WrongReceive { counter, expected: self.tail }));
         }
-        let slot = (counter as usize) & (self.size() - 1);
-        self.tail = self.tail.wrapping_add(1);
-        match c.opcode() {
-            CqeOpcode::RespSend if c.vlan_stripped() => Ok(RxDone::Tagged),
-            CqeOpcode::RespSend => {
-                let len = c.byte_cnt() as usize;
-                if len > FRAME_BUF {
-                    return Err(Error::Fault(DeviceFault::BadFirmwareValue {
-                        field: "cqe.byte_cnt",
-                        value: len as u64,
-                    }));
-                }
-                Ok(RxDone::Frame(RxFrame { slot, len }))
+        let slot = self.tail as usize & mask;
+        let done = match c.opcode() {
+            CqeOpcode::RespSend if c.vlan_stripped() => RxDone::Tagged,
+            CqeOpcode::RespSend => RxDone::Frame(RxFrame { slot, len: c.byte_cnt() as usize }),
+            CqeOpcode::RespErr => RxDone::Failed(u8::from(c.syndrome())),
+            // Checked before the ring moves: a CQE of the wrong kind takes no buffer.
+            other => {
+                return Err(Error::Fault(DeviceFault::UnexpectedOpcode { opcode: other.into() }))
             }
-            CqeOpcode::RespErr => Ok(RxDone::Failed(u8::from(c.syndrome()))),
-            other => Err(Error::Fault(DeviceFault::UnexpectedOpcode { opcode: other.into() })),
+        };
+        self.tail = self.tail.wrapping_add(1);
+        match done {
+            RxDone::Frame(f) if f.len > FRAME_BUF => {
+                Err(Error::Fault(DeviceFault::BadFirmwareValue {
+                    field: "cqe.byte_cnt",
+                    value: f.len as u64,
+                }))
+            }
+            done => Ok(done),
         }
     }
 

@@ -9,6 +9,9 @@
 //! `udma_to_device_barrier` and `dbrec[RCV_DBR] = htobe32(head & 0xffff)`.
 //!
 //! Completions are matched to WQEs in order (`cq.c` `handle_responder`: `wq->tail`), and
+//! each must say so: its `wqe_counter`, modulo the ring, is the oldest outstanding WQE's
+//! ([`DeviceFault::WrongReceive`] otherwise: rdma-core trusts the order, this driver checks
+//! it, as the send side checks its counters), and
 //! report `IBV_WC_RECV` for a SEND (`MLX5_CQE_RESP_SEND`, `_SEND_IMM` with the immediate) or
 //! `IBV_WC_RECV_RDMA_WITH_IMM` for a write with immediate, `byte_len` from the CQE, and, on a
 //! datagram QP, the source QP and GRH flag from `flags_rqpn`.
@@ -118,8 +121,9 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
     }
 
     /// Turn a receive CQE into a completion for the oldest posted WQE. The CQE is checked
-    /// whole (a receive posted, its QP, a responder opcode) before the ring moves, so a CQE
-    /// the device should not have written consumes no receive.
+    /// whole (a receive posted, its QP, a responder opcode, its `wqe_counter` naming that
+    /// WQE) before the ring moves, so a CQE the device should not have written consumes no
+    /// receive.
     pub fn complete(&mut self, raw: &[u8; 64], qpn: QpNum) -> Result<Completion> {
         if self.outstanding() == 0 {
             return Err(DeviceFault::NoReceivePosted.into());
@@ -138,6 +142,17 @@ impl<'r, const N: usize, const S: usize> RecvRing<'r, N, S> {
                 | CqeOpcode::RespErr
         ) {
             return Err(DeviceFault::UnexpectedOpcode { opcode: repr.opcode.into() }.into());
+        }
+        // A plain RQ completes in order, and the CQE names the receive it completes: the
+        // oldest outstanding one, modulo the ring (the kernel's `mlx5_wq_cyc_ctr2ix`). Any
+        // other counter (a duplicated CQE, a skipped receive) retires nothing: retiring
+        // anyway would hand back a buffer the device still owns and may write.
+        if (repr.wqe_counter ^ self.tail) as usize & Self::MASK != 0 {
+            return Err(DeviceFault::WrongReceive {
+                counter: repr.wqe_counter,
+                expected: self.tail,
+            }
+            .into());
         }
         let slot = self.tail as usize & Self::MASK;
         self.tail = self.tail.wrapping_add(1);

@@ -10,6 +10,20 @@
 //! probe) is answered but not learned; a sender claiming one of our addresses (a conflict,
 //! or a gratuitous ARP for it) is neither learned nor answered.
 //!
+//! **What a flood can do.** Anyone on the segment can send ARP, with any sender. The table
+//! is fixed (`N` entries), so memory is bounded whatever arrives, and:
+//!
+//! * A sender learned from the wire (an unsolicited request or reply) takes a free entry, or
+//!   the place of a learned entry gone stale (which would be resolved again anyway); never a
+//!   fresh learned entry, an address being resolved, or a static one. With none to spare it is
+//!   answered, not learned, and counted (`table_full`). Only a resolution the caller asked for
+//!   ([`Arp::poll_resolve`]) may push out the least recently confirmed learned entry.
+//! * The MAC of a learned entry changes only if the entry was last confirmed at least
+//!   `locktime_ns` ago (the kernel's `locktime`, 1 s: `arp_process` passes `override` to
+//!   `neigh_update` only then): a flood of spoofed senders for a peer's address moves that
+//!   peer's traffic at most once per lock time, not with every frame, and each refusal is
+//!   counted (`locked`). The first answer to a request wins for that long.
+//!
 //! Resolving ([`Arp::poll_resolve`]) is a step of the caller's loop, never a wait: it answers
 //! a MAC, or a request frame to send, or "pending"; after `retries` requests, each given
 //! `retrans_ns` for its reply (the kernel's `mcast_solicit` 3 and `retrans_time` 1 s by
@@ -33,12 +47,21 @@ pub struct NeighConfig {
     pub retrans_ns: u64,
     /// How long a learned MAC is used before it is resolved again, in nanoseconds.
     pub reachable_ns: u64,
+    /// How long after a learned MAC was confirmed the wire may not change it, in nanoseconds
+    /// (the kernel's `locktime`).
+    pub locktime_ns: u64,
 }
 
 impl Default for NeighConfig {
-    /// The kernel's defaults: 3 requests 1 s apart, entries reachable for 30 s.
+    /// The kernel's defaults: 3 requests 1 s apart, entries reachable for 30 s, a lock time
+    /// of 1 s.
     fn default() -> Self {
-        NeighConfig { retries: 3, retrans_ns: 1_000_000_000, reachable_ns: 30_000_000_000 }
+        NeighConfig {
+            retries: 3,
+            retrans_ns: 1_000_000_000,
+            reachable_ns: 30_000_000_000,
+            locktime_ns: 1_000_000_000,
+        }
     }
 }
 
@@ -98,8 +121,11 @@ pub struct ArpStats {
     pub from_us: u64,
     /// Frames whose sender claimed one of our addresses.
     pub conflicts: u64,
-    /// Senders not learned because the table was full of static and unresolved entries.
+    /// Senders not learned because no entry was free or stale (the table was full of
+    /// fresh, static and unresolved entries).
     pub table_full: u64,
+    /// Frames that would have changed a learned MAC within its lock time: not taken.
+    pub locked: u64,
     /// Resolutions that ended unreachable.
     pub unreachable: u64,
 }
@@ -272,9 +298,18 @@ impl<const N: usize, const A: usize> Arp<N, A> {
         let mut merged = false;
         if learnable {
             if let Some(i) = self.find(r.sender_ip) {
-                if !matches!(self.table[i].state, NeighState::Static(_)) {
-                    self.table[i].state = reachable;
-                    self.stats.learned += 1;
+                match self.table[i].state {
+                    NeighState::Static(_) => {}
+                    NeighState::Reachable { mac, since_ns }
+                        if mac != r.sender_mac
+                            && now_ns.saturating_sub(since_ns) < self.cfg.locktime_ns =>
+                    {
+                        self.stats.locked += 1;
+                    }
+                    _ => {
+                        self.table[i].state = reachable;
+                        self.stats.learned += 1;
+                    }
                 }
                 merged = true;
             }
@@ -285,7 +320,7 @@ impl<const N: usize, const A: usize> Arp<N, A> {
         }
         let mut done = if merged { Handled::Learned } else { Handled::Nothing };
         if learnable && !merged {
-            if self.put(r.sender_ip, reachable, false) {
+            if self.learn(r.sender_ip, reachable, now_ns) {
                 self.stats.learned += 1;
                 done = Handled::Learned;
             } else {
@@ -332,8 +367,34 @@ impl<const N: usize, const A: usize> Arp<N, A> {
         self.table.iter().position(|n| n.ip == ip)
     }
 
+    /// Add a sender the wire told of (not in the table): into a free entry, or in place of
+    /// the least recently confirmed learned entry if that one is stale at `now_ns`. False if
+    /// neither.
+    fn learn(&mut self, ip: Ipv4Addr, state: NeighState, now_ns: u64) -> bool {
+        if self.table.is_full() {
+            let stale = self
+                .table
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| match n.state {
+                    NeighState::Reachable { since_ns, .. } if !self.fresh(since_ns, now_ns) => {
+                        Some((since_ns, i))
+                    }
+                    _ => None,
+                })
+                .min();
+            match stale {
+                Some((_, i)) => {
+                    self.table.swap_remove(i);
+                }
+                None => return false,
+            }
+        }
+        self.table.push(Neighbour { ip, state }).is_ok()
+    }
+
     /// Set `ip`'s state, adding it if new; a full table gives up its least recently
-    /// confirmed learned entry. A static entry is replaced only by another static one
+    /// confirmed learned entry (for a resolution the caller asked for). A static entry is replaced only by another static one
     /// (`over_static`). False if nothing could make room.
     fn put(&mut self, ip: Ipv4Addr, state: NeighState, over_static: bool) -> bool {
         if let Some(i) = self.find(ip) {

@@ -217,7 +217,8 @@ fn bogus_receive_cqes_consume_no_receive() {
     let e = qp.poll_recv(&mut out);
     assert_eq!(e, Err(DeviceFault::UnexpectedOpcode { opcode: CqeOpcode::Req.into() }.into()));
     assert_eq!(qp.rq_outstanding(), 2);
-    hw.recv_cqe(0xabcd, 16);
+    // The first good CQE names receive 0 (the fake numbers CQEs by how many it wrote).
+    hw.recv_cqe_with(0xabcd, 16, CqeOpcode::RespWrImm, |c| c.set_wqe_counter(0));
     assert_eq!(qp.poll_recv(&mut out).unwrap(), 1);
     assert_eq!((out[0].wr_id, out[0].imm, out[0].status), (70, Some(0xabcd), WcStatus::Success));
     assert_eq!(qp.rq_outstanding(), 1);

@@ -874,3 +874,51 @@ fn a_single_post_leaves_the_queue_as_a_batch_of_one_would() {
     // BlueFlame copies, one store per block: 1, 2 (ds 5), 2 (41 inline bytes: ds 5), 1, 1.
     assert_eq!(one.stores.len(), 7);
 }
+
+#[test]
+fn a_duplicated_receive_cqe_is_a_wrong_receive_fault_and_retires_nothing() {
+    let r = rig(9);
+    let (mut qp, mut hw) = connected::<64>(&r);
+    qp.post_recv_empty(77).unwrap();
+    qp.post_recv_empty(78).unwrap();
+    // The device completes receive 0, then writes the same CQE again.
+    hw.recv_cqe_with(1, 8, CqeOpcode::RespWrImm, |c| c.set_wqe_counter(0));
+    hw.recv_cqe_with(1, 8, CqeOpcode::RespWrImm, |c| c.set_wqe_counter(0));
+    let mut out = [Completion::default(); 4];
+    assert_eq!(qp.poll_recv(&mut out).unwrap(), 1);
+    assert_eq!(out[0].wr_id, 77);
+    let e = qp.poll_recv(&mut out).unwrap_err();
+    assert_eq!(
+        (e, e.errno()),
+        (DeviceFault::WrongReceive { counter: 0, expected: 1 }.into(), Errno::EIO)
+    );
+    // Receive 78 is still the device's; its own completion retires it.
+    assert_eq!(qp.rq_outstanding(), 1);
+    hw.recv_cqe_with(2, 8, CqeOpcode::RespWrImm, |c| c.set_wqe_counter(1));
+    assert_eq!(qp.poll_recv(&mut out).unwrap(), 1);
+    assert_eq!((out[0].wr_id, out[0].imm), (78, Some(2)));
+    assert_eq!(qp.rq_outstanding(), 0);
+}
+
+#[test]
+fn a_receive_cqe_is_matched_to_its_wqe_modulo_the_ring() {
+    let r = rig(9);
+    let (mut qp, mut hw) = connected::<64>(&r);
+    let mut out = [Completion::default(); 4];
+    // Around the 16-entry ring more than once; each CQE names its receive by the slot only
+    // (as the kernel's `mlx5_wq_cyc_ctr2ix` reads it) or by the whole counter.
+    for i in 0..40u16 {
+        qp.post_recv_empty(i as u64).unwrap();
+        let counter = if i % 2 == 0 { i & 15 } else { i };
+        hw.recv_cqe_with(0, 0, CqeOpcode::RespSend, |c| c.set_wqe_counter(counter));
+        assert_eq!(qp.poll_recv(&mut out).unwrap(), 1, "receive {i}");
+        assert_eq!(out[0].wr_id, i as u64);
+    }
+    // A CQE that skips a receive names the wrong one.
+    qp.post_recv_empty(100).unwrap();
+    qp.post_recv_empty(101).unwrap();
+    hw.recv_cqe_with(0, 0, CqeOpcode::RespSend, |c| c.set_wqe_counter(41));
+    let e = qp.poll_recv(&mut out).unwrap_err();
+    assert_eq!(e, DeviceFault::WrongReceive { counter: 41, expected: 40 }.into());
+    assert_eq!(qp.rq_outstanding(), 2);
+}

@@ -26,44 +26,96 @@ fn vport_reply_decodes_mac_and_mtu_at_the_ifc_offsets() {
     assert_eq!(vport_mtu(&out), 1522);
 }
 
-#[test]
-fn set_roce_address_ipv4_as_mlx5_core_roce_gid_set() {
-    let c =
-        set_roce_address_cmd(3, Some((IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), MAC)), 1, &caps())
-            .unwrap();
-    assert_eq!(c.len(), 48);
-    assert_eq!(&c[0..2], &[0x07, 0x61], "SET_ROCE_ADDRESS");
-    assert_eq!(u16::from_be_bytes([c[8], c[9]]), 3, "roce_address_index at byte 8");
-    assert_eq!(c[11] & 0x0f, 0, "no vhca_port_num on a single-port function");
-    // roce_address (roce_addr_layout) at byte 16: source_l3_address 16 bytes, IPv4 in the last
-    // four, the rest zero (not the ::ffff: prefix); MAC at bytes 18..24 of the layout;
-    // roce_l3_type the low nibble of byte 26, roce_version byte 27.
-    let ra = &c[16..48];
-    assert_eq!(&ra[0..12], &[0; 12]);
-    assert_eq!(&ra[12..16], &[10, 0, 0, 2]);
-    assert_eq!(&ra[16..18], &[0, 0], "vlan_valid/vlan_id clear");
-    assert_eq!(&ra[18..24], &MAC.0);
-    assert_eq!(ra[26] & 0x0f, 0, "L3 type IPv4");
-    assert_eq!(ra[27], 2, "RoCE v2");
-    assert!(ra[28..].iter().all(|&b| b == 0));
+/// The 48-byte `set_roce_address_in` image, written field by field from `mlx5_ifc.h`
+/// (`opcode` bytes 0..2, `roce_address_index` bytes 8..10, `vhca_port_num` the low nibble of
+/// byte 11, `roce_address` at byte 16: `source_l3_address` 16 bytes, `vlan_valid`/`vlan_id`
+/// bytes 16..18, `source_mac_47_32` 18..20, `source_mac_31_0` 20..24, `roce_l3_type` the low
+/// nibble of byte 26, `roce_version` byte 27) with the values the kernel's `set_roce_addr` and
+/// `mlx5_core_roce_gid_set` put in them; independent of the driver's accessors.
+fn kernel_image(index: u16, gid: Option<[u8; 16]>, mac: [u8; 6], l3_type: u8) -> [u8; 48] {
+    let mut c = [0u8; 48];
+    c[0..2].copy_from_slice(&[0x07, 0x61]);
+    c[8..10].copy_from_slice(&index.to_be_bytes());
+    if let Some(g) = gid {
+        c[16..32].copy_from_slice(&g);
+        c[34..40].copy_from_slice(&mac);
+    }
+    c[16 + 26] = l3_type;
+    c[16 + 27] = 2;
+    c
 }
 
 #[test]
-fn set_roce_address_ipv6_clear_and_bounds() {
+fn set_roce_address_ipv4_is_the_kernels_image_with_the_v4_mapped_gid() {
+    let c =
+        set_roce_address_cmd(3, Some((IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), MAC)), 1, &caps())
+            .unwrap();
+    // `memcpy(addr_l3_addr, gid, 16)` of the GID `::ffff:10.0.0.2`, L3 type IPv4 (0).
+    let gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2];
+    assert_eq!(c, kernel_image(3, Some(gid), MAC.0, 0));
+    assert_eq!(&c[16 + 10..16 + 16], &[0xff, 0xff, 10, 0, 0, 2], "not ::10.0.0.2");
+}
+
+#[test]
+fn set_roce_address_ipv6_is_the_kernels_image() {
+    let v6 = Ipv6Addr::new(0xfe80, 0, 0, 0, 0x4d, 0x11ff, 0xfe22, 0x3344);
+    let c = set_roce_address_cmd(1, Some((IpAddr::V6(v6), MAC)), 2, &caps()).unwrap();
+    assert_eq!(c, kernel_image(1, Some(v6.octets()), MAC.0, 1));
+    // An IPv4-mapped IPv6 address is an IPv4 GID (`ipv6_addr_v4mapped`).
+    let mapped = Ipv4Addr::new(192, 0, 2, 9).to_ipv6_mapped();
+    let c = set_roce_address_cmd(1, Some((IpAddr::V6(mapped), MAC)), 1, &caps()).unwrap();
+    assert_eq!(c, kernel_image(1, Some(mapped.octets()), MAC.0, 0));
+}
+
+#[test]
+fn clearing_a_gid_sends_roce_v2_and_ipv6_as_the_kernel_does() {
+    // `mlx5_ib_del_gid` -> `set_roce_addr(.., NULL, attr)`: RoCE v2 GID, no address, so the
+    // not-v4-mapped branch: version 2, L3 type IPv6; no address, no MAC.
+    let cleared = set_roce_address_cmd(1, None, 1, &caps()).unwrap();
+    assert_eq!(cleared, kernel_image(1, None, [0; 6], 1));
+    assert_eq!((cleared[16 + 26], cleared[16 + 27]), (1, 2), "not version 0, type 0");
+}
+
+#[test]
+fn set_roce_address_ports_and_bounds() {
     let v6 = Ipv6Addr::new(0xfe80, 0, 0, 0, 0x4d, 0x11ff, 0xfe22, 0x3344);
     let multi = HcaCaps { num_vhca_ports: 2, ..caps() };
     let c = set_roce_address_cmd(1, Some((IpAddr::V6(v6), MAC)), 2, &multi).unwrap();
     assert_eq!(c[11] & 0x0f, 2, "vhca_port_num where the device has several");
-    assert_eq!(&c[16..32], &v6.octets());
-    assert_eq!(c[16 + 26] & 0x0f, 1, "L3 type IPv6");
-    let cleared = set_roce_address_cmd(1, None, 1, &caps()).unwrap();
-    assert!(cleared[16..].iter().all(|&b| b == 0), "del_gid writes a zeroed entry");
+    let c = set_roce_address_cmd(1, None, 2, &multi).unwrap();
+    assert_eq!(c[11] & 0x0f, 2, "on a clear too");
+    assert_eq!(set_roce_address_cmd(1, None, 2, &caps()).unwrap()[11], 0, "not on one port");
     assert!(matches!(set_roce_address_cmd(16, None, 1, &caps()), Err(Error::InvalidArgument(_))));
     let v4_only = HcaCaps { roce_l3_types: 0b10, ..caps() };
     assert!(matches!(
         set_roce_address_cmd(0, Some((IpAddr::V6(v6), MAC)), 1, &v4_only),
         Err(Error::Unsupported(_))
     ));
+}
+
+#[test]
+fn a_read_back_entry_must_hold_the_gid_its_l3_type_says() {
+    let mut out = [0u8; query_roce_address_out::SIZE];
+    out[16..48]
+        .copy_from_slice(&kernel_image(0, Some(Gid::from_ipv4([10, 0, 0, 2]).0), MAC.0, 0)[16..48]);
+    assert_eq!(roce_address_entry(&out), Some((Gid::from_ipv4([10, 0, 0, 2]), MAC)));
+    // The deprecated IPv4-compatible form `::10.0.0.2` under L3 type IPv4 (a table programmed
+    // the old way): the same address, as its v4-mapped GID.
+    let mut compat = out;
+    compat[16 + 10..16 + 12].copy_from_slice(&[0, 0]);
+    assert_eq!(roce_address_entry(&compat), Some((Gid::from_ipv4([10, 0, 0, 2]), MAC)));
+    // Any other prefix under L3 type IPv4 is not an IPv4 GID.
+    let mut junk = out;
+    junk[16 + 3] = 7;
+    assert_eq!(roce_address_entry(&junk), None);
+    // A v4-mapped GID under L3 type IPv6: inconsistent.
+    let mut mistyped = out;
+    mistyped[16 + 26] = 1;
+    assert_eq!(roce_address_entry(&mistyped), None);
+    // What a clear leaves (version 2, type IPv6, no address) is an empty entry.
+    let mut cleared = [0u8; query_roce_address_out::SIZE];
+    cleared[16..48].copy_from_slice(&kernel_image(0, None, [0; 6], 1)[16..48]);
+    assert_eq!(roce_address_entry(&cleared), None);
 }
 
 #[test]

@@ -152,10 +152,10 @@ fn receive_ring_hands_out_frames_in_order() {
     assert!(dma.read(dbrec, &mut rec));
     assert_eq!(rec, [0, 0, 0, 5]);
     let c = rx_cqe(2, 60, 0x20);
-    assert!(matches!(
+    assert_eq!(
         rx.on_cqe(&Cqe::new_unchecked(&c[..])),
-        Err(Error::Fault(DeviceFault::NotOutstanding { counter: 2 }))
-    ));
+        Err(Error::Fault(DeviceFault::WrongReceive { counter: 2, expected: 1 }))
+    );
     let mut c = rx_cqe(1, 60, 0x20);
     c[29] = 1;
     assert_eq!(rx.on_cqe(&Cqe::new_unchecked(&c[..])), Ok(RxDone::Tagged));
@@ -172,6 +172,37 @@ fn receive_ring_hands_out_frames_in_order() {
     // SAFETY: no device.
     unsafe { rx.free(&*dma) };
     assert_eq!(dma.live_blocks(), 0);
+}
+
+#[test]
+fn a_duplicated_or_misdirected_receive_cqe_takes_no_buffer() {
+    let dma = HeapDma::new();
+    let mut rx = EthRx::alloc(&*dma, 2).unwrap();
+    rx.post_all(0x10_0000, LKEY);
+    let first = rx_cqe(0, 60, 0x20);
+    assert_eq!(
+        rx.on_cqe(&Cqe::new_unchecked(&first[..])),
+        Ok(RxDone::Frame(RxFrame { slot: 0, len: 60 }))
+    );
+    // The same CQE again: buffer 1 is still the device's.
+    assert_eq!(
+        rx.on_cqe(&Cqe::new_unchecked(&first[..])),
+        Err(Error::Fault(DeviceFault::WrongReceive { counter: 0, expected: 1 }))
+    );
+    // A send opcode naming the right WQE takes nothing either.
+    let c = rx_cqe(1, 60, 0x00);
+    assert_eq!(
+        rx.on_cqe(&Cqe::new_unchecked(&c[..])),
+        Err(Error::Fault(DeviceFault::UnexpectedOpcode { opcode: 0 }))
+    );
+    // The counter modulo the ring (4) names it too.
+    let c = rx_cqe(5, 42, 0x20);
+    assert_eq!(
+        rx.on_cqe(&Cqe::new_unchecked(&c[..])),
+        Ok(RxDone::Frame(RxFrame { slot: 1, len: 42 }))
+    );
+    // SAFETY: no device.
+    unsafe { rx.free(&*dma) };
 }
 
 mod hostile {

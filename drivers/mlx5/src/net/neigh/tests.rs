@@ -112,11 +112,14 @@ fn frames_not_for_us_are_dropped_but_refresh_what_we_know() {
     let req = frame(ArpRepr::request(OTHER, Ipv4Addr::new(10, 0, 0, 3), elsewhere));
     assert_eq!(a.on_frame(&req, 0, &mut out), Err(ArpError::NotForUs));
     assert!(a.neighbours().is_empty());
-    // Once known, the same sender moving to a new MAC is merged (RFC 826), still dropped.
+    // Once known, the same sender moving to a new MAC is merged (RFC 826), still dropped;
+    // but not within the lock time of its last confirmation.
     a.on_frame(&reply_from_peer(), 0, &mut out).unwrap();
     let moved = frame(ArpRepr::request(OTHER, PEER_IP, elsewhere));
     assert_eq!(a.on_frame(&moved, 1, &mut out), Err(ArpError::NotForUs));
-    assert_eq!(a.lookup(PEER_IP, 1), Some(OTHER));
+    assert_eq!((a.lookup(PEER_IP, 1), a.stats().locked), (Some(PEER), 1));
+    assert_eq!(a.on_frame(&moved, 2 * SEC, &mut out), Err(ArpError::NotForUs));
+    assert_eq!(a.lookup(PEER_IP, 2 * SEC), Some(OTHER));
     // Unicast to another station, and our own broadcast looped back.
     let mut other = reply_from_peer();
     other[..6].copy_from_slice(&OTHER.0);
@@ -125,7 +128,7 @@ fn frames_not_for_us_are_dropped_but_refresh_what_we_know() {
     assert_eq!(a.on_frame(&own, 2, &mut out), Err(ArpError::FromUs));
     assert_eq!(a.on_frame(&[0u8; 20], 2, &mut out), Err(ArpError::NotArp { ethertype: 0 }));
     let s = a.stats();
-    assert_eq!((s.not_for_us, s.from_us, s.malformed, s.received), (3, 1, 1, 6));
+    assert_eq!((s.not_for_us, s.from_us, s.malformed, s.received), (4, 1, 1, 7));
 }
 
 #[test]
@@ -152,7 +155,7 @@ fn learned_entries_go_stale_and_are_resolved_again() {
 }
 
 #[test]
-fn a_full_table_gives_up_its_oldest_learned_entry() {
+fn a_full_table_gives_up_a_stale_entry_to_the_wire_and_its_oldest_to_a_resolution() {
     let mut a = arp();
     let mut out = [0u8; 60];
     for i in 0..4u8 {
@@ -160,11 +163,26 @@ fn a_full_table_gives_up_its_oldest_learned_entry() {
         let req = frame(ArpRepr::request(mac, Ipv4Addr::new(10, 0, 1, i), OUR_IP));
         a.on_frame(&req, i as u64, &mut out).unwrap();
     }
+    // Every entry fresh: a new sender is answered, not learned, and counted.
     let late = frame(ArpRepr::request(PEER, PEER_IP, OUR_IP));
-    a.on_frame(&late, 10, &mut out).unwrap();
+    assert_eq!(a.on_frame(&late, 10, &mut out), Ok(Handled::Reply(60)));
+    assert_eq!((a.lookup(PEER_IP, 10), a.stats().table_full), (None, 1));
+    assert_eq!(a.lookup(Ipv4Addr::new(10, 0, 1, 0), 10), Some(Mac([0x02, 0, 0, 0, 1, 0])));
+    // Once the oldest is stale, the wire may have its place.
+    let t = 30 * SEC + 1;
+    a.on_frame(&late, t, &mut out).unwrap();
     assert_eq!(a.neighbours().len(), 4);
-    assert_eq!(a.lookup(Ipv4Addr::new(10, 0, 1, 0), 10), None, "the oldest went");
-    assert_eq!(a.lookup(PEER_IP, 10), Some(PEER));
+    assert_eq!(a.lookup(Ipv4Addr::new(10, 0, 1, 0), t), None, "the oldest went");
+    assert_eq!(a.lookup(PEER_IP, t), Some(PEER));
+    // A resolution the caller asked for pushes out the least recently confirmed, fresh or not.
+    let mut b = arp();
+    for i in 0..4u8 {
+        let mac = Mac([0x02, 0, 0, 0, 1, i]);
+        let req = frame(ArpRepr::request(mac, Ipv4Addr::new(10, 0, 1, i), OUR_IP));
+        b.on_frame(&req, i as u64, &mut out).unwrap();
+    }
+    assert_eq!(b.poll_resolve(PEER_IP, 10, &mut out), Ok(Resolve::Send(60)));
+    assert_eq!(b.lookup(Ipv4Addr::new(10, 0, 1, 0), 10), None);
     // Full of static entries: the sender is answered, not learned, and counted.
     let mut s = arp();
     for i in 0..4u8 {
@@ -197,6 +215,83 @@ fn probes_are_answered_not_learned_and_addresses_are_checked() {
     let mut none: Arp<4, 2> = Arp::new(US, NeighConfig::default());
     assert!(matches!(none.poll_resolve(PEER_IP, 0, &mut out), Err(Error::InvalidArgument(_))));
     assert!(a.poll_resolve(Ipv4Addr::BROADCAST, 0, &mut out).is_err());
+}
+
+/// The flood's frames: `n` ARP requests and replies, to us or broadcast, from senders with
+/// spoofed MACs and addresses in 10.0.0.0/16, one in 97 claiming our own address (a conflict),
+/// one in `peer_every` (if not 0) claiming the peer's.
+fn flood(seed: u64, n: usize, peer_every: usize) -> impl Iterator<Item = [u8; 60]> {
+    let mut x = seed | 1;
+    (0..n).map(move |k| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        let sender_ip = if peer_every != 0 && k % peer_every == 0 {
+            PEER_IP
+        } else if k % 97 == 1 {
+            OUR_IP
+        } else {
+            Ipv4Addr::new(10, 0, b[0], b[1])
+        };
+        let target_ip = if b[2].is_multiple_of(8) { Ipv4Addr::new(10, 0, 9, b[3]) } else { OUR_IP };
+        frame(ArpRepr {
+            eth_dst: if b[4].is_multiple_of(2) { BROADCAST } else { US },
+            op: if b[5].is_multiple_of(2) { ArpOp::Request } else { ArpOp::Reply },
+            sender_mac: Mac([0x02, b[6], b[7], b[3], b[1], b[0]]),
+            sender_ip,
+            target_mac: US,
+            target_ip,
+        })
+    })
+}
+
+/// An ARP flood: thousands of requests and replies from many spoofed senders. The table stays
+/// within its `N` entries, nothing panics, every frame is counted, the peer the driver resolved
+/// and uses is never pushed out, and its MAC is never moved by senders that do not claim its
+/// address; a flood that does claim it moves it at most once per lock time (the policy in the
+/// module docs).
+#[test]
+fn an_arp_flood_is_bounded_counted_and_moves_a_peer_in_use_at_most_once_per_lock_time() {
+    let mut a: Arp<8, 2> = Arp::new(US, NeighConfig::default());
+    a.add_address(OUR_IP).unwrap();
+    let mut out = [0u8; 60];
+    // The driver resolves its peer and uses it.
+    assert_eq!(a.poll_resolve(PEER_IP, 0, &mut out), Ok(Resolve::Send(60)));
+    assert_eq!(a.on_frame(&reply_from_peer(), 1, &mut out), Ok(Handled::Learned));
+    // 10 000 frames in 10 ms, none claiming the peer's address.
+    let mut t = 1;
+    for f in flood(7, 10_000, 0) {
+        t += 1_000;
+        let _ = a.on_frame(&f, t, &mut out);
+        assert!(a.neighbours().len() <= 8);
+        assert_eq!(a.lookup(PEER_IP, t), Some(PEER), "the peer in use stays where it is");
+    }
+    let s = a.stats();
+    assert_eq!(s.received, 10_001);
+    assert!(s.table_full > 5_000, "{s:?}");
+    assert!(s.conflicts > 0 && s.not_for_us > 0, "{s:?}");
+    // Every frame either taught an entry, was refused for want of room or by the lock, or was
+    // dropped and counted; a request for us was answered either way.
+    assert!(s.learned + s.table_full + s.not_for_us + s.conflicts + s.locked >= 10_000, "{s:?}");
+
+    // 10 000 more in 10 s, one in ten claiming the peer's address with a spoofed MAC.
+    let (start, mut moves, mut last) = (t, 0u64, PEER);
+    for f in flood(11, 10_000, 10) {
+        t += 1_000_000;
+        let _ = a.on_frame(&f, t, &mut out);
+        assert!(a.neighbours().len() <= 8);
+        let now = a.lookup(PEER_IP, t).expect("the peer's entry is never pushed out");
+        if now != last {
+            moves += 1;
+            last = now;
+        }
+    }
+    let lock = NeighConfig::default().locktime_ns;
+    assert!(moves >= 1 && moves <= (t - start) / lock + 1, "{moves} moves in {} ns", t - start);
+    let s = a.stats();
+    assert_eq!(s.received, 20_001);
+    assert!(s.locked > 500, "{s:?}");
 }
 
 proptest! {
