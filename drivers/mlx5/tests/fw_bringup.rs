@@ -640,12 +640,9 @@ fn port_addressing_through_firmware_commands() {
 }
 
 /// The GID table written in the kernel's image (`set_roce_addr`, `mlx5_core_roce_gid_set`): an
-/// IPv4 entry is its v4-mapped GID, a cleared entry says RoCE v2 and IPv6. The model's
-/// `fw/resources/vport.rs` `roce_entry` still holds an IPv4 entry as `::a.b.c.d` and a cleared
-/// one as all zeros, and refuses any other image (`GID_MISMATCH`): a model defect, left for the
-/// model's owner (the driver is not bent to it).
+/// IPv4 entry is its v4-mapped GID, a cleared entry says RoCE v2 and IPv6; the model, a
+/// function without RoCE v1, refuses the older forms as firmware does.
 #[test]
-#[ignore = "model defect: tests/mlx5-model roce_entry uses the IPv4-compatible GID form and an all-zero clear"]
 fn gid_table_in_the_kernels_image_through_firmware_commands() {
     let mut r = rig(FwConfig::default());
     let want = r.model.gids()[0];

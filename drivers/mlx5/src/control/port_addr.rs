@@ -194,11 +194,10 @@ pub fn query_roce_address_cmd(
 /// that is not RoCE v2, or one whose address disagrees with its L3 type.
 ///
 /// `source_l3_address` is the whole GID, as [`set_roce_address_cmd`] and the kernel write it:
-/// an entry of L3 type IPv4 holds the IPv4-mapped GID `::ffff:a.b.c.d`, and is returned as it
-/// is. A table programmed in the deprecated IPv4-compatible form `::a.b.c.d` (this driver did
-/// so before; the device model in `tests/mlx5-model` still does) is read as the same address,
-/// returned as its v4-mapped GID, the only form a RoCE v2 GID over IPv4 has. An IPv4 entry with
-/// any other prefix, or an IPv6 entry holding a v4-mapped GID, is not taken.
+/// an entry of L3 type IPv4 holds the IPv4-mapped GID `::ffff:a.b.c.d`, the only form a RoCE
+/// v2 GID over IPv4 has, and is returned as it is. An IPv4 entry in any other form (the
+/// deprecated IPv4-compatible `::a.b.c.d` included), or an IPv6 entry holding a v4-mapped GID,
+/// is not taken.
 pub fn roce_address_entry(out: &[u8; query_roce_address_out::SIZE]) -> Option<(Gid, Mac)> {
     let ra = query_roce_address_out::ROCE_ADDRESS;
     if ifc::get(out, roce_addr_layout::ROCE_VERSION.within(ra)) != ROCE_VERSION_2 {
@@ -209,12 +208,10 @@ pub fn roce_address_entry(out: &[u8; query_roce_address_out::SIZE]) -> Option<(G
     g.copy_from_slice(&out[l3..l3 + 16]);
     let gid = match ifc::get(out, roce_addr_layout::ROCE_L3_TYPE.within(ra)) {
         ROCE_L3_TYPE_IPV4 => {
-            let v4 = [g[12], g[13], g[14], g[15]];
-            let compat = g[..12] == [0; 12];
-            if Gid(g).ipv4().is_none() && !compat || v4 == [0; 4] {
+            if Gid(g).ipv4().is_none_or(|v4| v4 == [0; 4]) {
                 return None;
             }
-            Gid::from_ipv4(v4)
+            Gid(g)
         }
         ROCE_L3_TYPE_IPV6 if Gid(g).ipv4().is_none() && g != [0; 16] => Gid(g),
         _ => return None,

@@ -99,11 +99,11 @@ fn a_read_back_entry_must_hold_the_gid_its_l3_type_says() {
     out[16..48]
         .copy_from_slice(&kernel_image(0, Some(Gid::from_ipv4([10, 0, 0, 2]).0), MAC.0, 0)[16..48]);
     assert_eq!(roce_address_entry(&out), Some((Gid::from_ipv4([10, 0, 0, 2]), MAC)));
-    // The deprecated IPv4-compatible form `::10.0.0.2` under L3 type IPv4 (a table programmed
-    // the old way): the same address, as its v4-mapped GID.
+    // The deprecated IPv4-compatible form `::10.0.0.2` under L3 type IPv4 is another GID than
+    // the one the port has for that address: not taken.
     let mut compat = out;
     compat[16 + 10..16 + 12].copy_from_slice(&[0, 0]);
-    assert_eq!(roce_address_entry(&compat), Some((Gid::from_ipv4([10, 0, 0, 2]), MAC)));
+    assert_eq!(roce_address_entry(&compat), None);
     // Any other prefix under L3 type IPv4 is not an IPv4 GID.
     let mut junk = out;
     junk[16 + 3] = 7;
