@@ -67,15 +67,18 @@ fn theirs() -> Ipv4Addr {
 /// Our side: the model on our end of the wire (its frames recorded to
 /// `<WIRE_PCAP_DIR>/<name>.pcap`), the driver on it with our address as GID 0.
 fn model_on_wire(name: &str) -> Model {
+    model_on_wire_with(name, ModelConfig::default())
+}
+
+/// [`model_on_wire`] with `base` for everything but the GIDs and the port.
+fn model_on_wire_with(name: &str, base: ModelConfig) -> Model {
     let sock = PacketSocket::open(&env("WIRE_IF"), None).expect("AF_PACKET socket");
     let dir = env("WIRE_PCAP_DIR");
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = PcapTap::<PacketSocket>::shared(format!("{dir}/cm_{name}.pcap")).unwrap();
     let gids = vec![ModelGid { gid: Gid::from_ipv4(ours().octets()).0, mac: OUR_MAC.0 }];
-    Model::with_config(
-        ModelConfig { gids, ..ModelConfig::default() }.with_port(PcapTap::new(sock, pcap)),
-    )
-    .expect("model")
+    Model::with_config(ModelConfig { gids, ..base }.with_port(PcapTap::new(sock, pcap)))
+        .expect("model")
 }
 
 fn driver(model: &Model) -> Dev {
@@ -1028,6 +1031,90 @@ fn on_wire_ucmatose_client_opens_four_connections_to_cm_listener() {
     let s = cm.stats();
     assert_eq!((s.malformed, s.send_errors, s.unresolved), (0, 0, 0), "{s:?}");
     drop(posted);
+    clean(&model);
+}
+
+// ---- many connections at once ----
+
+/// Connections `cmtime` opens and closes at once.
+const CMTIME_CONNS: usize = 100;
+
+/// What the peer kernel's CM sent again after a timeout, summed over its message types
+/// (`cm.c`'s `cm_tx_retries` counters of the rxe device's port 1).
+fn peer_cm_retries() -> u64 {
+    let dir = "/sys/class/infiniband_cm/rxep/1/cm_tx_retries";
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    entries
+        .map(|e| {
+            let p = e.unwrap().path();
+            let t = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            t.trim().parse::<u64>().unwrap_or_else(|e| panic!("{}: {t:?}: {e}", p.display()))
+        })
+        .sum()
+}
+
+/// `cmtime` (rdma-core's connection-rate test) as the client on rxe: 100 REQs at once to our
+/// listener, which accepts each on a QP of its own, then 100 DREQs at once. Everything must
+/// fit the first time: our CM retransmits nothing, drops nothing at its receive ring, and the
+/// peer kernel's CM retransmits nothing either. (The model gets enough UAR pages for 100 QPs,
+/// each of which takes a page of its own today.)
+#[test]
+#[ignore = "needs the wire tier's veth pair and an rxe peer"]
+fn on_wire_cmtime_client_opens_and_closes_100_connections_at_once_without_retries() {
+    let model =
+        model_on_wire_with("cmtime", ModelConfig { uar_pages: 256, ..ModelConfig::default() });
+    let dev = driver(&model);
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let port = arp_port(&dev, &mut rx);
+    let mut cm: Cm<Port<'_>, 128, 256> = Cm::new(port, CmConfig::new(CA_GUID, 12)).unwrap();
+    cm.listen(RDMA_SERVER_PORT).unwrap();
+    let mut qps: Vec<RcQp> =
+        (0..CMTIME_CONNS).map(|_| dev.create_qp(&QpConfig::default()).unwrap()).collect();
+    let retries_before = peer_cm_retries();
+    let client =
+        spawn_in_peer(&["cmtime", "-s", &ours().to_string(), "-c", &CMTIME_CONNS.to_string()]);
+    let start = Instant::now();
+    let (mut accepted, mut up, mut down) = (Vec::new(), 0, 0);
+    let t0 = Instant::now();
+    while down < CMTIME_CONNS {
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "{} accepted, {up} up, {down} down; {:?}",
+            accepted.len(),
+            cm.stats()
+        );
+        let Some(e) = cm.poll(clock(start), &mut qps[..]) else {
+            std::thread::sleep(Duration::from_micros(100));
+            continue;
+        };
+        match e.kind {
+            EventKind::ConnectRequest => {
+                assert!(accepted.len() < CMTIME_CONNS, "more requests than connections: {e:?}");
+                let qp = &mut qps[accepted.len()];
+                cm.accept(e.id, qp, &AcceptParams::default(), clock(start)).unwrap();
+                accepted.push(e.id);
+            }
+            EventKind::Established => {
+                assert!(accepted.contains(&e.id), "{e:?}");
+                up += 1;
+            }
+            EventKind::Disconnected => {
+                assert!(accepted.contains(&e.id), "{e:?}");
+                down += 1;
+            }
+            EventKind::TimewaitExit => {}
+            k => panic!("{k:?}"),
+        }
+    }
+    assert_eq!(up, CMTIME_CONNS);
+    let (ok, out) = finish(client, "cmtime (client)");
+    assert!(ok && out.contains("disconnect"), "cmtime -s failed");
+    let s = cm.stats();
+    let g = cm.port_mut().gsi_mut().stats();
+    eprintln!("our CM: {s:?}; the GSI port: {g:?}");
+    assert_eq!((s.retransmits, s.duplicates, s.send_errors, s.malformed), (0, 0, 0, 0), "{s:?}");
+    assert_eq!((g.ring_exhausted, g.dropped, g.send_full), (0, 0, 0), "{g:?}");
+    assert_eq!(peer_cm_retries(), retries_before, "the peer's CM retransmitted");
     clean(&model);
 }
 
