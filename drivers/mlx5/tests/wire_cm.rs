@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use rdma_pmd::cm::mad::RejReason;
 use rdma_pmd::cm::{
-    AcceptParams, Cm, CmConfig, ConnId, ConnectParams, Event, EventKind, Micros, QpParams, QpSet,
+    AcceptParams, Cm, CmConfig, ConnId, ConnectParams, Event, EventKind, Micros, NoQps, QpParams,
+    QpSet,
 };
 use rdma_pmd::{
     Completion, DestBuf, Errno, Gid, Mac, Post, RecvQueue, SendFlags, SendQueue, WcOpcode, WcStatus,
@@ -1040,9 +1041,17 @@ fn on_wire_ucmatose_client_opens_four_connections_to_cm_listener() {
 const CMTIME_CONNS: usize = 100;
 
 /// What the peer kernel's CM sent again after a timeout, summed over its message types
-/// (`cm.c`'s `cm_tx_retries` counters of the rxe device's port 1).
+/// (`cm.c`'s `cm_tx_retries` counters of the rxe device's port 1: a group of the port's
+/// attributes since Linux 5.14, under `infiniband_cm` before).
 fn peer_cm_retries() -> u64 {
-    let dir = "/sys/class/infiniband_cm/rxep/1/cm_tx_retries";
+    let dirs = [
+        "/sys/class/infiniband/rxep/ports/1/cm_tx_retries",
+        "/sys/class/infiniband_cm/rxep/1/cm_tx_retries",
+    ];
+    let dir = dirs
+        .iter()
+        .find(|d| std::path::Path::new(d).is_dir())
+        .unwrap_or_else(|| panic!("the peer's CM counters: none of {dirs:?}"));
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
     entries
         .map(|e| {
@@ -1115,6 +1124,33 @@ fn on_wire_cmtime_client_opens_and_closes_100_connections_at_once_without_retrie
     assert_eq!((s.retransmits, s.duplicates, s.send_errors, s.malformed), (0, 0, 0, 0), "{s:?}");
     assert_eq!((g.ring_exhausted, g.dropped, g.send_full), (0, 0, 0), "{g:?}");
     assert_eq!(peer_cm_retries(), retries_before, "the peer's CM retransmitted");
+    clean(&model);
+}
+
+/// `udaddy` (UD over rdma_cm) asks our CM to resolve a UD service with SIDR_REQs. UD service
+/// resolution is not supported here, so each is answered at once with a SIDR_REP that refuses
+/// it: udaddy reports UNREACHABLE and exits long before its own retries (about 70 s) would end.
+#[test]
+#[ignore = "needs the wire tier's veth pair and an rxe peer"]
+fn on_wire_udaddy_is_refused_at_once_by_a_sidr_rep() {
+    let model = model_on_wire("udaddy");
+    let dev = driver(&model);
+    let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+    let port = arp_port(&dev, &mut rx);
+    let mut cm: TCm = Cm::new(port, CmConfig::new(CA_GUID, 13)).unwrap();
+    cm.listen(RPING_PORT).unwrap();
+    let mut child = spawn_in_peer(&["udaddy", "-s", &ours().to_string()]);
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < WAIT, "udaddy still waiting; {:?}", cm.stats());
+        assert_eq!(cm.poll(clock(start), &mut NoQps), None);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let (ok, out) = finish(child, "udaddy (client)");
+    assert!(!ok && out.contains("RDMA_CM_EVENT_UNREACHABLE"), "udaddy was not refused");
+    let s = cm.stats();
+    assert!(s.sidr_refused >= 1, "{s:?}");
+    assert_eq!((s.malformed, s.send_errors, cm.live()), (0, 0, 0), "{s:?}");
     clean(&model);
 }
 
