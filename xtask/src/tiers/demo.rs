@@ -9,7 +9,7 @@ use crate::util;
 /// host but the Rust toolchain; the benchmarks check for what their C loops need first.
 fn run_example(bin: &str, args: &[String]) -> bool {
     let mut cmd = util::cargo();
-    cmd.args(["run", "--release", "--quiet", "-p", "rdma-pmd-examples", "--bin", bin]);
+    cmd.args(["run", "--release", "-p", "rdma-pmd-examples", "--bin", bin]);
     if bin == "demo" {
         cmd.arg("--no-default-features");
     } else if !super::prereq::ensure(Some("model")) {

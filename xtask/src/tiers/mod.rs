@@ -14,7 +14,15 @@ mod vectors;
 mod vfio;
 mod wire;
 
+use std::time::{Duration, Instant};
+
 use crate::util;
+
+/// `3m07s`.
+fn mins(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{}m{:02}s", s / 60, s % 60)
+}
 
 /// What one tier did.
 #[derive(Debug, Default, Clone)]
@@ -107,28 +115,39 @@ pub fn run_cli(args: &[String]) -> bool {
         println!("0 passed, 1 failed");
         return false;
     }
+    let run: Vec<&(&str, Tier)> =
+        TIERS.iter().filter(|(name, _)| only.is_none_or(|o| o == *name)).collect();
+    let started = Instant::now();
     let mut rows = Vec::new();
-    for (name, tier) in TIERS {
-        if only.is_some_and(|o| o != *name) {
-            continue;
-        }
-        eprintln!("\n==== tier {name} ====");
+    for (k, (name, tier)) in run.iter().enumerate() {
+        eprintln!(
+            "\n==== [{}/{}] tier {name} ({} so far) ====",
+            k + 1,
+            run.len(),
+            mins(started.elapsed())
+        );
+        let t0 = Instant::now();
         let out = tier();
-        rows.push((*name, out));
+        eprintln!("==== tier {name}: {} ====", mins(t0.elapsed()));
+        rows.push((*name, out, t0.elapsed()));
     }
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    println!("\ntier summary:");
-    for (name, o) in &rows {
+    println!("\ntier summary ({} in all):", mins(started.elapsed()));
+    for (name, o, took) in &rows {
+        let took = mins(*took);
         match &o.skipped {
             Some(why) if o.passed + o.failed > 0 => {
                 skipped += 1;
-                println!("  {name:<8} {} passed, {} failed; SKIPPED: {why}", o.passed, o.failed);
+                println!(
+                    "  {name:<8} {took:>7}  {} passed, {} failed; SKIPPED: {why}",
+                    o.passed, o.failed
+                );
             }
             Some(why) => {
                 skipped += 1;
-                println!("  {name:<8} SKIPPED: {why}");
+                println!("  {name:<8} {took:>7}  SKIPPED: {why}");
             }
-            None => println!("  {name:<8} {} passed, {} failed", o.passed, o.failed),
+            None => println!("  {name:<8} {took:>7}  {} passed, {} failed", o.passed, o.failed),
         }
         passed += o.passed;
         failed += o.failed;
