@@ -42,6 +42,19 @@ fn req(edit: impl FnOnce(&mut Req<&mut [u8]>)) -> [u8; MAD_LEN] {
     m
 }
 
+/// A REP to the REQ whose local communication ID is `local`: ours 0x4242, QPN 0x200, then
+/// `edit`.
+fn rep(local: u32, edit: impl FnOnce(&mut Rep<&mut [u8]>)) -> [u8; MAD_LEN] {
+    let mut m = [0u8; MAD_LEN];
+    let mut rep = Rep::new_checked(&mut m[..]).unwrap();
+    rep.hdr_mut().emit_cm(AttrId::Rep, 3);
+    rep.set_local_comm_id(0x4242);
+    rep.set_remote_comm_id(local);
+    rep.set_local_qpn(0x200);
+    edit(&mut rep);
+    m
+}
+
 /// What `cm_destroy_id` sends for a REQ it gave up: REJ timeout, its CA GUID as ARI.
 fn rej_timeout(req_mad: &[u8; MAD_LEN]) -> [u8; MAD_LEN] {
     let r = Req::new_checked(&req_mad[..]).unwrap();
@@ -186,13 +199,7 @@ fn a_rep_with_ca_guid_0_is_dropped_as_malformed() {
     let mut qa = FakeQp::new(0x100);
     let ida = a.connect(&mut qa, &params(&[]), Micros(0)).unwrap();
     let local = Req::new_checked(&net.borrow().log[0].mad[..]).unwrap().local_comm_id();
-    let mut m = [0u8; MAD_LEN];
-    let mut rep = Rep::new_checked(&mut m[..]).unwrap();
-    rep.hdr_mut().emit_cm(AttrId::Rep, 3);
-    rep.set_local_comm_id(0x4242);
-    rep.set_remote_comm_id(local);
-    rep.set_local_qpn(0x200);
-    net.borrow_mut().inject(AT_A, B, m);
+    net.borrow_mut().inject(AT_A, B, rep(local, |_| {}));
     assert_eq!(a.poll(Micros(0), core::slice::from_mut(&mut qa)), None);
     assert_eq!((a.state(ida), a.stats().malformed), (Some(ConnState::ReqSent), 1));
 }
@@ -387,13 +394,10 @@ fn a_rep_from_another_gid_copying_an_established_peer_is_refused_and_changes_not
     let local =
         Req::new_checked(&net.borrow().log.last().unwrap().mad[..]).unwrap().local_comm_id();
     // C answers A's new REQ as if it were B's QP 0x200 (B's CA GUID 0xb2).
-    let mut m = [0u8; MAD_LEN];
-    let mut rep = Rep::new_checked(&mut m[..]).unwrap();
-    rep.hdr_mut().emit_cm(AttrId::Rep, 3);
-    rep.set_local_comm_id(0x0bad_0bad);
-    rep.set_remote_comm_id(local);
-    rep.set_local_qpn(0x200);
-    rep.set_local_ca_guid(0xb2);
+    let m = rep(local, |r| {
+        r.set_local_comm_id(0x0bad_0bad);
+        r.set_local_ca_guid(0xb2);
+    });
     let n = net.borrow().log.len();
     net.borrow_mut().inject(AT_A, C, m);
     let mut qs = [&mut qa, &mut q2];
@@ -483,14 +487,10 @@ fn a_rep_with_target_ack_delay_31_cannot_stretch_the_requesters_timewait() {
     let mut qa = FakeQp::new(0x100);
     let ida = a.connect(&mut qa, &params(&[]), Micros(0)).unwrap();
     let local = Req::new_checked(&net.borrow().log[0].mad[..]).unwrap().local_comm_id();
-    let mut m = [0u8; MAD_LEN];
-    let mut rep = Rep::new_checked(&mut m[..]).unwrap();
-    rep.hdr_mut().emit_cm(AttrId::Rep, 3);
-    rep.set_local_comm_id(0x4242);
-    rep.set_remote_comm_id(local);
-    rep.set_local_qpn(0x200);
-    rep.set_local_ca_guid(0xb2);
-    rep.set_target_ack_delay(31);
+    let m = rep(local, |r| {
+        r.set_local_ca_guid(0xb2);
+        r.set_target_ack_delay(31);
+    });
     net.borrow_mut().inject(AT_A, B, m);
     let e = a.poll(Micros(0), core::slice::from_mut(&mut qa)).unwrap();
     assert_eq!(e, Event { id: ida, kind: EventKind::Established });
