@@ -520,9 +520,9 @@ fn loopback_without_force_loopback_is_a_roce_path_to_our_own_gid() {
     {
         let mut s = st.lock().unwrap();
         s.roce_caps.push((roce_cap::FL_RC_QP_WHEN_ROCE_ENABLED, 0));
-        // GID 0: 10.0.0.7 (IPv4, last four bytes), MAC 02:00:00:00:00:07, RoCE v2.
+        // GID 0: 10.0.0.7 (IPv4: its v4-mapped GID, L3 type 0), MAC 02:00:00:00:00:07, RoCE v2.
         let mut e = vec![0u8; roce_addr_layout::SIZE];
-        e[12..16].copy_from_slice(&[10, 0, 0, 7]);
+        e[10..16].copy_from_slice(&[0xff, 0xff, 10, 0, 0, 7]);
         e[18..24].copy_from_slice(&[2, 0, 0, 0, 0, 7]);
         e[27] = 2;
         s.roce_address = e;
