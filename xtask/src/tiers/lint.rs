@@ -37,7 +37,7 @@ pub fn run() -> Outcome {
             .args(["doc", "--workspace", "--no-deps", "--all-features"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     );
-    let package = util::run(package_cmd());
+    let package = util::run(&mut package_cmd());
     Outcome::checks(&[clippy, fmt, doc, package])
 }
 
