@@ -1,5 +1,6 @@
-//! Tier `lint`: clippy with warnings denied, rustfmt's check, and the API docs built with
-//! warnings denied (so a broken intra-doc link fails).
+//! Tier `lint`: clippy with warnings denied (its `incompatible_msrv` holds each crate's
+//! `rust-version`), rustfmt's check, the API docs built with warnings denied (so a broken
+//! intra-doc link fails), and `cargo package` of the library crates.
 
 use super::Outcome;
 use crate::util;
@@ -36,5 +37,24 @@ pub fn run() -> Outcome {
             .args(["doc", "--workspace", "--no-deps", "--all-features"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     );
-    Outcome::checks(&[clippy, fmt, doc])
+    let package = util::run(&mut package_cmd());
+    Outcome::checks(&[clippy, fmt, doc, package])
+}
+
+/// The crates meant for crates.io; the device model, the examples and xtask are `publish = false`.
+const LIBRARY_CRATES: &[&str] = &["rdma-pmd", "rdma-pmd-hal", "rdma-pmd-mlx5", "rdma-pmd-rxe"];
+
+/// `cargo package` of the library crates together, so that their path dependencies on each
+/// other resolve to the crates packaged with them, each then built from its packaged form (the
+/// verification step: a file left out of `include`, or a dependency without a version, fails
+/// here). `--allow-dirty` packages the working tree as it is, uncommitted edits included: the
+/// check is of the manifests and the files, not of git's state (nothing is published).
+fn package_cmd() -> std::process::Command {
+    let mut cmd = util::cargo();
+    cmd.arg("package");
+    for krate in LIBRARY_CRATES {
+        cmd.args(["-p", krate]);
+    }
+    cmd.arg("--allow-dirty");
+    cmd
 }
