@@ -128,6 +128,10 @@ fn kinds(e: &[Event]) -> Vec<EventKind> {
 // ---- 1. handles ----
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "thousands of MADs: hours under Miri; the same paths run there in the small cases"
+)]
 fn a_released_handle_never_names_a_later_connection_however_often_a_peer_cycles_the_slot() {
     // One slot; the peer alone cycles it: a REQ, then a REJ "timeout" withdrawing it. More
     // cycles than a 16-bit generation has values.
@@ -288,6 +292,10 @@ fn the_peer_cannot_stretch_timewait_beyond_the_bound() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "thousands of MADs: hours under Miri; the same paths run there in the small cases"
+)]
 fn one_mra_cannot_stretch_a_connect_beyond_the_bound() {
     let (net, mut a, _b) = pair();
     net.borrow_mut().blackhole.push(B);
@@ -630,6 +638,10 @@ fn destroy_withdraws_the_undelivered_events_of_its_handle() {
 // ---- floods, a full table, an undrained event ring ----
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "thousands of MADs: hours under Miri; the same paths run there in the small cases"
+)]
 fn a_req_flood_fills_the_table_and_legitimate_requests_get_in_once_slots_free() {
     let (net, mut b) = lone_b::<8, 8>(CmConfig::new(0xb2, 2));
     let n = 5000u32;
@@ -668,6 +680,10 @@ fn a_req_flood_fills_the_table_and_legitimate_requests_get_in_once_slots_free() 
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "thousands of MADs: hours under Miri; the same paths run there in the small cases"
+)]
 fn dreq_and_rej_floods_are_counted_and_a_full_queue_drops_their_answers() {
     let (net, mut a, mut b, mut qa, mut qb, ida, idb) = connected();
     net.borrow_mut().room[AT_B] = Some(10);
