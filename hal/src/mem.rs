@@ -212,6 +212,39 @@ struct Mapping {
     layout: Layout,
 }
 
+/// Memory as a device reaches it: by bus address, through its IOMMU.
+///
+/// This is the seam between a device model and whatever memory its driver hands it: the
+/// in-process [`HeapDma`], or a guest's RAM mapped from the file descriptors a VMM passes over
+/// vfio-user. A device model holds one of these and nothing else to touch host memory, so the
+/// same model serves a driver in its own process and a guest kernel on a PCI bus.
+///
+/// Each method is one DMA transaction: all of it lands, or (outside every mapping) none of it,
+/// and the device sees a DMA fault.
+pub trait BusMemory: Send + Sync + std::fmt::Debug {
+    /// Copy `out.len()` bytes from bus address `bus`, as the device's DMA read, then an
+    /// `Acquire` fence. False on a DMA fault.
+    fn read(&self, bus: BusAddr, out: &mut [u8]) -> bool;
+    /// A `Release` fence, then copy `data` to bus address `bus`, as the device's DMA write.
+    /// False on a DMA fault.
+    fn write(&self, bus: BusAddr, data: &[u8]) -> bool;
+    /// Whether `len` bytes at `bus` lie inside one mapping (a check only: the mapping may go
+    /// as soon as this returns).
+    fn mapped(&self, bus: BusAddr, len: usize) -> bool;
+}
+
+impl BusMemory for HeapDma {
+    fn read(&self, bus: BusAddr, out: &mut [u8]) -> bool {
+        HeapDma::read(self, bus, out)
+    }
+    fn write(&self, bus: BusAddr, data: &[u8]) -> bool {
+        HeapDma::write(self, bus, data)
+    }
+    fn mapped(&self, bus: BusAddr, len: usize) -> bool {
+        self.translate(bus, len).is_some()
+    }
+}
+
 /// Heap-backed DMA memory with its own IOVA space.
 #[derive(Debug, Default)]
 pub struct HeapDma {

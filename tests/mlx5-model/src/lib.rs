@@ -139,7 +139,7 @@ pub mod wqe;
 pub use codes::{CqeOpcode, SendOpcode, Syndrome};
 pub use counters::{Counters, Event, Reason, Violation};
 pub use direct::ModelControl;
-pub use model::{CqeFault, Gid, Model, ModelConfig, PortSlot, UAR_PAGE};
+pub use model::{CqeFault, Gid, Interrupts, Model, ModelConfig, PortSlot, UAR_PAGE};
 pub use objects::{ModelCaps, QpState};
 pub use wire::Wire;
 

@@ -6,7 +6,7 @@ use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use rdma_pmd::{BusAddr, Errno, Error};
-use rdma_pmd_hal::mem::{HeapDma, MemBar};
+use rdma_pmd_hal::mem::{BusMemory, HeapDma, MemBar};
 
 use crate::bar::Handler;
 use crate::counters::{Counters, Event, Reason, Stats, Violation};
@@ -27,6 +27,14 @@ pub struct Gid {
     pub mac: [u8; 6],
 }
 
+/// Where the model's MSI-X messages go when it is served on a PCI bus: the vector named by the
+/// EQ that received an event (`eqc.intr`), raised after the EQE is written. In process, with no
+/// sink, events are only written to the EQ and the driver polls.
+pub trait Interrupts: Send + Sync + std::fmt::Debug {
+    /// Deliver MSI-X vector `vector`. The sink drops vectors the VMM has not configured.
+    fn raise(&self, vector: u16);
+}
+
 /// How to build a [`Model`].
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
@@ -45,6 +53,11 @@ pub struct ModelConfig {
     pub port: Option<PortSlot>,
     /// The DMA space to use; `None` = a fresh [`HeapDma`].
     pub dma: Option<Arc<HeapDma>>,
+    /// Memory the device reaches instead of `dma` (a guest's RAM when the model is served on
+    /// a PCI bus); `None` = the `dma` space.
+    pub memory: Option<Arc<dyn BusMemory>>,
+    /// Where MSI-X vectors go; `None` = nowhere (the driver polls its EQs).
+    pub interrupts: Option<Arc<dyn Interrupts>>,
 }
 
 impl Default for ModelConfig {
@@ -56,6 +69,8 @@ impl Default for ModelConfig {
             wire: None,
             port: None,
             dma: None,
+            memory: None,
+            interrupts: None,
         }
     }
 }
@@ -96,7 +111,9 @@ static NEXT_MODEL: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct Shared {
     pub id: u64,
     pub dev: Mutex<Device>,
-    pub dma: Arc<HeapDma>,
+    pub dma: Arc<dyn BusMemory>,
+    /// The MSI-X sink, if the model is on a bus.
+    pub interrupts: Option<Arc<dyn Interrupts>>,
     pub stats: Stats,
     pub gids: Vec<Gid>,
     pub wire: Option<Wire>,
@@ -140,6 +157,14 @@ impl Shared {
         self.link.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Raise MSI-X vector `vector`, if the model is on a bus.
+    #[allow(dead_code)] // the firmware's EQs raise vectors once they are on a bus
+    pub fn raise(&self, vector: u16) {
+        if let Some(sink) = &self.interrupts {
+            sink.raise(vector);
+        }
+    }
+
     /// Wake the engine.
     pub fn kick(&self) {
         self.work.store(true, Ordering::Release);
@@ -174,6 +199,7 @@ impl Shared {
 /// driver posts. Dropping the handle stops the thread.
 pub struct Model {
     shared: Arc<Shared>,
+    heap: Arc<HeapDma>,
     bar: MemBar,
     thread: Option<JoinHandle<()>>,
 }
@@ -203,10 +229,16 @@ impl Model {
         } else {
             cfg.gids.clone()
         };
+        let heap = cfg.dma.clone().unwrap_or_default();
+        let memory: Arc<dyn BusMemory> = match &cfg.memory {
+            Some(m) => m.clone(),
+            None => heap.clone(),
+        };
         let shared = Arc::new(Shared {
             id,
             dev: Mutex::new(Device::new(cfg.caps, cfg.uar_pages)),
-            dma: cfg.dma.clone().unwrap_or_default(),
+            dma: memory,
+            interrupts: cfg.interrupts.clone(),
             stats: Stats::default(),
             gids,
             wire: cfg.wire.clone(),
@@ -241,7 +273,7 @@ impl Model {
             .spawn(move || crate::engine::run(&sh))
             .map_err(|_| Error::Device(Errno::EAGAIN))?;
         let _ = shared.thread.set(thread.thread().clone());
-        Ok(Model { shared, bar, thread: Some(thread) })
+        Ok(Model { shared, heap, bar, thread: Some(thread) })
     }
 
     /// A model whose port is the Linux interface `ifname`, through an `AF_PACKET` socket
@@ -275,9 +307,10 @@ impl Model {
         self.bar.clone()
     }
 
-    /// The DMA space the device reaches; the driver allocates its rings and buffers here.
+    /// The DMA space an in-process driver allocates its rings and buffers from (the device
+    /// reaches it unless [`ModelConfig::memory`] named other memory).
     pub fn dma(&self) -> Arc<HeapDma> {
-        self.shared.dma.clone()
+        self.heap.clone()
     }
 
     /// Frames dropped on receive before reaching a QP because they did not parse, by reason

@@ -265,7 +265,7 @@ pub(super) fn validate(
                 return err(Reason::LkeyOutOfBounds { lkey, addr, len });
             }
             let bus = mk.bus(addr);
-            if sh.dma.translate(BusAddr(bus), len as usize).is_none() {
+            if !sh.dma.mapped(BusAddr(bus), len as usize) {
                 return err(Reason::DmaFault { bus, len });
             }
         }

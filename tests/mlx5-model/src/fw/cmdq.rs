@@ -32,7 +32,7 @@
 use std::sync::atomic::{fence, Ordering};
 
 use rdma_pmd::BusAddr;
-use rdma_pmd_hal::mem::HeapDma;
+use rdma_pmd_hal::mem::BusMemory;
 
 use super::codes::{DeliveryStatus, PCI_CMD_XPORT};
 
@@ -140,7 +140,7 @@ pub fn blocks_for(len: usize) -> usize {
 /// Walk a mailbox chain of `n` blocks from `first`, checking each block's alignment,
 /// reachability, block number and token; returns the block addresses.
 fn walk(
-    dma: &HeapDma,
+    dma: &dyn BusMemory,
     first: u64,
     n: usize,
     token: u8,
@@ -150,10 +150,7 @@ fn walk(
     let mut at = first;
     let mut tail = [0u8; mailbox::SIZE - mailbox::NEXT];
     for k in 0..n {
-        if at == 0
-            || at % mailbox::ALIGN != 0
-            || dma.translate(BusAddr(at), mailbox::SIZE).is_none()
-        {
+        if at == 0 || at % mailbox::ALIGN != 0 || !dma.mapped(BusAddr(at), mailbox::SIZE) {
             return Err(ptr_err);
         }
         if !dma.read(BusAddr(at + mailbox::NEXT as u64), &mut tail) {
@@ -184,7 +181,7 @@ pub struct Delivered {
 }
 
 /// Check an entry and gather its input; on failure, the delivery status to report.
-pub fn deliver(dma: &HeapDma, e: &Entry) -> Result<Delivered, DeliveryStatus> {
+pub fn deliver(dma: &dyn BusMemory, e: &Entry) -> Result<Delivered, DeliveryStatus> {
     if e.kind() != PCI_CMD_XPORT {
         return Err(DeliveryStatus::CmdDescrErr);
     }
@@ -216,7 +213,7 @@ pub fn deliver(dma: &HeapDma, e: &Entry) -> Result<Delivered, DeliveryStatus> {
 
 /// Write `output` (exactly `outlen` bytes) back: mailboxes first, then the inline part.
 /// The entry's status byte is written separately by [`complete`].
-pub fn scatter(dma: &HeapDma, slot: BusAddr, out_blocks: &[u64], output: &[u8]) -> bool {
+pub fn scatter(dma: &dyn BusMemory, slot: BusAddr, out_blocks: &[u64], output: &[u8]) -> bool {
     let mut ok = true;
     for (k, at) in out_blocks.iter().enumerate() {
         let start = entry::INLINE + k * mailbox::DATA;
@@ -230,14 +227,19 @@ pub fn scatter(dma: &HeapDma, slot: BusAddr, out_blocks: &[u64], output: &[u8]) 
 
 /// Hand the entry back: write the delivery status with the owner bit clear, after a release
 /// fence that orders every output byte written before it.
-pub fn complete(dma: &HeapDma, slot: BusAddr, status: DeliveryStatus) -> bool {
+pub fn complete(dma: &dyn BusMemory, slot: BusAddr, status: DeliveryStatus) -> bool {
     // Orders the output (mailboxes, inline out) before the ownership change the driver polls.
     fence(Ordering::Release);
     dma.write(slot.add(entry::STATUS_OWN as u64), &[u8::from(status) << 1])
 }
 
 /// Read the entry of slot `slot` of a queue at `base` with stride `1 << log_stride`.
-pub fn read_entry(dma: &HeapDma, base: u64, log_stride: u8, slot: u32) -> Option<(BusAddr, Entry)> {
+pub fn read_entry(
+    dma: &dyn BusMemory,
+    base: u64,
+    log_stride: u8,
+    slot: u32,
+) -> Option<(BusAddr, Entry)> {
     let at = BusAddr(base + (u64::from(slot) << log_stride));
     let mut raw = [0u8; entry::SIZE];
     if !dma.read(at, &mut raw) {

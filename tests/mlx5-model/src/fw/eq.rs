@@ -17,7 +17,7 @@
 use std::sync::atomic::{fence, Ordering};
 
 use rdma_pmd::BusAddr;
-use rdma_pmd_hal::mem::HeapDma;
+use rdma_pmd_hal::mem::BusMemory;
 
 use super::codes::EventType;
 use super::ifc::eqe;
@@ -67,7 +67,7 @@ impl Eq {
     }
 
     /// Write one EQE of type `t` with `data` (the 28-byte `event_data`).
-    pub fn post(&mut self, dma: &HeapDma, t: EventType, data: &[u8]) -> Result<(), FwError> {
+    pub fn post(&mut self, dma: &dyn BusMemory, t: EventType, data: &[u8]) -> Result<(), FwError> {
         if let Some(ci) = self.consumer {
             let outstanding = self.producer.wrapping_sub(ci) & 0x00ff_ffff;
             if outstanding >= 1 << self.log_size {

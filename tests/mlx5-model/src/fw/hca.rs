@@ -447,7 +447,7 @@ impl Hca {
                 for k in 0..n as u32 {
                     let a = i::PAS.index(k).get(inp);
                     let ok = a % PAGE_SIZE == 0
-                        && self.shared.dma.translate(BusAddr(a), PAGE_SIZE as usize).is_some()
+                        && self.shared.dma.mapped(BusAddr(a), PAGE_SIZE as usize)
                         && !self.pages.holds(a)
                         && seen.insert(a);
                     if !ok {

@@ -118,7 +118,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdma_pmd::{Errno, Error};
-use rdma_pmd_hal::mem::{BarMem, HeapDma, MemBar};
+use rdma_pmd_hal::mem::{BarMem, BusMemory, MemBar};
 
 pub use codes::{CmdStatus, DeliveryStatus, Opcode};
 pub use hca::{Executed, HcaState};
@@ -257,7 +257,7 @@ pub(crate) struct FwShared {
     regs: Mutex<Regs>,
     bell: Mutex<Bell>,
     wake: Condvar,
-    dma: Arc<HeapDma>,
+    dma: Arc<dyn BusMemory>,
     cfg: FwConfig,
     start: Instant,
 }
@@ -346,7 +346,7 @@ impl FwShared {
             self.regs().spurious_doorbells += 1;
             return;
         }
-        let Some((at, entry)) = cmdq::read_entry(&self.dma, base, self.cfg.log_cmdq_stride, slot)
+        let Some((at, entry)) = cmdq::read_entry(&*self.dma, base, self.cfg.log_cmdq_stride, slot)
         else {
             self.regs().spurious_doorbells += 1;
             return;
@@ -355,11 +355,11 @@ impl FwShared {
             self.regs().spurious_doorbells += 1;
             return;
         }
-        let d = match cmdq::deliver(&self.dma, &entry) {
+        let d = match cmdq::deliver(&*self.dma, &entry) {
             Ok(d) => d,
             Err(status) => {
                 self.regs().delivery_errors.push(DeliveryError { slot, status });
-                cmdq::complete(&self.dma, at, status);
+                cmdq::complete(&*self.dma, at, status);
                 self.post_cmd_event(slot);
                 return;
             }
@@ -379,7 +379,7 @@ impl FwShared {
             (fail, i.and_then(|i| r.faults.misanswer.remove(i)).map(|m| m.1))
         };
         if let Some(Misanswer::Refuse(status)) = misanswer {
-            cmdq::complete(&self.dma, at, status);
+            cmdq::complete(&*self.dma, at, status);
             self.post_cmd_event(slot);
             return;
         }
@@ -404,11 +404,11 @@ impl FwShared {
                 field.set(&mut out, value);
             }
         }
-        cmdq::scatter(&self.dma, at, &d.out_blocks, &out);
+        cmdq::scatter(&*self.dma, at, &d.out_blocks, &out);
         if let Some(Misanswer::Token(token)) = misanswer {
             self.dma.write(at.add(cmdq::entry::TOKEN as u64), &[token]);
         }
-        cmdq::complete(&self.dma, at, DeliveryStatus::Ok);
+        cmdq::complete(&*self.dma, at, DeliveryStatus::Ok);
         self.post_cmd_event(slot);
     }
 
@@ -416,7 +416,7 @@ impl FwShared {
         let mut hca = self.hca();
         if let Some(eq) = hca.eqs.values_mut().find(|e| e.wants(codes::EventType::Cmd)) {
             // A full EQ drops the event (counted in the EQ's overruns).
-            let _ = eq.post(&self.dma, codes::EventType::Cmd, &eq::cmd_event(1 << slot));
+            let _ = eq.post(&*self.dma, codes::EventType::Cmd, &eq::cmd_event(1 << slot));
         }
     }
 
@@ -651,7 +651,7 @@ impl Firmware {
         let t = codes::EventType::PageRequest;
         let dma = self.shared.dma.clone();
         let eq = hca.eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
-        eq.post(&dma, t, &eq::page_event(0, n))?;
+        eq.post(&*dma, t, &eq::page_event(0, n))?;
         hca.pages.runtime += i64::from(n);
         Ok(())
     }

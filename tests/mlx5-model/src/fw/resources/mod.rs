@@ -104,7 +104,7 @@ fn contiguous_queue(hca: &Hca, pas: &Entries, shift: u32, bytes: u64) -> Result<
 }
 
 fn reachable(hca: &Hca, at: u64, len: u64) -> Res {
-    if hca.shared.dma.translate(BusAddr(at), len as usize).is_none() {
+    if !hca.shared.dma.mapped(BusAddr(at), len as usize) {
         return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
     }
     Ok(())
