@@ -82,6 +82,50 @@ pub fn model(ids: PciIds) -> Option<&'static Model> {
     MODELS.iter().find(|m| m.device == ids.device)
 }
 
+/// A Mellanox function of this host, what it is, and what it is bound to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// Address, ids, bound driver and IOMMU group, as sysfs lists them.
+    pub function: rdma_pmd_hal::vfio::Function,
+    /// The model, if `mlx5_core` drives it (`None`: ConnectX-3 or older, or a bridge).
+    pub model: Option<&'static Model>,
+}
+
+impl Found {
+    /// Whether [`open`] can take it as it is: an mlx5 function bound to vfio-pci.
+    pub fn ready(&self) -> bool {
+        self.model.is_some() && self.function.driver.as_deref() == Some("vfio-pci")
+    }
+}
+
+impl fmt::Display for Found {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fun = &self.function;
+        write!(f, "{} {:04x}:{:04x} ", fun.addr, fun.ids.vendor, fun.ids.device)?;
+        match self.model {
+            Some(m) => write!(f, "{}", m.name)?,
+            None => write!(f, "(not an mlx5 function)")?,
+        }
+        match &fun.driver {
+            Some(d) => write!(f, ", driver {d}")?,
+            None => write!(f, ", no driver")?,
+        }
+        match fun.iommu_group {
+            Some(g) => write!(f, ", IOMMU group {g}"),
+            None => write!(f, ", no IOMMU group (IOMMU off)"),
+        }
+    }
+}
+
+/// The Mellanox functions of this host, by address, with the model and driver binding of
+/// each: the first thing to look at before binding one to vfio-pci (docs/VFIO.md).
+pub fn functions() -> Result<std::vec::Vec<Found>, VfioError> {
+    Ok(rdma_pmd_hal::vfio::functions(MELLANOX_VENDOR)?
+        .into_iter()
+        .map(|function| Found { model: model(function.ids), function })
+        .collect())
+}
+
 /// The smallest BAR0 that holds the initialization segment (PRM "Initialization Segment":
 /// the first 4 KiB page of BAR0).
 pub const MIN_BAR0: usize = 4096;
@@ -272,6 +316,35 @@ mod tests {
         assert!(model(PciIds { vendor: 0x15b3, device: 0x101e }).unwrap().vf);
         assert!(model(PciIds { vendor: 0x15b3, device: 0x1003 }).is_none(), "ConnectX-3 is mlx4");
         assert!(model(PciIds { vendor: 0x1234, device: 0x1017 }).is_none(), "vendor matters");
+        let found = Found {
+            function: rdma_pmd_hal::vfio::Function {
+                addr: "0000:3b:00.0".parse().unwrap(),
+                ids: PciIds { vendor: 0x15b3, device: 0x1017 },
+                driver: Some("vfio-pci".into()),
+                iommu_group: Some(12),
+            },
+            model: Some(cx5),
+        };
+        assert!(found.ready());
+        assert_eq!(
+            found.to_string(),
+            "0000:3b:00.0 15b3:1017 ConnectX-5, PCIe 3.0, driver vfio-pci, IOMMU group 12"
+        );
+        let cx3 = Found {
+            function: rdma_pmd_hal::vfio::Function {
+                driver: Some("mlx4_core".into()),
+                iommu_group: None,
+                ids: PciIds { vendor: 0x15b3, device: 0x1007 },
+                ..found.function.clone()
+            },
+            model: model(PciIds { vendor: 0x15b3, device: 0x1007 }),
+        };
+        assert!(!cx3.ready());
+        assert!(cx3
+            .to_string()
+            .ends_with("(not an mlx5 function), driver mlx4_core, no IOMMU group (IOMMU off)"));
+        // This host has no ConnectX: the listing is empty, not an error.
+        assert!(functions().unwrap().iter().all(|f| f.function.ids.vendor == MELLANOX_VENDOR));
         assert_eq!(MODELS.len(), 25);
         let mut ids: Vec<u16> = MODELS.iter().map(|m| m.device).collect();
         ids.dedup();
@@ -287,10 +360,7 @@ mod tests {
         let bad = open("3b:00").unwrap_err().to_string();
         assert!(bad.contains("is not a PCI address"), "{bad}");
         let absent = open("ffff:ff:1f.7").unwrap_err().to_string();
-        assert!(
-            absent.starts_with("read on /sys/bus/pci/devices/ffff:ff:1f.7/vendor failed"),
-            "{absent}"
-        );
+        assert!(absent.starts_with("no PCI function at ffff:ff:1f.7"), "{absent}");
     }
 
     fn edu_addr() -> String {

@@ -125,6 +125,17 @@ pub enum VfioError {
     },
     /// Not a PCI address of the form `DDDD:BB:DD.F` (or `BB:DD.F`).
     BadPciAddr(SysPath),
+    /// No PCI function has this address (`/sys/bus/pci/devices/<addr>` does not exist).
+    NoDevice {
+        /// The address asked for.
+        dev: PciAddr,
+    },
+    /// The function exists but belongs to no IOMMU group: the IOMMU is off (or absent), so
+    /// VFIO cannot isolate it.
+    NoIommuGroup {
+        /// The function.
+        dev: PciAddr,
+    },
     /// A sysfs file held something unexpected.
     BadSysfs {
         /// The file.
@@ -217,8 +228,11 @@ impl fmt::Display for VfioError {
                     ("VFIO_IOMMU_MAP_DMA", libc::ENOMEM) => {
                         write!(f, "; the locked-memory limit (ulimit -l) may be too low")
                     }
+                    ("open", libc::ENOENT) if path.as_str() == "/dev/vfio/vfio" => {
+                        write!(f, "; the vfio modules are not loaded: run `modprobe vfio-pci`")
+                    }
                     ("open", libc::ENOENT) if path.as_str().starts_with("/dev/vfio/") => {
-                        write!(f, "; is the device bound to vfio-pci?")
+                        write!(f, "; is the device bound to vfio-pci? (docs/VFIO.md, step 3)")
                     }
                     _ => Ok(()),
                 }
@@ -229,6 +243,16 @@ impl fmt::Display for VfioError {
             VfioError::BadPciAddr(s) => {
                 write!(f, "{s:?} is not a PCI address (expected DDDD:BB:DD.F, e.g. 0000:3b:00.0)")
             }
+            VfioError::NoDevice { dev } => write!(
+                f,
+                "no PCI function at {dev} (/sys/bus/pci/devices/{dev} does not exist; \
+                 `lspci -D -d 15b3:` lists the ConnectX functions of this host)"
+            ),
+            VfioError::NoIommuGroup { dev } => write!(
+                f,
+                "PCI function {dev} has no IOMMU group: the IOMMU is off; turn on VT-d or \
+                 AMD-Vi in firmware and boot Intel hosts with intel_iommu=on (docs/VFIO.md, step 1)"
+            ),
             VfioError::BadSysfs { path } => write!(f, "unexpected contents in {path}"),
             VfioError::ApiVersion { got } => {
                 write!(f, "VFIO_GET_API_VERSION on /dev/vfio/vfio returned {got}, expected 0")
@@ -279,6 +303,12 @@ impl From<VfioError> for HalError {
             VfioError::BadLayout { len, align } => HalError::BadLayout { len, align },
             VfioError::Short { step, .. } => HalError::Os { step, errno: libc::EIO },
             VfioError::BadPciAddr(_) => HalError::Unsupported("malformed PCI address"),
+            VfioError::NoDevice { .. } => {
+                HalError::Os { step: "find PCI function", errno: libc::ENODEV }
+            }
+            VfioError::NoIommuGroup { .. } => {
+                HalError::Unsupported("device without an IOMMU group")
+            }
             VfioError::BadSysfs { .. } => HalError::Unsupported("unexpected sysfs contents"),
             VfioError::ApiVersion { .. } => HalError::Unsupported("VFIO API version"),
             VfioError::NoType1v2 => HalError::Unsupported("VFIO type1v2 IOMMU"),
@@ -325,6 +355,27 @@ mod tests {
         );
         let long = Peer::new("0000:00:00.0".parse().unwrap(), Some("a_very_long_driver_name"));
         assert_eq!(long.driver(), Some("a_very_long_dri"));
+    }
+
+    #[test]
+    fn set_up_mistakes_say_what_to_do() {
+        let dev: PciAddr = "0000:3b:00.0".parse().unwrap();
+        let s = VfioError::NoDevice { dev }.to_string();
+        assert!(s.starts_with("no PCI function at 0000:3b:00.0"), "{s}");
+        assert!(s.contains("lspci -D -d 15b3:"), "{s}");
+        let s = VfioError::NoIommuGroup { dev }.to_string();
+        assert!(s.contains("has no IOMMU group: the IOMMU is off"), "{s}");
+        assert!(s.contains("intel_iommu=on"), "{s}");
+        let modules =
+            VfioError::Os { step: "open", path: "/dev/vfio/vfio".into(), errno: libc::ENOENT };
+        assert!(modules.to_string().ends_with("run `modprobe vfio-pci`"), "{modules}");
+        let group =
+            VfioError::Os { step: "open", path: "/dev/vfio/12".into(), errno: libc::ENOENT };
+        assert!(group.to_string().contains("is the device bound to vfio-pci?"), "{group}");
+        assert_eq!(
+            HalError::from(VfioError::NoDevice { dev }),
+            HalError::Os { step: "find PCI function", errno: libc::ENODEV }
+        );
     }
 
     #[test]

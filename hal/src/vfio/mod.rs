@@ -46,7 +46,9 @@ pub use device::{RegionInfo, VfioDevice};
 pub use dma::{Backing, DmaConfig, Pages, VfioDma, PAGE_2M, PAGE_4K};
 pub use error::{GroupPeers, Peer, SysPath, VfioError};
 pub use iova::{DmaMask, IovaAllocator, IovaRange};
-pub use pci::{bound_driver, iommu_group, sysfs_ids, Command, PciAddr, PciIds};
+pub use pci::{
+    bound_driver, functions, iommu_group, sysfs_ids, Command, Function, PciAddr, PciIds,
+};
 
 #[cfg(test)]
 mod edu;

@@ -88,6 +88,15 @@ pub fn sysfs_dir(addr: PciAddr) -> String {
     format!("/sys/bus/pci/devices/{addr}")
 }
 
+/// [`VfioError::NoDevice`] if no function has address `addr`.
+fn exists(addr: PciAddr) -> Result<(), VfioError> {
+    if std::path::Path::new(&sysfs_dir(addr)).exists() {
+        Ok(())
+    } else {
+        Err(VfioError::NoDevice { dev: addr })
+    }
+}
+
 fn read_trimmed(path: &str) -> Result<String, VfioError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -103,6 +112,7 @@ fn parse_hex_u16(path: &str) -> Result<u16, VfioError> {
 /// Vendor and device id as sysfs reports them (`vendor`, `device`): the kernel's cached copy
 /// of config space, read without opening the device.
 pub fn sysfs_ids(addr: PciAddr) -> Result<PciIds, VfioError> {
+    exists(addr)?;
     let dir = sysfs_dir(addr);
     Ok(PciIds {
         vendor: parse_hex_u16(&format!("{dir}/vendor"))?,
@@ -112,8 +122,12 @@ pub fn sysfs_ids(addr: PciAddr) -> Result<PciIds, VfioError> {
 
 /// The IOMMU group of a PCI function: the number at the end of the `iommu_group` link.
 pub fn iommu_group(addr: PciAddr) -> Result<u32, VfioError> {
+    exists(addr)?;
     let link = format!("{}/iommu_group", sysfs_dir(addr));
-    let target = std::fs::read_link(&link).map_err(|e| VfioError::io("readlink", &link, &e))?;
+    let target = std::fs::read_link(&link).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => VfioError::NoIommuGroup { dev: addr },
+        _ => VfioError::io("readlink", &link, &e),
+    })?;
     target
         .file_name()
         .and_then(|n| n.to_str())
@@ -138,6 +152,41 @@ pub fn group_peers(group: u32, me: PciAddr) -> Result<(GroupPeers, usize), VfioE
         *slot = Some(*p);
     }
     Ok((peers, all.len()))
+}
+
+/// A PCI function of this host as sysfs lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Function {
+    /// Its address.
+    pub addr: PciAddr,
+    /// Vendor and device id.
+    pub ids: PciIds,
+    /// The driver it is bound to, if any.
+    pub driver: Option<String>,
+    /// Its IOMMU group, if it has one.
+    pub iommu_group: Option<u32>,
+}
+
+/// The PCI functions of this host with vendor id `vendor`, by address: what to bind, and
+/// what it is bound to now. Functions whose sysfs files cannot be read are left out.
+pub fn functions(vendor: u16) -> Result<Vec<Function>, VfioError> {
+    let dir = "/sys/bus/pci/devices";
+    let mut found: Vec<Function> = std::fs::read_dir(dir)
+        .map_err(|e| VfioError::io("readdir", dir, &e))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<PciAddr>().ok()))
+        .filter_map(|addr| {
+            let ids = sysfs_ids(addr).ok().filter(|i| i.vendor == vendor)?;
+            Some(Function {
+                addr,
+                ids,
+                driver: bound_driver(addr),
+                iommu_group: iommu_group(addr).ok(),
+            })
+        })
+        .collect();
+    found.sort_by_key(|f| f.addr);
+    Ok(found)
 }
 
 /// The driver a PCI function is bound to, if any (`driver` link).
@@ -176,12 +225,30 @@ mod tests {
     }
 
     #[test]
-    fn missing_device_reports_the_sysfs_path() {
+    fn a_missing_device_is_named_as_such() {
         let a: PciAddr = "ffff:ff:1f.7".parse().unwrap();
-        let e = iommu_group(a).unwrap_err();
-        assert_eq!(e.errno(), Some(libc::ENOENT));
-        assert!(e
-            .to_string()
-            .starts_with("readlink on /sys/bus/pci/devices/ffff:ff:1f.7/iommu_group"));
+        assert_eq!(iommu_group(a).unwrap_err(), VfioError::NoDevice { dev: a });
+        assert_eq!(sysfs_ids(a).unwrap_err(), VfioError::NoDevice { dev: a });
+    }
+
+    #[test]
+    fn listing_finds_every_function_of_the_vendor_asked_for() {
+        // Whatever this host has: take the first function sysfs lists, then its vendor's list
+        // holds it, sorted, and nothing of another vendor.
+        let first = std::fs::read_dir("/sys/bus/pci/devices")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<PciAddr>().ok()))
+            .min();
+        let Some(first) = first else {
+            assert!(functions(0x15b3).map(|l| l.is_empty()).unwrap_or(true));
+            return;
+        };
+        let vendor = sysfs_ids(first).unwrap().vendor;
+        let all = functions(vendor).unwrap();
+        assert!(all.iter().any(|f| f.addr == first), "{first} missing from {all:?}");
+        assert!(all.iter().all(|f| f.ids.vendor == vendor));
+        assert!(all.windows(2).all(|w| w[0].addr < w[1].addr));
     }
 }
