@@ -7,7 +7,6 @@
 use core::ptr::NonNull;
 
 use spin::Mutex;
-use x86_64::{PhysAddr, VirtAddr};
 
 use crate::clock::Clock;
 use crate::dma::{Dma, DmaBuf};
@@ -22,17 +21,25 @@ pub struct IdentityBar {
 }
 
 impl IdentityBar {
-    /// The BAR at physical (= virtual) address `phys`, `len` bytes long.
+    /// The BAR at bus address `bar` (what the BAR register holds; = physical = virtual
+    /// address under identity mapping), `len` bytes long. Any architecture.
+    ///
+    /// Fails with [`HalError::BadLayout`] for a BAR at address 0, an empty one, or one that
+    /// does not fit the address space.
     ///
     /// # Safety
-    /// `[phys, phys + len)` must be the device's register window, mapped uncached (or
+    /// `[bar, bar + len)` must be the device's register window, mapped uncached (or
     /// write-combining where BlueFlame is used) at the same virtual address, used by nothing
     /// else for the lifetime of this value.
-    pub unsafe fn new(phys: PhysAddr, len: usize) -> Self {
-        let base = NonNull::new(VirtAddr::new(phys.as_u64()).as_mut_ptr::<u8>())
-            .expect("a BAR at physical address 0");
-        // SAFETY: forwarded to our caller (identity mapping: the virtual address is `phys`).
-        IdentityBar { win: unsafe { RawWindow::new(base, len) } }
+    pub unsafe fn new(bar: BusAddr, len: usize) -> Result<Self, HalError> {
+        let bad = HalError::BadLayout { len, align: 0 };
+        let start = usize::try_from(bar.0).map_err(|_| bad)?;
+        if len == 0 || start.checked_add(len).is_none() {
+            return Err(bad);
+        }
+        let base = NonNull::new(start as *mut u8).ok_or(bad)?;
+        // SAFETY: forwarded to our caller (identity mapping: the virtual address is `bar`).
+        Ok(IdentityBar { win: unsafe { RawWindow::new(base, len) } })
     }
 }
 
@@ -209,6 +216,27 @@ mod tests {
 
     #[repr(C, align(4096))]
     struct Arena([u8; 8 * PAGE]);
+
+    #[test]
+    fn identity_bar_takes_a_bus_address_on_any_architecture() {
+        let mut regs = [0u64; 8];
+        let at = BusAddr(regs.as_mut_ptr() as u64);
+        {
+            // SAFETY: `regs` is 64 bytes of ours, reached only through `bar` while it lives.
+            let bar = unsafe { IdentityBar::new(at, 64) }.unwrap();
+            crate::Mmio::write_u32(&bar, 8, 0x1234_5678);
+            assert_eq!(crate::Mmio::read_u32(&bar, 8), 0x1234_5678);
+            assert_eq!(crate::Mmio::size(&bar), 64);
+        }
+        assert_eq!(regs[1].to_ne_bytes()[..4], 0x1234_5678u32.to_ne_bytes());
+        let bad = |len| HalError::BadLayout { len, align: 0 };
+        // SAFETY: each call fails before anything is mapped.
+        unsafe {
+            assert_eq!(IdentityBar::new(BusAddr(0), 64).unwrap_err(), bad(64));
+            assert_eq!(IdentityBar::new(at, 0).unwrap_err(), bad(0));
+            assert_eq!(IdentityBar::new(BusAddr(u64::MAX - 8), 64).unwrap_err(), bad(64));
+        }
+    }
 
     #[test]
     fn pool_hands_out_aligned_zeroed_pages_and_takes_them_back() {

@@ -16,7 +16,6 @@ use rdma_pmd_hal::baremetal::{IdentityBar, StaticDma};
 use rdma_pmd_mlx5::control::Access;
 use rdma_pmd_mlx5::testing::{CqWriter, NullControl};
 use rdma_pmd_mlx5::Mlx5;
-use x86_64::PhysAddr;
 
 const PAGES: usize = 64;
 const BAR_LEN: usize = 4 * 4096;
@@ -48,7 +47,7 @@ pub fn check() -> i32 {
     let dma = unsafe { StaticDma::<PAGES>::new(pool) };
     let bar_addr = addr_of_mut!(BAR) as u64;
     // SAFETY: BAR is BAR_LEN bytes reached only through this handle.
-    let bar = unsafe { IdentityBar::new(PhysAddr::new(bar_addr), BAR_LEN) };
+    let Ok(bar) = (unsafe { IdentityBar::new(BusAddr(bar_addr), BAR_LEN) }) else { return 57 };
     let Ok(dev) = Mlx5::open(bar, dma, NullControl::default()) else { return 41 };
     let Ok(src) = dev.reg_physical(4096, Access::LOCAL_WRITE) else { return 42 };
     let Ok(dst) = dev.reg_physical(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE) else {
