@@ -33,6 +33,8 @@ mod dma_ring;
 mod error;
 mod mmio;
 
+#[cfg(all(feature = "guest-ram", target_os = "linux"))]
+pub mod guest_ram;
 #[cfg(feature = "std")]
 pub mod mem;
 #[cfg(feature = "vfio")]
