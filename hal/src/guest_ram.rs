@@ -246,6 +246,12 @@ impl GuestRam {
         old.len()
     }
 
+    /// The start of a mapped region that overlaps `len` bytes at `iova`, if any.
+    pub fn overlapping_region(&self, iova: BusAddr, len: u64) -> Option<u64> {
+        let end_ok = iova.0.checked_add(len).is_some();
+        end_ok.then(|| Self::overlapping(&self.table(), iova.0, len)).flatten()
+    }
+
     /// Regions currently mapped.
     pub fn regions(&self) -> usize {
         self.table().len()
