@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use rdma_pmd::BusAddr;
 use rdma_pmd_hal::guest_ram::{GuestRam, Prot};
+use rdma_pmd_mlx5_model::fw::{Firmware, FwConfig};
 use rdma_pmd_mlx5_model::{Interrupts, Model, ModelConfig, UAR_PAGE};
 
 use crate::config::{ConfigSpace, MSIX_BAR, MSIX_VECTORS};
@@ -47,6 +48,24 @@ pub struct Stats {
     pub resets: u64,
 }
 
+/// A powered-on function: the model and its firmware (which serves the initialization segment
+/// and the command queue in BAR0 page 0). Fields drop in order: the firmware's thread stops
+/// before the model's engine.
+pub struct Live {
+    /// The firmware.
+    pub fw: Firmware,
+    /// The model.
+    pub model: Model,
+}
+
+impl Live {
+    /// Contract breaks the model and its firmware saw: validation failures of the data path,
+    /// and commands refused at delivery (a bad command entry or mailbox).
+    pub fn violations(&self) -> u64 {
+        self.model.counters().validation_failures + self.fw.delivery_errors().len() as u64
+    }
+}
+
 /// The device.
 pub struct Device {
     uar_pages: u32,
@@ -54,7 +73,7 @@ pub struct Device {
     /// DMA ranges the VMM announced without an fd (ROM): start -> size.
     unmappable: BTreeMap<u64, u64>,
     msix: Arc<Msix>,
-    model: Option<Model>,
+    live: Option<Live>,
     config: ConfigSpace,
     msix_bar: MsixBar,
     versioned: bool,
@@ -78,7 +97,7 @@ impl Device {
             ram,
             unmappable: BTreeMap::new(),
             msix,
-            model: Some(model),
+            live: Some(model),
             config: ConfigSpace::new(Self::bar0_size_of(uar_pages)),
             msix_bar: MsixBar::default(),
             versioned: false,
@@ -91,14 +110,16 @@ impl Device {
         uar_pages: u32,
         ram: &Arc<GuestRam>,
         msix: &Arc<Msix>,
-    ) -> Result<Model, rdma_pmd::Error> {
+    ) -> Result<Live, rdma_pmd::Error> {
         let interrupts: Arc<dyn Interrupts> = msix.clone();
-        Model::with_config(ModelConfig {
+        let model = Model::with_config(ModelConfig {
             uar_pages,
             memory: Some(ram.clone()),
             interrupts: Some(interrupts),
             ..Default::default()
-        })
+        })?;
+        let fw = Firmware::start(&model, FwConfig::default())?;
+        Ok(Live { fw, model })
     }
 
     fn bar0_size_of(uar_pages: u32) -> u64 {
@@ -120,15 +141,14 @@ impl Device {
         &self.ram
     }
 
-    /// The current model (none only after a reset that failed to build one).
-    pub fn model(&self) -> Option<&Model> {
-        self.model.as_ref()
+    /// The current model and firmware (none only after a reset that failed to build them).
+    pub fn live(&self) -> Option<&Live> {
+        self.live.as_ref()
     }
 
-    /// Validation failures of every model this device has had.
+    /// Contract breaks ([`Live::violations`]) of every model this device has had.
     pub fn violations(&self) -> u64 {
-        self.earlier_violations
-            + self.model.as_ref().map_or(0, |m| m.counters().validation_failures)
+        self.earlier_violations + self.live.as_ref().map_or(0, Live::violations)
     }
 
     /// Execute one command: the reply payload, or the errno of the error reply.
@@ -230,8 +250,12 @@ impl Device {
     /// memory with DMA_READ/WRITE messages, which this server does not send).
     fn dma_map(&mut self, body: &[u8], mut fds: Vec<OwnedFd>) -> Result<Vec<u8>, Errno> {
         let m = DmaMap::parse(body)?;
-        if fds.len() > 1 || m.size == 0 || m.address.checked_add(m.size).is_none() {
+        if fds.len() > 1 || m.size == 0 {
             return Err(Errno::EINVAL);
+        }
+        if m.address.checked_add(m.size).is_none() {
+            // A range that wraps the bus address space.
+            return Err(Errno::EFAULT);
         }
         if self.ram.overlapping_region(BusAddr(m.address), m.size).is_some()
             || self.unmappable_overlap(m.address, m.size)
@@ -381,7 +405,7 @@ impl Device {
         let mut data = vec![0u8; a.count as usize];
         match a.region {
             BAR0 => regions::bar0_read(
-                &self.model.as_ref().ok_or(Errno::EIO)?.bar(),
+                &self.live.as_ref().ok_or(Errno::EIO)?.model.bar(),
                 a.offset,
                 &mut data,
             )?,
@@ -396,7 +420,7 @@ impl Device {
         let a = RegionAccess::parse(body, true)?;
         match a.region {
             BAR0 => regions::bar0_write(
-                &self.model.as_ref().ok_or(Errno::EIO)?.bar(),
+                &self.live.as_ref().ok_or(Errno::EIO)?.model.bar(),
                 a.offset,
                 a.data,
             )?,
@@ -407,22 +431,22 @@ impl Device {
         Ok(RegionAccess { data: &[], ..a }.emit())
     }
 
-    /// DEVICE_RESET: the function returns to its power-on state: a new model (the old one's
-    /// engine stops first, so it touches guest memory no more), the power-on configuration
+    /// DEVICE_RESET: the function returns to its power-on state: a new model and firmware (the
+    /// old ones' threads stop first, so it touches guest memory no more), the power-on configuration
     /// space and BAR2. DMA mappings and eventfds stay: they are the VMM's, and QEMU re-arms
     /// the vectors itself around a reset.
     fn reset(&mut self, body: &[u8]) -> Result<Vec<u8>, Errno> {
         if !body.is_empty() {
             return Err(Errno::EINVAL);
         }
-        if let Some(old) = self.model.take() {
-            self.earlier_violations += old.counters().validation_failures;
+        if let Some(old) = self.live.take() {
+            self.earlier_violations += old.violations();
             drop(old);
         }
         self.config = ConfigSpace::new(self.bar0_size());
         self.msix_bar = MsixBar::default();
         self.stats.resets += 1;
-        self.model =
+        self.live =
             Some(Self::build(self.uar_pages, &self.ram, &self.msix).map_err(|_| Errno::EIO)?);
         Ok(Vec::new())
     }
