@@ -12,6 +12,16 @@
 //!   stores);
 //! - 1- and 2-byte loads read the aligned 32-bit word (running the model's read handler once)
 //!   and return the addressed bytes: the kernel reads the health buffer's syndrome bytes so;
+//! - an 8-byte store inside a BlueFlame register of a UAR page (page 1 and up, offsets
+//!   `0x800..0xa00`) other than at the register's base (0x800, 0x900) lands in the BAR's
+//!   memory without running the model's handler. A guest's 64-byte write-combined BlueFlame
+//!   copy reaches the device as one burst; QEMU traps it and delivers eight 8-byte stores
+//!   (per 64-byte block). The first, at the register's base, is the control segment's head:
+//!   it runs the handler as the send doorbell, and the model reads the WQE from the send queue
+//!   in guest memory, where the driver wrote it before the copy (rdma-core `post_send_db` and
+//!   `mlx5_bf_copy` write the ring first). The rest of the copy would otherwise reach the
+//!   model as stores of their own, which no hardware sees. Offsets as the model's `uar`
+//!   module (`BF_BASE`, `BF_HALF`; `log_bf_reg_size` 9);
 //! - 1- and 2-byte stores are **refused** (`EINVAL`, counted): every ConnectX register the
 //!   drivers write is a whole big-endian 32- or 64-bit word (`iowrite32be`, `mmio_write64_be`),
 //!   and a narrower store would run the firmware's handler on a partial register, which the
@@ -20,6 +30,8 @@
 
 use rdma_pmd_hal::mem::MemBar;
 use rdma_pmd_hal::Mmio;
+use rdma_pmd_mlx5_model::uar::{BF_BASE, BF_HALF};
+use rdma_pmd_mlx5_model::UAR_PAGE;
 
 use crate::config::{CONFIG_SIZE, MSIX_BAR, MSIX_BAR_SIZE};
 use crate::proto::{Errno, Put};
@@ -97,11 +109,25 @@ pub fn bar0_read(bar: &MemBar, off: u64, out: &mut [u8]) -> Result<(), Errno> {
 pub fn bar0_write(bar: &MemBar, off: u64, data: &[u8]) -> Result<(), Errno> {
     let off = bar0_offset(bar, off, data.len())?;
     match data.len() {
-        8 => bar.write_u64(off, u64::from_ne_bytes(data.try_into().map_err(|_| Errno::EINVAL)?)),
+        8 => {
+            let v = u64::from_ne_bytes(data.try_into().map_err(|_| Errno::EINVAL)?);
+            if is_blueflame_tail(off) {
+                bar.mem().write_u64(off, v);
+            } else {
+                bar.write_u64(off, v);
+            }
+        }
         4 => bar.write_u32(off, u32::from_ne_bytes(data.try_into().map_err(|_| Errno::EINVAL)?)),
         _ => return Err(Errno::EINVAL),
     }
     Ok(())
+}
+
+/// Whether BAR0 offset `off` is inside a BlueFlame register of a UAR page but not at its
+/// base: the tail of a copy that a trapping VMM split into 8-byte stores (module docs).
+fn is_blueflame_tail(off: usize) -> bool {
+    let (page, o) = (off / UAR_PAGE, off % UAR_PAGE);
+    page != 0 && (BF_BASE..BF_BASE + 2 * BF_HALF).contains(&o) && (o - BF_BASE) % BF_HALF != 0
 }
 
 /// BAR2: plain memory behind the MSI-X table and PBA (QEMU emulates the table and PBA itself

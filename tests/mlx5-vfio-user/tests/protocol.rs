@@ -40,6 +40,7 @@ struct Ended {
     regions: usize,
     raised: u64,
     dropped: u64,
+    violations: u64,
 }
 
 /// A client connected to a server thread.
@@ -120,6 +121,7 @@ impl Client {
                 regions: dev.ram().regions(),
                 raised: dev.msix().raised(),
                 dropped: dev.msix().dropped(),
+                violations: dev.violations(),
             }
         });
         Client::over(ours, Some(server))
@@ -339,6 +341,31 @@ fn bar0_serves_the_initialization_segment() {
     assert_eq!(c.read(0, 64 * PAGE - 4, 8), Err(libc::EINVAL));
     assert_eq!(c.read(0, 0, 16), Err(libc::EINVAL));
     c.end();
+}
+
+#[test]
+fn a_blueflame_copy_split_into_8_byte_stores_rings_once_and_breaks_nothing() {
+    // QEMU traps the guest's 64-byte write-combined BlueFlame copy and delivers it as eight
+    // 8-byte stores. The first (the control segment's head, at the register's base) is the
+    // doorbell; the other seven are the rest of the copy and must not reach the model as stores
+    // of their own. UAR page 1 is not allocated here, so a store the model handles is a
+    // contract break it counts: exactly one (the doorbell) may appear.
+    let mut c = Client::new();
+    let page1 = PAGE;
+    for half in [0x800u64, 0x900] {
+        for word in 1..8u64 {
+            assert_eq!(c.write(0, page1 + half + word * 8, &word.to_ne_bytes()), 0);
+        }
+        for block in 1..4u64 {
+            assert_eq!(c.write(0, page1 + half + block * 64, &[0; 8]), 0);
+        }
+    }
+    assert_eq!(c.read(0, page1 + 0x818, 8).unwrap(), 3u64.to_ne_bytes(), "the copy is kept");
+    let end = c.end();
+    assert_eq!(end.violations, 0, "the tail of a copy is no store of its own");
+    let mut c = Client::new();
+    assert_eq!(c.write(0, page1 + 0x800, &[0; 8]), 0);
+    assert_eq!(c.end().violations, 1, "the head is the doorbell: the model sees it");
 }
 
 /// `struct mlx5_cmd_layout` (the kernel's `include/linux/mlx5/device.h`): offsets used here.
