@@ -658,3 +658,17 @@ fn the_binary_exits_non_zero_on_a_protocol_failure_after_its_summary() {
     assert!(String::from_utf8(out.stdout).unwrap().ends_with("mlx5-vfio-user: summary end\n"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn the_binary_gives_up_when_no_client_comes() {
+    let dir = temp_dir("lonely");
+    let path = dir.join("mlx5.sock");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlx5-vfio-user"))
+        .args(["--socket", path.to_str().unwrap(), "--accept-timeout", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("no client within 1 s"));
+    assert!(!path.exists(), "the socket file is removed");
+    let _ = std::fs::remove_dir_all(dir);
+}
