@@ -1,5 +1,6 @@
-//! `mlx5-vfio-user --socket PATH [--uar-pages N] [--accept-timeout SECS] [--trace]`: serve the mlx5 device model to one
-//! vfio-user client (QEMU's `-device vfio-user-pci`), then print a summary.
+//! `mlx5-vfio-user --socket PATH [--uar-pages N] [--accept-timeout SECS] [--trace]`: serve
+//! the mlx5 device model to one vfio-user client (QEMU's `-device vfio-user-pci`), then print
+//! a summary.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 use std::os::unix::net::UnixListener;
