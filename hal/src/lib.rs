@@ -9,6 +9,7 @@
 //! | [`Dma`] | zeroed, aligned, device-visible memory with its CPU pointer and bus address; [`DmaRing`], a ring of fixed-size entries in it whose bounds are checked once | [`mem::HeapDma`] (std), [`baremetal::StaticDma`], VFIO |
 //! | [`Clock`] | a monotonic time source so that every wait has a bound | [`StdClock`] (std), [`baremetal::TscClock`] |
 //! | [`barrier`] | the orderings rdma-core names `udma_to_device_barrier`, `udma_from_device_barrier`, `mmio_flush_writes` | x86_64, aarch64 |
+//! | [`mem::BusMemory`] | memory as a device model reaches it, by bus address, one DMA transaction per call | [`mem::HeapDma`] (std), `guest_ram::GuestRam` (feature `guest-ram`: a VMM's guest RAM mapped from its DMA_MAP fds) |
 //! | [`access`] | the loads and stores of DMA memory: relaxed atomics of one width, and byte copies split the same way on both sides | used by [`DmaBuf`], the drivers' rings, [`mem`] |
 //!
 //! The traits are `unsafe` to implement: the driver trusts what they report (that a bus address
@@ -33,6 +34,8 @@ mod dma_ring;
 mod error;
 mod mmio;
 
+#[cfg(all(feature = "guest-ram", target_os = "linux"))]
+pub mod guest_ram;
 #[cfg(feature = "std")]
 pub mod mem;
 #[cfg(feature = "vfio")]
