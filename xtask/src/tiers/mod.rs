@@ -105,7 +105,20 @@ fn parse_only(args: &[String]) -> Result<Option<&str>, ()> {
 
 /// `cargo xtask setup [--tier NAME]`: install what the tiers need, run nothing.
 pub fn setup(args: &[String]) -> bool {
-    parse_only(args).is_ok_and(prereq::ensure)
+    let Ok(only) = parse_only(args) else { return false };
+    if !prereq::ensure(only) {
+        return false;
+    }
+    if only.is_none_or(|o| o == "kernel") {
+        match crate::vm::private_qemu() {
+            Ok(q) => eprintln!("xtask: QEMU {} at {}", q.version, q.binary().display()),
+            Err(e) => {
+                eprintln!("xtask: provisioning QEMU 11.1 failed: {e}");
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// `cargo xtask test [--tier NAME]`.

@@ -19,7 +19,7 @@ pub struct Kernel {
     pub tree: PathBuf,
 }
 
-fn output(cmd: &mut Command) -> Result<String, VmError> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String, VmError> {
     let shown = format!("{cmd:?}");
     let o =
         cmd.output().map_err(|e| VmError::Command { cmd: shown.clone(), detail: e.to_string() })?;
@@ -33,8 +33,12 @@ fn output(cmd: &mut Command) -> Result<String, VmError> {
 }
 
 /// The cached `.deb` of `pkg`, if one was downloaded before.
+/// `pkg` may be `name=version` (apt writes the epoch's colon as `%3a` in file names).
 fn cached_deb(debs: &Path, pkg: &str) -> Option<PathBuf> {
-    let prefix = format!("{pkg}_");
+    let prefix = match pkg.split_once('=') {
+        Some((name, version)) => format!("{name}_{}_", version.replace(':', "%3a")),
+        None => format!("{pkg}_"),
+    };
     let mut found: Vec<PathBuf> = fs::read_dir(debs)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -53,7 +57,11 @@ fn download(cache: &Path, pkgs: &[String]) -> Result<Vec<PathBuf>, VmError> {
 }
 
 /// [`download`] with extra `apt-get` options (another suite's lists).
-fn download_with(cache: &Path, pkgs: &[String], apt: &[String]) -> Result<Vec<PathBuf>, VmError> {
+pub(crate) fn download_with(
+    cache: &Path,
+    pkgs: &[String],
+    apt: &[String],
+) -> Result<Vec<PathBuf>, VmError> {
     let debs = cache.join("debs");
     fs::create_dir_all(&debs).map_err(io_err(&debs))?;
     let missing: Vec<&String> = pkgs.iter().filter(|p| cached_deb(&debs, p).is_none()).collect();
@@ -108,7 +116,7 @@ fn depends(pkgs: &[String]) -> Result<BTreeSet<String>, VmError> {
 }
 
 /// [`depends`] with extra `apt-cache` options.
-fn depends_with(pkgs: &[String], apt: &[String]) -> Result<BTreeSet<String>, VmError> {
+pub(crate) fn depends_with(pkgs: &[String], apt: &[String]) -> Result<BTreeSet<String>, VmError> {
     let text = output(
         Command::new("apt-cache")
             .args(apt)
@@ -130,12 +138,14 @@ fn depends_with(pkgs: &[String], apt: &[String]) -> Result<BTreeSet<String>, VmE
     Ok(out)
 }
 
-/// The subset of `pkgs` that Debian files under section `libs` (shared libraries).
-fn libraries(pkgs: &[String]) -> Result<BTreeSet<String>, VmError> {
+/// The subset of `pkgs` that Debian files under section `libs` (shared libraries), in the apt
+/// state `apt` names.
+fn libraries_with(pkgs: &[String], apt: &[String]) -> Result<BTreeSet<String>, VmError> {
     if pkgs.is_empty() {
         return Ok(BTreeSet::new());
     }
-    let text = output(Command::new("apt-cache").args(["show", "--no-all-versions"]).args(pkgs))?;
+    let text =
+        output(Command::new("apt-cache").args(apt).args(["show", "--no-all-versions"]).args(pkgs))?;
     let mut out = BTreeSet::new();
     let mut name = "";
     for line in text.lines() {
@@ -154,12 +164,21 @@ fn libraries(pkgs: &[String]) -> Result<BTreeSet<String>, VmError> {
 /// recursively. Other dependencies (debconf, udev, adduser, ...) are left out: the guest runs
 /// no package scripts.
 pub fn closure(pkgs: &[String]) -> Result<Vec<String>, VmError> {
+    closure_with(pkgs, &[])
+}
+
+/// [`closure`] in the apt state `apt` names. A name in `pkgs` may carry `=version`; the
+/// dependencies are those of that version, and the result keeps the name as given.
+pub(crate) fn closure_with(pkgs: &[String], apt: &[String]) -> Result<Vec<String>, VmError> {
+    let bare = |p: &String| p.split('=').next().unwrap_or_default().to_string();
     let mut all: BTreeSet<String> = pkgs.iter().cloned().collect();
+    let mut seen: BTreeSet<String> = pkgs.iter().map(bare).collect();
     let mut frontier: Vec<String> = pkgs.to_vec();
     while !frontier.is_empty() {
         let new: Vec<String> =
-            depends(&frontier)?.into_iter().filter(|d| !all.contains(d)).collect();
-        let next: Vec<String> = libraries(&new)?.into_iter().collect();
+            depends_with(&frontier, apt)?.into_iter().filter(|d| !seen.contains(d)).collect();
+        let next: Vec<String> = libraries_with(&new, apt)?.into_iter().collect();
+        seen.extend(next.iter().cloned());
         all.extend(next.iter().cloned());
         frontier = next;
     }
@@ -193,34 +212,67 @@ pub fn kernel_from(cache: &Path, source: KernelSource) -> Result<Kernel, VmError
     }
 }
 
-/// `apt-get`/`apt-cache` options for a private trixie-backports state under `cache`; the lists
-/// are fetched once.
-fn backports_apt(cache: &Path) -> Result<Vec<String>, VmError> {
-    let dir = cache.join("apt-trixie-backports");
+/// `apt-get`/`apt-cache` options for a private apt state under `cache/<dir>/` whose sources
+/// are `suites` of Debian's archive (main, signed by the Debian archive keyring), with its own
+/// lists, cache, (empty) dpkg status and preferences: the host's sources, pins and installed
+/// packages play no part, and nothing is installed. The lists are fetched once.
+pub(crate) fn private_apt(
+    cache: &Path,
+    dir: &str,
+    suites: &[&str],
+) -> Result<Vec<String>, VmError> {
+    let dir = cache.join(dir);
     let lists = dir.join("lists");
     fs::create_dir_all(lists.join("partial")).map_err(io_err(&lists))?;
+    let prefs = dir.join("preferences.d");
+    fs::create_dir_all(&prefs).map_err(io_err(&prefs))?;
+    let status = dir.join("status");
+    if !status.exists() {
+        fs::write(&status, "").map_err(io_err(&status))?;
+    }
     let sources = dir.join("sources.list");
-    fs::write(
-        &sources,
-        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
-         http://deb.debian.org/debian trixie-backports main\n",
-    )
-    .map_err(io_err(&sources))?;
+    let text: String = suites
+        .iter()
+        .map(|s| {
+            format!(
+                "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+                 http://deb.debian.org/debian {s} main\n"
+            )
+        })
+        .collect();
+    fs::write(&sources, text).map_err(io_err(&sources))?;
     let opts = vec![
         format!("-oDir::Etc::SourceList={}", sources.display()),
         "-oDir::Etc::SourceParts=-".to_string(),
         format!("-oDir::State::Lists={}", lists.display()),
+        format!("-oDir::State::status={}", status.display()),
         format!("-oDir::Cache={}", dir.join("cache").display()),
+        "-oDir::Etc::Preferences=/dev/null".to_string(),
+        format!("-oDir::Etc::PreferencesParts={}", prefs.display()),
         "-oAPT::Get::List-Cleanup=0".to_string(),
     ];
-    let fetched = fs::read_dir(&lists)
-        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().ends_with("_Packages")))
-        .unwrap_or(false);
-    if !fetched {
-        eprintln!("vm: fetching the trixie-backports package lists");
+    let have = |suite: &str| {
+        let want = format!("_dists_{suite}_main_binary-amd64_Packages");
+        fs::read_dir(&lists)
+            .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().contains(&want)))
+            .unwrap_or(false)
+    };
+    if !suites.iter().all(|s| have(s)) {
+        eprintln!("vm: fetching the package lists of {} (private apt state)", suites.join(", "));
         output(Command::new("apt-get").args(&opts).args(["update", "-qq"]))?;
     }
     Ok(opts)
+}
+
+/// The private trixie-backports state of the wire tier's kernel.
+fn backports_apt(cache: &Path) -> Result<Vec<String>, VmError> {
+    private_apt(cache, "apt-trixie-backports", &["trixie-backports"])
+}
+
+/// The private trixie + trixie-backports state: the `kernel` tier's guest kernel (trixie) and
+/// QEMU 11.1 (trixie-backports) with its libraries (trixie).
+pub(crate) fn trixie_apt(cache: &Path) -> Result<Vec<String>, VmError> {
+    private_apt(cache, "apt-trixie", &["trixie", "trixie-backports"])
 }
 
 /// trixie-backports' `linux-image-amd64`: since 6.18 Debian splits the image package into

@@ -57,6 +57,7 @@
 mod cpio;
 mod debs;
 mod qemu;
+mod qemu11;
 mod root;
 
 use std::fmt;
@@ -65,6 +66,7 @@ use std::time::Duration;
 
 pub use debs::KernelSource;
 pub use qemu::Accel;
+pub use qemu11::PrivateQemu;
 
 /// A guest to boot: the packages, modules, files and script that make it.
 #[derive(Clone, Debug)]
@@ -239,6 +241,11 @@ pub fn apt_install_command(pkgs: &[&str]) -> String {
 /// The cache root, `target/vm/` of the workspace.
 pub fn cache_dir() -> PathBuf {
     crate::util::root().join("target").join("vm")
+}
+
+/// QEMU 11.1 (with the vfio-user client), provisioned once under `target/vm/qemu-11.1/`.
+pub fn private_qemu() -> Result<PrivateQemu, VmError> {
+    qemu11::provision(&cache_dir())
 }
 
 impl Guest {
