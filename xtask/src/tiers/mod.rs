@@ -3,6 +3,7 @@
 
 mod demo;
 mod fuzz;
+mod kernel;
 mod lint;
 mod miri;
 mod nostd;
@@ -77,6 +78,7 @@ const TIERS: &[(&str, Tier)] = &[
     ("rxe", rxe::run),
     ("wire", wire::run),
     ("vfio", vfio::run),
+    ("kernel", kernel::run),
 ];
 
 /// Tier names, for usage text.

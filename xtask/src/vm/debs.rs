@@ -202,6 +202,10 @@ pub enum KernelSource {
     /// socket in the namespace of the netdev, so rxe devices work in network namespaces). Its
     /// lists live in a private apt state under the cache (the host's sources are untouched).
     TrixieBackports,
+    /// Debian trixie's 6.12 kernel (the series is pinned: `linux-image-6.12.*-amd64`; the first
+    /// one downloaded stays cached), from the private trixie apt state. The `kernel` tier's
+    /// guest: its mlx5_core/mlx5_ib judge the device model.
+    Trixie612,
 }
 
 /// The kernel `source` names, downloaded and unpacked once, with `depmod -b` run on its modules.
@@ -209,6 +213,7 @@ pub fn kernel_from(cache: &Path, source: KernelSource) -> Result<Kernel, VmError
     match source {
         KernelSource::Bookworm => kernel(cache),
         KernelSource::TrixieBackports => backports_kernel(cache),
+        KernelSource::Trixie612 => trixie_kernel(cache),
     }
 }
 
@@ -299,6 +304,57 @@ fn backports_kernel(cache: &Path) -> Result<Kernel, VmError> {
     Ok(Kernel { image, version, tree: modules })
 }
 
+/// trixie's `linux-image-6.12.*-amd64` (see [`KernelSource::Trixie612`]).
+fn trixie_kernel(cache: &Path) -> Result<Kernel, VmError> {
+    const PREFIX: &str = "linux-image-6.12.";
+    let pkg = match cached_kernel_package(cache, PREFIX) {
+        Some(p) => p,
+        None => {
+            let apt = trixie_apt(cache)?;
+            let pkg = depends_with(&["linux-image-amd64".to_string()], &apt)?
+                .into_iter()
+                .find(|d| d.starts_with(PREFIX) && d.ends_with("-amd64"))
+                .ok_or_else(|| VmError::NotFound(format!("{PREFIX}*-amd64 in trixie")))?;
+            download_with(cache, std::slice::from_ref(&pkg), &apt)?;
+            pkg
+        }
+    };
+    let deb = download(cache, std::slice::from_ref(&pkg))?.remove(0);
+    unpacked_kernel(cache, &deb)
+}
+
+/// The newest cached `.deb` whose package name starts with `prefix` and ends with `-amd64`.
+fn cached_kernel_package(cache: &Path, prefix: &str) -> Option<String> {
+    fs::read_dir(cache.join("debs")).ok().and_then(|d| {
+        d.flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(prefix) && n.ends_with(".deb"))
+            .filter_map(|n| n.split('_').next().map(str::to_string))
+            .filter(|n| n.ends_with("-amd64"))
+            .max()
+    })
+}
+
+/// A kernel image package unpacked, its `vmlinuz` found and its modules `depmod`ed; the
+/// modules may sit under `lib/modules` or (merged `/usr`) `usr/lib/modules`.
+fn unpacked_kernel(cache: &Path, deb: &Path) -> Result<Kernel, VmError> {
+    let tree = unpack(cache, deb)?;
+    let boot = tree.join("boot");
+    let image = fs::read_dir(&boot)
+        .map_err(io_err(&boot))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-")))
+        .ok_or_else(|| VmError::NotFound(format!("vmlinuz in {}", boot.display())))?;
+    let version = image.file_name().unwrap().to_string_lossy()["vmlinuz-".len()..].to_string();
+    let tree =
+        if tree.join("usr/lib/modules").join(&version).is_dir() { tree.join("usr") } else { tree };
+    if !tree.join("lib/modules").join(&version).join("modules.dep").exists() {
+        output(Command::new("depmod").arg("-b").arg(&tree).arg(&version))?;
+    }
+    Ok(Kernel { image, version, tree })
+}
+
 /// The bookworm kernel `linux-image-amd64` points at (the first one downloaded stays cached),
 /// unpacked, with `depmod -b` run on its modules.
 fn kernel(cache: &Path) -> Result<Kernel, VmError> {
@@ -331,19 +387,7 @@ fn kernel(cache: &Path) -> Result<Kernel, VmError> {
         },
     };
     let deb = download(cache, std::slice::from_ref(&pkg))?.remove(0);
-    let tree = unpack(cache, &deb)?;
-    let boot = tree.join("boot");
-    let image = fs::read_dir(&boot)
-        .map_err(io_err(&boot))?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-")))
-        .ok_or_else(|| VmError::NotFound(format!("vmlinuz in {}", boot.display())))?;
-    let version = image.file_name().unwrap().to_string_lossy()["vmlinuz-".len()..].to_string();
-    if !tree.join("lib/modules").join(&version).join("modules.dep").exists() {
-        output(Command::new("depmod").arg("-b").arg(&tree).arg(&version))?;
-    }
-    Ok(Kernel { image, version, tree })
+    unpacked_kernel(cache, &deb)
 }
 
 /// The `.ko` files to load for `modules`, dependencies first, each once.

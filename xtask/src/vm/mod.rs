@@ -54,6 +54,7 @@
 //! `<name>/` (the guest's initramfs, rebuilt on every boot since test binaries change). Nothing
 //! needs root except installing missing host tools; see [`host_tools_missing`].
 
+mod companion;
 mod cpio;
 mod debs;
 mod qemu;
@@ -95,6 +96,54 @@ pub struct Guest {
     pub echo: bool,
     /// Which Debian kernel boots it.
     pub kernel: KernelSource,
+    /// Which QEMU runs it.
+    pub emulator: Emulator,
+    /// Guest RAM as a shared memfd (`-object memory-backend-memfd,...,share=on -machine
+    /// q35,memory-backend=mem`), so that a device process can map it. Implies the q35 machine:
+    /// [`Guest::qemu_args`] must not name another `-machine`.
+    pub memfd_ram: bool,
+    /// A host process started before QEMU (a vfio-user device server) and reaped after it.
+    pub companion: Option<Companion>,
+}
+
+/// Which QEMU binary boots a guest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Emulator {
+    /// The host's `qemu-system-x86_64`.
+    #[default]
+    System,
+    /// QEMU 11.1 from trixie-backports, provisioned under `target/vm/qemu-11.1/` (see
+    /// [`private_qemu`]); it has the vfio-user client.
+    Private11,
+}
+
+/// A host process that serves the guest (a vfio-user device server): started before QEMU, its
+/// UNIX socket awaited, then reaped after QEMU exits (killed if it does not exit by itself).
+#[derive(Clone, Debug)]
+pub struct Companion {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The socket it listens on; QEMU starts once it exists. Removed before the start.
+    pub socket: PathBuf,
+    /// How long to wait for the socket.
+    pub ready_within: Duration,
+    /// How long it may take to exit after QEMU has.
+    pub exit_within: Duration,
+}
+
+/// What the companion process did.
+#[derive(Clone, Debug, Default)]
+pub struct CompanionRun {
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+    /// Its exit status; `None` if it was killed by a signal (or never started).
+    pub exit: Option<i32>,
+    /// Whether it had to be killed (it did not exit within [`Companion::exit_within`]).
+    pub killed: bool,
 }
 
 impl Default for Guest {
@@ -111,6 +160,9 @@ impl Default for Guest {
             cmdline: String::new(),
             echo: true,
             kernel: KernelSource::Bookworm,
+            emulator: Emulator::System,
+            memfd_ram: false,
+            companion: None,
         }
     }
 }
@@ -153,6 +205,8 @@ pub struct Serial {
     pub timed_out: bool,
     /// Wall time of the boot, QEMU start to exit.
     pub elapsed: Duration,
+    /// The companion process's output and status, when the guest had one.
+    pub companion: Option<CompanionRun>,
 }
 
 impl Serial {
@@ -274,6 +328,10 @@ impl Guest {
             &self.init_script,
             &initrd,
         )?;
-        qemu::boot(self, &kernel.image, &initrd, timeout)
+        let private = match self.emulator {
+            Emulator::System => None,
+            Emulator::Private11 => Some(qemu11::provision(&cache)?),
+        };
+        qemu::boot(self, private.as_ref(), &kernel.image, &initrd, timeout)
     }
 }
