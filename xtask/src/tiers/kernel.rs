@@ -70,6 +70,11 @@ const G_ALLOW: &str = "/t/dmesg-allow.re";
 /// A pattern no kernel line matches: keeps `grep -v -f` meaningful for an empty allow-list.
 const NEVER: &str = "^XTASK-KERNEL-TIER-NO-SUCH-LINE$";
 
+/// The `dmesg -r` lines the `dmesg` check looks at (extended regex): mlx5 lines of level 0-4
+/// (emergency to warning), and any `WARNING:` (a WARN splat) or `BUG` (`BUG:`, `kernel BUG at`)
+/// from anywhere.
+const SUSPECT: &str = "^<[0-4]>.*mlx5|WARNING:|(^|[^A-Za-z])BUG([^A-Za-z]|$)";
+
 /// `/init`'s script. Each check runs whatever happened before it and says why it failed.
 fn script() -> String {
     format!(
@@ -121,7 +126,7 @@ echo kernel-dmesg-begin
 dmesg | grep -iE 'mlx5|infiniband|ib_core|ib_mad|ib_uverbs|vfio'
 echo kernel-dmesg-end
 dmesg -r > /tmp/dmesg.raw
-grep -E '^<[0-4]>.*mlx5|WARNING:|(^|[^A-Za-z])BUG([^A-Za-z]|$)' /tmp/dmesg.raw > /tmp/dmesg.bad
+grep -E '{SUSPECT}' /tmp/dmesg.raw > /tmp/dmesg.bad
 grep -v -E -f {G_ALLOW} /tmp/dmesg.bad > /tmp/dmesg.left
 if [ -s /tmp/dmesg.left ]; then
   fail dmesg "$(wc -l < /tmp/dmesg.left) line(s) beyond the allow-list:"
@@ -431,6 +436,43 @@ mod tests {
         let oks: Vec<bool> = all.iter().map(|c| c.ok).collect();
         assert_eq!(oks, [true, false, false, false, true, false, false, false, false]);
         assert_eq!(all[2].detail, "not reported");
+    }
+
+    /// The guest's filter, run here with the host's `grep -E` on lines of `dmesg -r`'s form.
+    #[test]
+    fn the_dmesg_filter_catches_mlx5_errors_warns_and_bugs_and_the_allow_list_clears_them() {
+        use std::io::Write;
+        let raw = "<6>[ 1.0] mlx5_core 0000:00:02.0: firmware version: 16.35.1012\n\
+                   <3>[ 2.0] mlx5_core 0000:00:02.0: mlx5_cmd_out_err: CREATE_CQ(0x400) failed\n\
+                   <4>[ 3.0] WARNING: CPU: 0 PID: 1 at drivers/x.c:1 f+0x1\n\
+                   <6>[ 4.0] DEBUG only\n\
+                   <1>[ 5.0] BUG: kernel NULL pointer dereference\n\
+                   <4>[ 6.0] ACPI: a warning of another driver\n";
+        let grep = |args: &[&str], input: &str| {
+            let mut c = Command::new("grep")
+                .args(args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("grep runs");
+            c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+            String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap()
+        };
+        let bad = grep(&["-E", SUSPECT], raw);
+        let levels: Vec<&str> = bad.lines().map(|l| &l[..3]).collect();
+        assert_eq!(levels, ["<3>", "<4>", "<1>"], "{bad}");
+        let dir = std::env::temp_dir().join(format!("xtask-kernel-allow-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let allow = dir.join("allow.re");
+        let mut pats = allow_patterns("# a known reason\nCREATE_CQ\\(0x400\\)\n").unwrap();
+        pats.push(NEVER.to_string());
+        fs::write(&allow, pats.join("\n") + "\n").unwrap();
+        let left = grep(&["-v", "-E", "-f", allow.to_str().unwrap()], &bad);
+        assert_eq!(left.lines().count(), 2, "{left}");
+        fs::write(&allow, format!("{NEVER}\n")).unwrap();
+        let left = grep(&["-v", "-E", "-f", allow.to_str().unwrap()], &bad);
+        assert_eq!(left.lines().count(), 3, "an empty allow-list lets every line through: {left}");
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
