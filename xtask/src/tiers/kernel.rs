@@ -252,8 +252,21 @@ fn build_verbs() -> Result<PathBuf, String> {
     }
 }
 
-/// Build the vfio-user server, if the tree has it; `Err` says why there is none.
+/// Names a prebuilt server binary to use instead of building `tests/mlx5-vfio-user`.
+const SERVER_ENV: &str = "RDMA_PMD_KERNEL_SERVER";
+
+/// Build the vfio-user server, if the tree has it (or take the one [`SERVER_ENV`] names);
+/// `Err` says why there is none.
 fn build_server() -> Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os(SERVER_ENV) {
+        let bin = PathBuf::from(bin);
+        eprintln!("xtask: kernel: the server is {} ({SERVER_ENV})", bin.display());
+        return if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(format!("{SERVER_ENV}={}: no such file", bin.display()))
+        };
+    }
     let manifest = util::root().join(SERVER_DIR).join("Cargo.toml");
     if !manifest.exists() {
         return Err(format!("no {SERVER_DIR} in this tree: the server is not merged yet"));

@@ -24,7 +24,9 @@
 //! # What the guest is
 //!
 //! * **Kernel**: Debian bookworm's `linux-image-6.1.0-*-amd64` (whatever `linux-image-amd64`
-//!   depends on today), booted with `-kernel`; its modules tree gets `depmod -b`.
+//!   depends on today), booted with `-kernel`; its modules tree gets `depmod -b`. Other
+//!   sources ([`KernelSource`]) come from private apt states under `target/vm/apt-*/` (the
+//!   host's sources are untouched): trixie-backports' newest, or trixie's pinned 6.12.
 //! * **Root**: an uncompressed initramfs (cpio `newc`, written here) holding busybox-static (its
 //!   applets in `/bbin`, last on `PATH`), every file of [`Guest::packages`] except
 //!   documentation, and the shared-library closure of those packages (their `lib*` dependencies,
@@ -45,7 +47,11 @@
 //!   TCG (`-accel tcg,thread=multi -cpu max`) unless `kvm_intel`/`kvm_amd` is loaded, in which
 //!   case KVM is tried first and TCG is used if the KVM guest never reaches `/init`. No network
 //!   device exists: nothing leaves the guest. [`Guest::qemu_args`] are appended (machine type,
-//!   IOMMU, devices, ...).
+//!   IOMMU, devices, ...). [`Guest::emulator`] may pick the private QEMU 11.1 (its vfio-user
+//!   client), [`Guest::memfd_ram`] puts guest RAM in a shared memfd (a device process maps it),
+//!   and [`Guest::companion`] is a host process (a vfio-user server) started before QEMU, its
+//!   socket awaited, and reaped (killed if it lingers) after QEMU, its output kept in
+//!   [`Serial::companion`].
 //!
 //! # Caching
 //!
