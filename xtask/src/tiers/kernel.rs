@@ -312,9 +312,17 @@ fn guest(verbs: PathBuf, allow: PathBuf, server: Option<(&Path, &Path)>) -> Gues
             ready_within: Duration::from_secs(30),
             exit_within: Duration::from_secs(30),
         });
-        g.qemu_args = vec!["-device".into(), format!("vfio-user-pci,socket={}", socket.display())];
+        g.qemu_args = vec!["-device".into(), device_json(socket)];
     }
     g
+}
+
+/// The `-device` argument: QEMU 11.1's `socket` property is a SocketAddress object
+/// (`socket=PATH` is refused: "Invalid parameter type for 'socket', expected: object"), which
+/// only the JSON form of `-device` can give.
+fn device_json(socket: &Path) -> String {
+    let path = socket.display().to_string().replace('\\', "\\\\").replace('"', "\\\"");
+    format!(r#"{{"driver":"vfio-user-pci","socket":{{"type":"unix","path":"{path}"}}}}"#)
 }
 
 /// Print the report; true when every check passed.
@@ -486,6 +494,14 @@ mod tests {
         let left = grep(&["-v", "-E", "-f", allow.to_str().unwrap()], &bad);
         assert_eq!(left.lines().count(), 3, "an empty allow-list lets every line through: {left}");
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_device_is_given_in_json_with_a_unix_socket_address() {
+        assert_eq!(
+            device_json(Path::new("/tmp/a\"b.sock")),
+            r#"{"driver":"vfio-user-pci","socket":{"type":"unix","path":"/tmp/a\"b.sock"}}"#
+        );
     }
 
     #[test]
