@@ -110,11 +110,12 @@ int main(void)
 	memset(buf, 0x5a, len);
 	mr = ibv_reg_mr(pd, buf, len,
 			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-	if (!mr) {
+	/* The CQs and the QP do not need the MR: go on without it, so that one run says
+	 * as much as it can. */
+	if (!mr)
 		failed("reg_mr", errno);
-		goto out;
-	}
-	ok("reg_mr", "lkey 0x%x rkey 0x%x", mr->lkey, mr->rkey);
+	else
+		ok("reg_mr", "lkey 0x%x rkey 0x%x", mr->lkey, mr->rkey);
 
 	scq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	if (!scq) {
