@@ -24,8 +24,8 @@
 //! and on the host, from the server's summary after QEMU disconnected:
 //!
 //! * `server`: it exited 0 by itself, with its summary (`mlx5-vfio-user: summary end`);
-//! * `pages`: every firmware page the kernel gave came back (`mlx5-vfio-user: ... pages`
-//!   line: given == returned).
+//! * `pages`: every firmware page the kernel gave came back: the summary line that names pages
+//!   (e.g. `mlx5-vfio-user: fw pages given N taken M`; `returned` also read) has N > 0, N == M.
 //!
 //! The tier fails if any check fails and names it; on failure the guest's mlx5 kernel log is
 //! printed in full. Run it alone with `cargo xtask test --tier kernel` (`cargo xtask setup
@@ -220,8 +220,9 @@ fn server_checks(run: Option<&vm::CompanionRun>, missing: Option<&str>) -> Vec<C
         format!("exit {:?}, killed {}, summary end {}", run.exit, run.killed, ended),
     );
     let pages = match pages(&run.stdout) {
+        // None given means the kernel never reached MANAGE_PAGES: nothing was shown.
         Some((given, back)) => {
-            check("pages", given == back, format!("{given} given, {back} returned"))
+            check("pages", given > 0 && given == back, format!("{given} given, {back} returned"))
         }
         None => check("pages", false, "the server's summary has no firmware page line".into()),
     };
@@ -537,6 +538,9 @@ mod tests {
             run("mlx5-vfio-user: pages: given=10, taken=8\nmlx5-vfio-user: summary end\n", Some(0));
         let c = server_checks(Some(&leak), None);
         assert!(c[0].ok && !c[1].ok, "{c:?}");
+        let none =
+            run("mlx5-vfio-user: fw pages given 0 taken 0\nmlx5-vfio-user: summary end\n", Some(0));
+        assert!(!server_checks(Some(&none), None)[1].ok, "no page given proves nothing");
         let silent = run("mlx5-vfio-user: summary end\n", Some(0));
         let c = server_checks(Some(&silent), None);
         assert!(!c[1].ok && c[1].detail.contains("no firmware page line"));
