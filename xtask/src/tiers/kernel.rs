@@ -353,6 +353,9 @@ fn report(s: &Serial, checks: &[Check], qemu: &str) -> bool {
             println!("  {l}");
         }
     }
+    for l in s.serial.lines().filter(|l| l.starts_with("XTASK-VM-MODULE-FAILED ")) {
+        println!("kernel tier: insmod failed: {}", &l["XTASK-VM-MODULE-FAILED ".len()..]);
+    }
     for c in checks {
         let v = if c.ok { "PASS" } else { "FAIL" };
         println!("  {v} {:<8} {}", c.name, c.detail);
@@ -368,6 +371,9 @@ fn report(s: &Serial, checks: &[Check], qemu: &str) -> bool {
     match log {
         Some(l) => println!("kernel tier: the guest's mlx5 kernel log:\n{l}"),
         None => println!("kernel tier: no guest kernel log; the serial console:\n{}", s.serial),
+    }
+    if let (Some(_), Some((_, err))) = (log, s.serial.split_once("\n[qemu stderr]\n")) {
+        println!("kernel tier: QEMU's stderr:\n{err}");
     }
     if let Some(run) = &s.companion {
         println!("kernel tier: server stderr:\n{}", run.stderr);
