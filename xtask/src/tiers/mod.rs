@@ -3,6 +3,7 @@
 
 mod demo;
 mod fuzz;
+mod kernel;
 mod lint;
 mod miri;
 mod nostd;
@@ -77,6 +78,7 @@ const TIERS: &[(&str, Tier)] = &[
     ("rxe", rxe::run),
     ("wire", wire::run),
     ("vfio", vfio::run),
+    ("kernel", kernel::run),
 ];
 
 /// Tier names, for usage text.
@@ -105,7 +107,20 @@ fn parse_only(args: &[String]) -> Result<Option<&str>, ()> {
 
 /// `cargo xtask setup [--tier NAME]`: install what the tiers need, run nothing.
 pub fn setup(args: &[String]) -> bool {
-    parse_only(args).is_ok_and(prereq::ensure)
+    let Ok(only) = parse_only(args) else { return false };
+    if !prereq::ensure(only) {
+        return false;
+    }
+    if only.is_none_or(|o| o == "kernel") {
+        match crate::vm::private_qemu() {
+            Ok(q) => eprintln!("xtask: QEMU {} at {}", q.version, q.binary().display()),
+            Err(e) => {
+                eprintln!("xtask: provisioning QEMU 11.1 failed: {e}");
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// `cargo xtask test [--tier NAME]`.

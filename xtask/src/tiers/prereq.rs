@@ -27,7 +27,7 @@ struct Need {
 }
 
 const EVERY: &[&str] = &[];
-const GUESTS: &[&str] = &["rxe", "wire", "vfio"];
+const GUESTS: &[&str] = &["rxe", "wire", "vfio", "kernel"];
 
 const NEEDS: &[Need] = &[
     Need { what: "cc", pkg: "gcc", why: "C shims, generators, benchmarks", tiers: EVERY },
@@ -60,6 +60,12 @@ const NEEDS: &[Need] = &[
         pkg: "linux-libc-dev",
         why: "VFIO uapi layout tests",
         tiers: &["unit", "lint"],
+    },
+    Need {
+        what: "/usr/lib/x86_64-linux-gnu/libmlx5.so",
+        pkg: "libibverbs-dev",
+        why: "the kernel tier's verbs program (rdma-core's mlx5 provider)",
+        tiers: &["kernel"],
     },
     Need { what: "c++", pkg: "g++", why: "libFuzzer, built from source", tiers: &["fuzz"] },
     Need { what: "tshark", pkg: "tshark", why: "dissecting the wire's captures", tiers: &["wire"] },

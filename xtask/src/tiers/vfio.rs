@@ -92,7 +92,7 @@ fn build_tests() -> Result<(PathBuf, PathBuf), String> {
 }
 
 /// The `"executable":"..."` values of cargo's JSON messages.
-fn executables(json: &str) -> Vec<PathBuf> {
+pub(super) fn executables(json: &str) -> Vec<PathBuf> {
     const KEY: &str = "\"executable\":\"";
     json.lines()
         .filter_map(|l| {

@@ -19,7 +19,7 @@ pub struct Kernel {
     pub tree: PathBuf,
 }
 
-fn output(cmd: &mut Command) -> Result<String, VmError> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String, VmError> {
     let shown = format!("{cmd:?}");
     let o =
         cmd.output().map_err(|e| VmError::Command { cmd: shown.clone(), detail: e.to_string() })?;
@@ -33,8 +33,12 @@ fn output(cmd: &mut Command) -> Result<String, VmError> {
 }
 
 /// The cached `.deb` of `pkg`, if one was downloaded before.
+/// `pkg` may be `name=version` (apt writes the epoch's colon as `%3a` in file names).
 fn cached_deb(debs: &Path, pkg: &str) -> Option<PathBuf> {
-    let prefix = format!("{pkg}_");
+    let prefix = match pkg.split_once('=') {
+        Some((name, version)) => format!("{name}_{}_", version.replace(':', "%3a")),
+        None => format!("{pkg}_"),
+    };
     let mut found: Vec<PathBuf> = fs::read_dir(debs)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -53,7 +57,11 @@ fn download(cache: &Path, pkgs: &[String]) -> Result<Vec<PathBuf>, VmError> {
 }
 
 /// [`download`] with extra `apt-get` options (another suite's lists).
-fn download_with(cache: &Path, pkgs: &[String], apt: &[String]) -> Result<Vec<PathBuf>, VmError> {
+pub(crate) fn download_with(
+    cache: &Path,
+    pkgs: &[String],
+    apt: &[String],
+) -> Result<Vec<PathBuf>, VmError> {
     let debs = cache.join("debs");
     fs::create_dir_all(&debs).map_err(io_err(&debs))?;
     let missing: Vec<&String> = pkgs.iter().filter(|p| cached_deb(&debs, p).is_none()).collect();
@@ -108,7 +116,7 @@ fn depends(pkgs: &[String]) -> Result<BTreeSet<String>, VmError> {
 }
 
 /// [`depends`] with extra `apt-cache` options.
-fn depends_with(pkgs: &[String], apt: &[String]) -> Result<BTreeSet<String>, VmError> {
+pub(crate) fn depends_with(pkgs: &[String], apt: &[String]) -> Result<BTreeSet<String>, VmError> {
     let text = output(
         Command::new("apt-cache")
             .args(apt)
@@ -130,12 +138,14 @@ fn depends_with(pkgs: &[String], apt: &[String]) -> Result<BTreeSet<String>, VmE
     Ok(out)
 }
 
-/// The subset of `pkgs` that Debian files under section `libs` (shared libraries).
-fn libraries(pkgs: &[String]) -> Result<BTreeSet<String>, VmError> {
+/// The subset of `pkgs` that Debian files under section `libs` (shared libraries), in the apt
+/// state `apt` names.
+fn libraries_with(pkgs: &[String], apt: &[String]) -> Result<BTreeSet<String>, VmError> {
     if pkgs.is_empty() {
         return Ok(BTreeSet::new());
     }
-    let text = output(Command::new("apt-cache").args(["show", "--no-all-versions"]).args(pkgs))?;
+    let text =
+        output(Command::new("apt-cache").args(apt).args(["show", "--no-all-versions"]).args(pkgs))?;
     let mut out = BTreeSet::new();
     let mut name = "";
     for line in text.lines() {
@@ -154,12 +164,21 @@ fn libraries(pkgs: &[String]) -> Result<BTreeSet<String>, VmError> {
 /// recursively. Other dependencies (debconf, udev, adduser, ...) are left out: the guest runs
 /// no package scripts.
 pub fn closure(pkgs: &[String]) -> Result<Vec<String>, VmError> {
+    closure_with(pkgs, &[])
+}
+
+/// [`closure`] in the apt state `apt` names. A name in `pkgs` may carry `=version`; the
+/// dependencies are those of that version, and the result keeps the name as given.
+pub(crate) fn closure_with(pkgs: &[String], apt: &[String]) -> Result<Vec<String>, VmError> {
+    let bare = |p: &String| p.split('=').next().unwrap_or_default().to_string();
     let mut all: BTreeSet<String> = pkgs.iter().cloned().collect();
+    let mut seen: BTreeSet<String> = pkgs.iter().map(bare).collect();
     let mut frontier: Vec<String> = pkgs.to_vec();
     while !frontier.is_empty() {
         let new: Vec<String> =
-            depends(&frontier)?.into_iter().filter(|d| !all.contains(d)).collect();
-        let next: Vec<String> = libraries(&new)?.into_iter().collect();
+            depends_with(&frontier, apt)?.into_iter().filter(|d| !seen.contains(d)).collect();
+        let next: Vec<String> = libraries_with(&new, apt)?.into_iter().collect();
+        seen.extend(next.iter().cloned());
         all.extend(next.iter().cloned());
         frontier = next;
     }
@@ -183,6 +202,10 @@ pub enum KernelSource {
     /// socket in the namespace of the netdev, so rxe devices work in network namespaces). Its
     /// lists live in a private apt state under the cache (the host's sources are untouched).
     TrixieBackports,
+    /// Debian trixie's 6.12 kernel (the series is pinned: `linux-image-6.12.*-amd64`; the first
+    /// one downloaded stays cached), from the private trixie apt state. The `kernel` tier's
+    /// guest: its mlx5_core/mlx5_ib judge the device model.
+    Trixie612,
 }
 
 /// The kernel `source` names, downloaded and unpacked once, with `depmod -b` run on its modules.
@@ -190,37 +213,71 @@ pub fn kernel_from(cache: &Path, source: KernelSource) -> Result<Kernel, VmError
     match source {
         KernelSource::Bookworm => kernel(cache),
         KernelSource::TrixieBackports => backports_kernel(cache),
+        KernelSource::Trixie612 => trixie_kernel(cache),
     }
 }
 
-/// `apt-get`/`apt-cache` options for a private trixie-backports state under `cache`; the lists
-/// are fetched once.
-fn backports_apt(cache: &Path) -> Result<Vec<String>, VmError> {
-    let dir = cache.join("apt-trixie-backports");
+/// `apt-get`/`apt-cache` options for a private apt state under `cache/<dir>/` whose sources
+/// are `suites` of Debian's archive (main, signed by the Debian archive keyring), with its own
+/// lists, cache, (empty) dpkg status and preferences: the host's sources, pins and installed
+/// packages play no part, and nothing is installed. The lists are fetched once.
+pub(crate) fn private_apt(
+    cache: &Path,
+    dir: &str,
+    suites: &[&str],
+) -> Result<Vec<String>, VmError> {
+    let dir = cache.join(dir);
     let lists = dir.join("lists");
     fs::create_dir_all(lists.join("partial")).map_err(io_err(&lists))?;
+    let prefs = dir.join("preferences.d");
+    fs::create_dir_all(&prefs).map_err(io_err(&prefs))?;
+    let status = dir.join("status");
+    if !status.exists() {
+        fs::write(&status, "").map_err(io_err(&status))?;
+    }
     let sources = dir.join("sources.list");
-    fs::write(
-        &sources,
-        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
-         http://deb.debian.org/debian trixie-backports main\n",
-    )
-    .map_err(io_err(&sources))?;
+    let text: String = suites
+        .iter()
+        .map(|s| {
+            format!(
+                "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+                 http://deb.debian.org/debian {s} main\n"
+            )
+        })
+        .collect();
+    fs::write(&sources, text).map_err(io_err(&sources))?;
     let opts = vec![
         format!("-oDir::Etc::SourceList={}", sources.display()),
         "-oDir::Etc::SourceParts=-".to_string(),
         format!("-oDir::State::Lists={}", lists.display()),
+        format!("-oDir::State::status={}", status.display()),
         format!("-oDir::Cache={}", dir.join("cache").display()),
+        "-oDir::Etc::Preferences=/dev/null".to_string(),
+        format!("-oDir::Etc::PreferencesParts={}", prefs.display()),
         "-oAPT::Get::List-Cleanup=0".to_string(),
     ];
-    let fetched = fs::read_dir(&lists)
-        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().ends_with("_Packages")))
-        .unwrap_or(false);
-    if !fetched {
-        eprintln!("vm: fetching the trixie-backports package lists");
+    let have = |suite: &str| {
+        let want = format!("_dists_{suite}_main_binary-amd64_Packages");
+        fs::read_dir(&lists)
+            .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().contains(&want)))
+            .unwrap_or(false)
+    };
+    if !suites.iter().all(|s| have(s)) {
+        eprintln!("vm: fetching the package lists of {} (private apt state)", suites.join(", "));
         output(Command::new("apt-get").args(&opts).args(["update", "-qq"]))?;
     }
     Ok(opts)
+}
+
+/// The private trixie-backports state of the wire tier's kernel.
+fn backports_apt(cache: &Path) -> Result<Vec<String>, VmError> {
+    private_apt(cache, "apt-trixie-backports", &["trixie-backports"])
+}
+
+/// The private trixie + trixie-backports state: the `kernel` tier's guest kernel (trixie) and
+/// QEMU 11.1 (trixie-backports) with its libraries (trixie).
+pub(crate) fn trixie_apt(cache: &Path) -> Result<Vec<String>, VmError> {
+    private_apt(cache, "apt-trixie", &["trixie", "trixie-backports"])
 }
 
 /// trixie-backports' `linux-image-amd64`: since 6.18 Debian splits the image package into
@@ -245,6 +302,57 @@ fn backports_kernel(cache: &Path) -> Result<Kernel, VmError> {
         output(Command::new("depmod").arg("-b").arg(&modules).arg(&version))?;
     }
     Ok(Kernel { image, version, tree: modules })
+}
+
+/// trixie's `linux-image-6.12.*-amd64` (see [`KernelSource::Trixie612`]).
+fn trixie_kernel(cache: &Path) -> Result<Kernel, VmError> {
+    const PREFIX: &str = "linux-image-6.12.";
+    let pkg = match cached_kernel_package(cache, PREFIX) {
+        Some(p) => p,
+        None => {
+            let apt = trixie_apt(cache)?;
+            let pkg = depends_with(&["linux-image-amd64".to_string()], &apt)?
+                .into_iter()
+                .find(|d| d.starts_with(PREFIX) && d.ends_with("-amd64"))
+                .ok_or_else(|| VmError::NotFound(format!("{PREFIX}*-amd64 in trixie")))?;
+            download_with(cache, std::slice::from_ref(&pkg), &apt)?;
+            pkg
+        }
+    };
+    let deb = download(cache, std::slice::from_ref(&pkg))?.remove(0);
+    unpacked_kernel(cache, &deb)
+}
+
+/// The newest cached `.deb` whose package name starts with `prefix` and ends with `-amd64`.
+fn cached_kernel_package(cache: &Path, prefix: &str) -> Option<String> {
+    fs::read_dir(cache.join("debs")).ok().and_then(|d| {
+        d.flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(prefix) && n.ends_with(".deb"))
+            .filter_map(|n| n.split('_').next().map(str::to_string))
+            .filter(|n| n.ends_with("-amd64"))
+            .max()
+    })
+}
+
+/// A kernel image package unpacked, its `vmlinuz` found and its modules `depmod`ed; the
+/// modules may sit under `lib/modules` or (merged `/usr`) `usr/lib/modules`.
+fn unpacked_kernel(cache: &Path, deb: &Path) -> Result<Kernel, VmError> {
+    let tree = unpack(cache, deb)?;
+    let boot = tree.join("boot");
+    let image = fs::read_dir(&boot)
+        .map_err(io_err(&boot))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-")))
+        .ok_or_else(|| VmError::NotFound(format!("vmlinuz in {}", boot.display())))?;
+    let version = image.file_name().unwrap().to_string_lossy()["vmlinuz-".len()..].to_string();
+    let tree =
+        if tree.join("usr/lib/modules").join(&version).is_dir() { tree.join("usr") } else { tree };
+    if !tree.join("lib/modules").join(&version).join("modules.dep").exists() {
+        output(Command::new("depmod").arg("-b").arg(&tree).arg(&version))?;
+    }
+    Ok(Kernel { image, version, tree })
 }
 
 /// The bookworm kernel `linux-image-amd64` points at (the first one downloaded stays cached),
@@ -279,19 +387,7 @@ fn kernel(cache: &Path) -> Result<Kernel, VmError> {
         },
     };
     let deb = download(cache, std::slice::from_ref(&pkg))?.remove(0);
-    let tree = unpack(cache, &deb)?;
-    let boot = tree.join("boot");
-    let image = fs::read_dir(&boot)
-        .map_err(io_err(&boot))?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-")))
-        .ok_or_else(|| VmError::NotFound(format!("vmlinuz in {}", boot.display())))?;
-    let version = image.file_name().unwrap().to_string_lossy()["vmlinuz-".len()..].to_string();
-    if !tree.join("lib/modules").join(&version).join("modules.dep").exists() {
-        output(Command::new("depmod").arg("-b").arg(&tree).arg(&version))?;
-    }
-    Ok(Kernel { image, version, tree })
+    unpacked_kernel(cache, &deb)
 }
 
 /// The `.ko` files to load for `modules`, dependencies first, each once.

@@ -24,7 +24,9 @@
 //! # What the guest is
 //!
 //! * **Kernel**: Debian bookworm's `linux-image-6.1.0-*-amd64` (whatever `linux-image-amd64`
-//!   depends on today), booted with `-kernel`; its modules tree gets `depmod -b`.
+//!   depends on today), booted with `-kernel`; its modules tree gets `depmod -b`. Other
+//!   sources ([`KernelSource`]) come from private apt states under `target/vm/apt-*/` (the
+//!   host's sources are untouched): trixie-backports' newest, or trixie's pinned 6.12.
 //! * **Root**: an uncompressed initramfs (cpio `newc`, written here) holding busybox-static (its
 //!   applets in `/bbin`, last on `PATH`), every file of [`Guest::packages`] except
 //!   documentation, and the shared-library closure of those packages (their `lib*` dependencies,
@@ -45,7 +47,11 @@
 //!   TCG (`-accel tcg,thread=multi -cpu max`) unless `kvm_intel`/`kvm_amd` is loaded, in which
 //!   case KVM is tried first and TCG is used if the KVM guest never reaches `/init`. No network
 //!   device exists: nothing leaves the guest. [`Guest::qemu_args`] are appended (machine type,
-//!   IOMMU, devices, ...).
+//!   IOMMU, devices, ...). [`Guest::emulator`] may pick the private QEMU 11.1 (its vfio-user
+//!   client), [`Guest::memfd_ram`] puts guest RAM in a shared memfd (a device process maps it),
+//!   and [`Guest::companion`] is a host process (a vfio-user server) started before QEMU, its
+//!   socket awaited, and reaped (killed if it lingers) after QEMU, its output kept in
+//!   [`Serial::companion`].
 //!
 //! # Caching
 //!
@@ -54,9 +60,11 @@
 //! `<name>/` (the guest's initramfs, rebuilt on every boot since test binaries change). Nothing
 //! needs root except installing missing host tools; see [`host_tools_missing`].
 
+mod companion;
 mod cpio;
 mod debs;
 mod qemu;
+mod qemu11;
 mod root;
 
 use std::fmt;
@@ -65,6 +73,7 @@ use std::time::Duration;
 
 pub use debs::KernelSource;
 pub use qemu::Accel;
+pub use qemu11::PrivateQemu;
 
 /// A guest to boot: the packages, modules, files and script that make it.
 #[derive(Clone, Debug)]
@@ -93,6 +102,54 @@ pub struct Guest {
     pub echo: bool,
     /// Which Debian kernel boots it.
     pub kernel: KernelSource,
+    /// Which QEMU runs it.
+    pub emulator: Emulator,
+    /// Guest RAM as a shared memfd (`-object memory-backend-memfd,...,share=on -machine
+    /// q35,memory-backend=mem`), so that a device process can map it. Implies the q35 machine:
+    /// [`Guest::qemu_args`] must not name another `-machine`.
+    pub memfd_ram: bool,
+    /// A host process started before QEMU (a vfio-user device server) and reaped after it.
+    pub companion: Option<Companion>,
+}
+
+/// Which QEMU binary boots a guest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Emulator {
+    /// The host's `qemu-system-x86_64`.
+    #[default]
+    System,
+    /// QEMU 11.1 from trixie-backports, provisioned under `target/vm/qemu-11.1/` (see
+    /// [`private_qemu`]); it has the vfio-user client.
+    Private11,
+}
+
+/// A host process that serves the guest (a vfio-user device server): started before QEMU, its
+/// UNIX socket awaited, then reaped after QEMU exits (killed if it does not exit by itself).
+#[derive(Clone, Debug)]
+pub struct Companion {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The socket it listens on; QEMU starts once it exists. Removed before the start.
+    pub socket: PathBuf,
+    /// How long to wait for the socket.
+    pub ready_within: Duration,
+    /// How long it may take to exit after QEMU has.
+    pub exit_within: Duration,
+}
+
+/// What the companion process did.
+#[derive(Clone, Debug, Default)]
+pub struct CompanionRun {
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+    /// Its exit status; `None` if it was killed by a signal (or never started).
+    pub exit: Option<i32>,
+    /// Whether it had to be killed (it did not exit within [`Companion::exit_within`]).
+    pub killed: bool,
 }
 
 impl Default for Guest {
@@ -109,6 +166,9 @@ impl Default for Guest {
             cmdline: String::new(),
             echo: true,
             kernel: KernelSource::Bookworm,
+            emulator: Emulator::System,
+            memfd_ram: false,
+            companion: None,
         }
     }
 }
@@ -151,6 +211,8 @@ pub struct Serial {
     pub timed_out: bool,
     /// Wall time of the boot, QEMU start to exit.
     pub elapsed: Duration,
+    /// The companion process's output and status, when the guest had one.
+    pub companion: Option<CompanionRun>,
 }
 
 impl Serial {
@@ -241,11 +303,19 @@ pub fn cache_dir() -> PathBuf {
     crate::util::root().join("target").join("vm")
 }
 
+/// QEMU 11.1 (with the vfio-user client), provisioned once under `target/vm/qemu-11.1/`.
+pub fn private_qemu() -> Result<PrivateQemu, VmError> {
+    qemu11::provision(&cache_dir())
+}
+
 impl Guest {
     /// Build the guest and boot it, killing it after `timeout`. Returns its serial output; the
     /// caller decides what passed by reading it.
     pub fn boot(&self, timeout: Duration) -> Result<Serial, VmError> {
-        let missing = host_tools_missing();
+        let mut missing = host_tools_missing();
+        if self.emulator == Emulator::Private11 {
+            missing.retain(|p| *p != "qemu-system-x86");
+        }
         if !missing.is_empty() {
             return Err(VmError::MissingTools(apt_install_command(&missing)));
         }
@@ -267,6 +337,10 @@ impl Guest {
             &self.init_script,
             &initrd,
         )?;
-        qemu::boot(self, &kernel.image, &initrd, timeout)
+        let private = match self.emulator {
+            Emulator::System => None,
+            Emulator::Private11 => Some(qemu11::provision(&cache)?),
+        };
+        qemu::boot(self, private.as_ref(), &kernel.image, &initrd, timeout)
     }
 }

@@ -6,7 +6,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::{Guest, Serial, VmError, EXIT_MARKER, START_MARKER};
+use super::companion::Running;
+use super::{Guest, PrivateQemu, Serial, VmError, EXIT_MARKER, START_MARKER};
 
 /// How the guest's CPUs are run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,30 +38,55 @@ pub fn kvm_usable() -> bool {
 /// How long a KVM guest may take to reach `/init` before TCG is used instead.
 const KVM_PROBE: Duration = Duration::from_secs(60);
 
-pub fn boot(g: &Guest, image: &Path, initrd: &Path, timeout: Duration) -> Result<Serial, VmError> {
+pub fn boot(
+    g: &Guest,
+    private: Option<&PrivateQemu>,
+    image: &Path,
+    initrd: &Path,
+    timeout: Duration,
+) -> Result<Serial, VmError> {
     if kvm_usable() {
-        let s = run(g, Accel::Kvm, image, initrd, timeout, Some(KVM_PROBE))?;
+        let s = run(g, private, Accel::Kvm, image, initrd, timeout, Some(KVM_PROBE))?;
         if s.serial.contains(START_MARKER) {
             return Ok(s);
         }
         eprintln!("vm: the KVM guest never reached /init; retrying with TCG");
     }
-    run(g, Accel::Tcg, image, initrd, timeout, None)
+    run(g, private, Accel::Tcg, image, initrd, timeout, None)
+}
+
+/// QEMU's memory arguments: plain `-m`, or a shared memfd backend on q35.
+fn memory_args(g: &Guest) -> Vec<String> {
+    let mut a = vec!["-m".to_string(), format!("{}M", g.memory_mib)];
+    if g.memfd_ram {
+        a.extend([
+            "-object".to_string(),
+            format!("memory-backend-memfd,id=mem,size={}M,share=on", g.memory_mib),
+            "-machine".to_string(),
+            "q35,memory-backend=mem".to_string(),
+        ]);
+    }
+    a
 }
 
 fn run(
     g: &Guest,
+    private: Option<&PrivateQemu>,
     accel: Accel,
     image: &Path,
     initrd: &Path,
     timeout: Duration,
     start_within: Option<Duration>,
 ) -> Result<Serial, VmError> {
-    let mut cmd = Command::new("qemu-system-x86_64");
+    let mut cmd = match private {
+        Some(q) => q.command(),
+        None => Command::new("qemu-system-x86_64"),
+    };
     cmd.args(["-nodefaults", "-nic", "none", "-display", "none", "-serial", "stdio"])
         .arg("-no-reboot")
         .args(accel.args())
-        .args(["-m", &g.memory_mib.to_string(), "-smp", &g.cpus.to_string()])
+        .args(memory_args(g))
+        .args(["-smp", &g.cpus.to_string()])
         .arg("-kernel")
         .arg(image)
         .arg("-initrd")
@@ -70,10 +96,22 @@ fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // The device process first: QEMU connects to its socket while it builds the machine.
+    let mut companion = match &g.companion {
+        Some(c) => Some(Running::start(c)?),
+        None => None,
+    };
     eprintln!("vm: {cmd:?}");
     let shown = format!("{cmd:?}");
-    let mut child =
-        cmd.spawn().map_err(|e| VmError::Command { cmd: shown, detail: e.to_string() })?;
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(c) = companion.take() {
+                c.reap(Duration::ZERO);
+            }
+            return Err(VmError::Command { cmd: shown, detail: e.to_string() });
+        }
+    };
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
     let mut stdout = child.stdout.take().expect("piped");
     let reader = std::thread::spawn(move || {
@@ -131,7 +169,10 @@ fn run(
         serial.push_str(&qemu_err);
     }
     let exit = exit_status(&serial);
-    Ok(Serial { serial, exit, accel, timed_out, elapsed: start.elapsed() })
+    let elapsed = start.elapsed();
+    let companion =
+        companion.map(|c| c.reap(g.companion.as_ref().map_or(Duration::ZERO, |c| c.exit_within)));
+    Ok(Serial { serial, exit, accel, timed_out, elapsed, companion })
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
