@@ -50,6 +50,8 @@ fw_code! {
     Opcode: u16 {
         /// Query device capabilities.
         QueryHcaCap = 0x100 ("MLX5_CMD_OP_QUERY_HCA_CAP"),
+        /// Read the adapter's identity (vendor ids, PSID, VSD).
+        QueryAdapter = 0x101 ("MLX5_CMD_OP_QUERY_ADAPTER"),
         /// Initialize the HCA (after boot and init pages were given).
         InitHca = 0x102 ("MLX5_CMD_OP_INIT_HCA"),
         /// Tear the HCA down.

@@ -108,6 +108,8 @@ pub(crate) struct Hca {
     pub eqs: BTreeMap<u8, Eq>,
     pub shared: Arc<Shared>,
     pub log: Vec<Executed>,
+    /// Commands executed, by (opcode, op_mod, status).
+    pub counts: BTreeMap<(u16, u16, u8), u64>,
     /// `MANAGE_PAGES` asking for pages back returns none ([`Firmware::set_keep_pages`]).
     ///
     /// [`Firmware::set_keep_pages`]: super::Firmware::set_keep_pages
@@ -126,6 +128,7 @@ fn sizes(op: Opcode) -> Option<(usize, usize)> {
         QueryPages => (query_pages_in::SIZE, query_pages_out::SIZE),
         ManagePages => (manage_pages_in::SIZE, manage_pages_out::SIZE),
         QueryHcaCap => (query_hca_cap_in::SIZE, query_hca_cap_out::SIZE),
+        QueryAdapter => (query_adapter_in::SIZE, query_adapter_out::SIZE),
         SetHcaCap => (set_hca_cap_in::SIZE, set_hca_cap_out::SIZE),
         InitHca => (init_hca_in::SIZE, init_hca_out::SIZE),
         TeardownHca => (teardown_hca_in::SIZE, teardown_hca_out::SIZE),
@@ -242,6 +245,15 @@ fn roce_caps() -> Vec<u8> {
     c
 }
 
+/// `QUERY_ADAPTER` `ieee_vendor_id`: Mellanox's IEEE OUI (00:02:c9).
+pub(crate) const ADAPTER_IEEE_VENDOR_ID: u32 = 0x0002c9;
+/// `QUERY_ADAPTER` `vsd_vendor_id`: Mellanox's PCI vendor id.
+pub(crate) const ADAPTER_VSD_VENDOR_ID: u16 = 0x15b3;
+/// `QUERY_ADAPTER` PSID (16 bytes, NUL padded): the model's own, in the vendor's `MT_` form.
+pub(crate) const ADAPTER_PSID: &[u8] = b"MT_0000000MDL";
+/// `QUERY_ADAPTER` vendor-specific data (208 bytes, NUL padded).
+pub(crate) const ADAPTER_VSD: &[u8] = b"rdma-pmd mlx5 model";
+
 /// General capabilities `SET_HCA_CAP` may change (each at most its maximum).
 const SETTABLE: &[Field] =
     &[gen::LOG_MAX_QP, gen::CQE_VERSION, gen::UAR_4K, gen::ROCE, gen::CMDIF_CHECKSUM];
@@ -271,6 +283,7 @@ impl Hca {
             eqs: BTreeMap::new(),
             shared,
             log: Vec::new(),
+            counts: BTreeMap::new(),
             keep_pages: false,
         }
     }
@@ -297,6 +310,7 @@ impl Hca {
         ifc::cmd_out::STATUS.set(out, u64::from(u8::from(status)));
         ifc::cmd_out::SYNDROME.set(out, u64::from(syndrome));
         self.log.push(Executed { opcode: op, op_mod, status, syndrome });
+        *self.counts.entry((u16::from(op), op_mod, u8::from(status))).or_insert(0) += 1;
     }
 
     fn dispatch(&mut self, op: Opcode, inp: &[u8], out: &mut [u8]) -> Res {
@@ -319,6 +333,7 @@ impl Hca {
             QueryPages => self.query_pages(inp, out),
             ManagePages => self.manage_pages(inp, out),
             QueryHcaCap => self.query_hca_cap(inp, out),
+            QueryAdapter => self.query_adapter(out),
             SetHcaCap => self.set_hca_cap(inp),
             InitHca => self.init_hca(),
             TeardownHca => self.teardown_hca(inp),
@@ -338,7 +353,8 @@ impl Hca {
             _ if st == Disabled => Err(fail(CmdStatus::BadSysState, syn::NOT_ENABLED)),
             DisableHca | QueryPages | ManagePages | Nop => Ok(()),
             _ if st == TornDown => Err(fail(CmdStatus::BadSysState, syn::NOT_INITIALIZED)),
-            QueryIssi | QueryHcaCap | AccessReg | TeardownHca | QueryNicVportContext => Ok(()),
+            QueryIssi | QueryHcaCap | QueryAdapter | AccessReg | TeardownHca
+            | QueryNicVportContext => Ok(()),
             SetIssi | SetHcaCap | InitHca if st == Initialized => {
                 Err(fail(CmdStatus::BadSysState, syn::ALREADY_INITIALIZED))
             }
@@ -498,6 +514,22 @@ impl Hca {
         let caps = if op_mod & 1 == 1 { cur } else { max };
         let at = ifc::query_hca_cap_out::CAPABILITY.byte();
         out[at..at + caps.len()].copy_from_slice(caps);
+        Ok(())
+    }
+
+    /// `QUERY_ADAPTER`: the adapter's identity, as the kernel's `mlx5_query_board_id` (the
+    /// PSID in `vsd_contd_psid`) and `mlx5_core_query_vendor_id` (`ieee_vendor_id`) read it
+    /// (kernel 6.12 `fw.c`). The model answers Mellanox's IEEE OUI (00:02:c9) and its PCI
+    /// vendor id 0x15b3 as the VSD vendor, and a PSID of its own in the vendor's `MT_` form.
+    fn query_adapter(&mut self, out: &mut [u8]) -> Res {
+        use ifc::query_adapter_out as o;
+        self.need_boot_pages()?;
+        o::IEEE_VENDOR_ID.set(out, u64::from(ADAPTER_IEEE_VENDOR_ID));
+        o::VSD_VENDOR_ID.set(out, u64::from(ADAPTER_VSD_VENDOR_ID));
+        let vsd = o::VSD.slice_mut(out);
+        vsd[..ADAPTER_VSD.len()].copy_from_slice(ADAPTER_VSD);
+        let psid = o::VSD_CONTD_PSID.slice_mut(out);
+        psid[..ADAPTER_PSID.len()].copy_from_slice(ADAPTER_PSID);
         Ok(())
     }
 

@@ -270,6 +270,15 @@ ifc! {
     access_register_out = "access_register_out", 16 bytes {
         REGISTER_DATA = "register_data" @ 0x80 : 32;
     }
+    /// `QUERY_ADAPTER` input.
+    query_adapter_in = "query_adapter_in", 16 bytes {}
+    /// `QUERY_ADAPTER` output: the adapter parameter block after the header.
+    query_adapter_out = "query_adapter_out", 272 bytes {
+        IEEE_VENDOR_ID = "query_adapter_struct.ieee_vendor_id" @ 0x148 : 24;
+        VSD_VENDOR_ID = "query_adapter_struct.vsd_vendor_id" @ 0x170 : 16;
+        VSD = "query_adapter_struct.vsd" @ 0x180 : 1664;
+        VSD_CONTD_PSID = "query_adapter_struct.vsd_contd_psid" @ 0x800 : 128;
+    }
     /// The host endianness register (register id `0x7004`).
     register_host_endianness = "register_host_endianness", 16 bytes {
         HE = "he" @ 0x0 : 1;

@@ -43,7 +43,8 @@
 //!
 //! `ENABLE_HCA`, `DISABLE_HCA`, `QUERY_ISSI`, `SET_ISSI` (ISSI 0 and 1), `QUERY_PAGES`
 //! (boot/init/regular), `MANAGE_PAGES` (give/take/allocation-fail), `QUERY_HCA_CAP` and
-//! `SET_HCA_CAP` (general and RoCE capabilities), `ACCESS_REG` (host endianness), `INIT_HCA`,
+//! `SET_HCA_CAP` (general and RoCE capabilities), `QUERY_ADAPTER`, `ACCESS_REG` (host
+//! endianness), `INIT_HCA`,
 //! `TEARDOWN_HCA`, `ALLOC_UAR`, `DEALLOC_UAR`, `ALLOC_PD`, `DEALLOC_PD`, `CREATE_EQ`,
 //! `DESTROY_EQ`, `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`, `CREATE_CQ`,
 //! `DESTROY_CQ`, `CREATE_QP` (RC, UD, QP1), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,
@@ -175,6 +176,48 @@ impl Default for FwConfig {
             log_max_mkey: 12,
             log_max_pd: 10,
         }
+    }
+}
+
+/// How many times the firmware executed one kind of command with one outcome
+/// ([`Model::command_log`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandRecord {
+    /// Opcode.
+    pub opcode: Opcode,
+    /// `op_mod`.
+    pub op_mod: u16,
+    /// Commands with this opcode, op_mod and status.
+    pub count: u64,
+    /// Status written.
+    pub status: CmdStatus,
+}
+
+impl Model {
+    /// Commands the model's firmware executed (or failed), counted by opcode, op_mod and
+    /// status, in that order; empty without a firmware. Commands refused at delivery are not
+    /// here ([`Firmware::delivery_errors`]).
+    pub fn command_log(&self) -> Vec<CommandRecord> {
+        let Some(fw) = self.shared().fw.get().and_then(Weak::upgrade) else { return Vec::new() };
+        let hca = fw.hca();
+        hca.counts
+            .iter()
+            .map(|(&(op, op_mod, st), &count)| CommandRecord {
+                opcode: Opcode::from(op),
+                op_mod,
+                count,
+                status: CmdStatus::from(st),
+            })
+            .collect()
+    }
+
+    /// Pages the driver has given the firmware through `MANAGE_PAGES`, and pages the firmware
+    /// has handed back, over the firmware's life: `(given, reclaimed)`. Equal once every page
+    /// came back. `(0, 0)` without a firmware.
+    pub fn fw_pages(&self) -> (u64, u64) {
+        let Some(fw) = self.shared().fw.get().and_then(Weak::upgrade) else { return (0, 0) };
+        let st = fw.hca().pages.stats();
+        (st.total_given, st.total_taken)
     }
 }
 
