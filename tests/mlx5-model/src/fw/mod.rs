@@ -171,8 +171,11 @@ impl Default for FwConfig {
             cmd_exec_timeout_ms: 60_000,
             log_max_qp: 10,
             log_max_cq: 10,
-            log_max_eq: 4,
-            log_max_eq_sz: 12,
+            // A ConnectX-5's numbers: 128 EQs of up to 4M entries. The kernel's async EQ
+            // alone is 4096 + 128 entries, rounded up to 8192 (kernel 6.12 `eq.c`
+            // `MLX5_NUM_ASYNC_EQE`, `MLX5_NUM_SPARE_EQE`, `create_map_eq`).
+            log_max_eq: 7,
+            log_max_eq_sz: 22,
             log_max_mkey: 12,
             log_max_pd: 10,
         }

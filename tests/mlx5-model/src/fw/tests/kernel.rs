@@ -69,3 +69,51 @@ fn command_log_and_page_counts_follow_the_commands() {
     assert_eq!(d.model.fw_pages(), (given.0, back.len() as u64));
     assert_eq!(back.len() as u64, given.0, "every page comes back after TEARDOWN_HCA");
 }
+
+/// The kernel's async EQ is `MLX5_NUM_ASYNC_EQE` (4096) + `MLX5_NUM_SPARE_EQE` (128) entries,
+/// rounded up to 8192 (kernel 6.12 `eq.c` `create_async_eqs`, `create_map_eq`), in a fragmented
+/// buffer: one PAS entry per 4 KiB page, wherever each page lies (`mlx5_frag_buf_alloc_node`,
+/// `mlx5_fill_page_frag_array`). The capabilities say so (a ConnectX-5 reports
+/// `log_max_eq_sz` 22, `log_max_eq` 7) and the firmware takes it, writing each EQE into the
+/// page the PAS names for it.
+#[test]
+fn eq_sizes_of_a_real_part_take_the_kernels_async_eq() {
+    let mut d = up();
+    let caps = d.query_caps(CapType::General, true);
+    assert_eq!(ifc::cmd_hca_cap::LOG_MAX_EQ_SZ.get(&caps), 22);
+    assert_eq!(ifc::cmd_hca_cap::LOG_MAX_EQ.get(&caps), 7);
+    let uar = d.alloc_uar();
+    use ifc::create_eq_in as i;
+    let log_size = 13u8;
+    let n_pages = (64usize << log_size) / 4096;
+    // Pages allocated one by one and listed in reverse: nothing is contiguous.
+    let mut pages: Vec<u64> = (0..n_pages).map(|_| d.alloc(4096, 4096)).collect();
+    pages.reverse();
+    for p in &pages {
+        assert!(d.dma.write(BusAddr(*p), &[1u8; 4096]), "owner bits start at 1");
+    }
+    let mut inp = input(Opcode::CreateEq, 0, i::SIZE + 8 * n_pages);
+    set_in(&mut inp, i::EQ_CONTEXT, ifc::eqc::LOG_EQ_SIZE, u64::from(log_size));
+    set_in(&mut inp, i::EQ_CONTEXT, ifc::eqc::UAR_PAGE, u64::from(uar));
+    let bit = u32::from(u8::from(EventType::PageRequest));
+    Field::new(i::EVENT_BITMASK.bit + 64 * (bit / 64), 64).set(&mut inp, 1 << (bit % 64));
+    for (k, p) in pages.iter().enumerate() {
+        i::PAS.index(k as u32).set(&mut inp, *p);
+    }
+    d.ok(&inp, 16);
+    // 65 events: the 65th is EQE 64, the first of the PAS's second page.
+    for _ in 0..65 {
+        d.fw.request_pages(1).expect("page request posted");
+    }
+    let read = |d: &Dev, at: u64| {
+        let mut e = [0u8; 64];
+        assert!(d.dma.read(BusAddr(at), &mut e));
+        e
+    };
+    for (at, what) in [(pages[0], "EQE 0"), (pages[0] + 63 * 64, "EQE 63"), (pages[1], "EQE 64")] {
+        let e = read(&d, at);
+        assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::PageRequest)));
+        assert_eq!(ifc::eqe::OWNER.get(&e), 0, "{what}: first pass");
+    }
+    assert_eq!(read(&d, pages[1] + 64)[63], 1, "EQE 65 not written");
+}

@@ -242,7 +242,8 @@ fn object_checks() {
 
     // An EQ bigger than log_max_eq_sz, on an unknown UAR.
     let (mut e, _) = d.eq_input(uar, 4, &[]);
-    set_in(&mut e, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::LOG_EQ_SIZE, 13);
+    let too_big = FwConfig::default().log_max_eq_sz + 1;
+    set_in(&mut e, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::LOG_EQ_SIZE, too_big.into());
     assert_eq!(d.status(&e, 16), (CmdStatus::BadParam, syn::QUEUE_TOO_BIG));
     let (mut e, _) = d.eq_input(uar + 5, 4, &[]);
     assert_eq!(d.status(&e, 16), (CmdStatus::BadResource, syn::NO_SUCH_OBJECT));
