@@ -47,8 +47,10 @@ pub struct Eq {
     pub producer: u32,
     /// The consumer index the driver last reported (24 bits), once it has.
     pub consumer: Option<u32>,
-    /// Whether the last doorbell armed the EQ.
+    /// Whether the last doorbell armed the EQ (and no interrupt has fired since).
     pub armed: bool,
+    /// The MSI-X vector the EQ interrupts (`eqc.intr`).
+    pub intr: u16,
     /// Events dropped because the ring was full.
     pub overruns: u64,
 }
@@ -64,6 +66,13 @@ impl Eq {
         let off = (u64::from(n) & ((1 << self.log_size) - 1)) * 64;
         let page = (off >> self.page_shift) as usize;
         self.pages[page] + (off & ((1 << self.page_shift) - 1))
+    }
+
+    /// After an EQE was written: the vector to raise if the EQ is armed, which leaves it
+    /// fired (disarmed) until the driver arms it again with a doorbell (PRM "EQ arming";
+    /// kernel `eq.c` `eq_update_ci(eq, 1)` after each interrupt).
+    pub fn signal(&mut self) -> Option<u16> {
+        std::mem::take(&mut self.armed).then_some(self.intr)
     }
 
     /// Write one EQE of type `t` with `data` (the 28-byte `event_data`).

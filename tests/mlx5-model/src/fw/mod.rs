@@ -36,8 +36,11 @@
 //! `type` 7, lengths sane, mailboxes aligned, reachable, numbered 0, 1, … and carrying the
 //! entry's token (else the delivery status says which); then the command executes, the output
 //! is scattered, the delivery status is written and, after a release fence, the owner bit is
-//! cleared. If an EQ subscribed to command events exists, a command completion EQE with
-//! `1 << slot` follows.
+//! cleared. If an EQ subscribed to command events existed when the slot's doorbell rang, a
+//! command completion EQE with `1 << slot` follows, and the EQ's MSI-X vector (`eqc.intr`)
+//! is raised if the EQ is armed; an armed EQ fires once and stays quiet until the driver arms
+//! it again (an arm doorbell over unconsumed EQEs fires at once). Page request EQEs interrupt
+//! the same way.
 //!
 //! ## Commands
 //!
@@ -295,6 +298,9 @@ struct Regs {
 #[derive(Default)]
 struct Bell {
     pending: u32,
+    /// Slots whose doorbell rang while an EQ subscribed to command completions existed:
+    /// those complete with an EQE (and its interrupt), the others by the owner bit alone.
+    events: u32,
     stop: bool,
 }
 
@@ -341,8 +347,18 @@ impl FwShared {
         match (off, len) {
             (init_seg::CMD_DBELL, 4) => {
                 let bits = init_seg::doorbell(mem);
+                // Whether the command gets an EQE is decided when it is issued: the kernel
+                // issues the CREATE_EQ that makes its command EQ in polling mode, and only
+                // then switches to events (6.12 `eq.c` `create_async_eqs`,
+                // `mlx5_cmd_use_events`; `cmd.c` `mlx5_cmd_comp_handler`).
+                let events = self.hca().eqs.values().any(|e| e.wants(codes::EventType::Cmd));
                 let mut b = self.bell.lock().expect("doorbell poisoned");
                 b.pending |= bits;
+                if events {
+                    b.events |= bits;
+                } else {
+                    b.events &= !bits;
+                }
                 drop(b);
                 self.wake.notify_one();
             }
@@ -363,6 +379,12 @@ impl FwShared {
             Some(e) => {
                 e.consumer = Some(ci);
                 e.armed = arm;
+                // Arming an EQ that holds unconsumed entries fires it at once (PRM "EQ
+                // arming"): no event is left without its interrupt.
+                let fire = (arm && e.producer & 0x00ff_ffff != ci).then(|| e.signal()).flatten();
+                if let Some(v) = fire {
+                    hca.shared.raise(v);
+                }
             }
             None => {
                 drop(hca);
@@ -381,7 +403,7 @@ impl FwShared {
     }
 
     /// Execute the command in `slot`, if the firmware can.
-    fn run_slot(&self, slot: u32) {
+    fn run_slot(&self, slot: u32, event: bool) {
         let (base, dead, initializing) = {
             let r = self.regs();
             let regs = self.registers(&r);
@@ -406,7 +428,7 @@ impl FwShared {
             Err(status) => {
                 self.regs().delivery_errors.push(DeliveryError { slot, status });
                 cmdq::complete(&*self.dma, at, status);
-                self.post_cmd_event(slot);
+                self.post_cmd_event(slot, event);
                 return;
             }
         };
@@ -426,7 +448,7 @@ impl FwShared {
         };
         if let Some(Misanswer::Refuse(status)) = misanswer {
             cmdq::complete(&*self.dma, at, status);
-            self.post_cmd_event(slot);
+            self.post_cmd_event(slot, event);
             return;
         }
         let delay = self.regs().faults.delay;
@@ -455,14 +477,23 @@ impl FwShared {
             self.dma.write(at.add(cmdq::entry::TOKEN as u64), &[token]);
         }
         cmdq::complete(&*self.dma, at, DeliveryStatus::Ok);
-        self.post_cmd_event(slot);
+        self.post_cmd_event(slot, event);
     }
 
-    fn post_cmd_event(&self, slot: u32) {
+    /// The command completion EQE of `slot`, if it was issued while a command EQ existed
+    /// (`event`), with the EQ's interrupt if the EQ is armed.
+    fn post_cmd_event(&self, slot: u32, event: bool) {
+        if !event {
+            return;
+        }
         let mut hca = self.hca();
+        let shared = hca.shared.clone();
         if let Some(eq) = hca.eqs.values_mut().find(|e| e.wants(codes::EventType::Cmd)) {
             // A full EQ drops the event (counted in the EQ's overruns).
             let _ = eq.post(&*self.dma, codes::EventType::Cmd, &eq::cmd_event(1 << slot));
+            if let Some(v) = eq.signal() {
+                shared.raise(v);
+            }
         }
     }
 
@@ -476,11 +507,12 @@ impl FwShared {
                 if b.stop {
                     return;
                 }
-                std::mem::take(&mut b.pending)
+                (std::mem::take(&mut b.pending), std::mem::take(&mut b.events))
             };
+            let (bits, events) = bits;
             for slot in 0..32 {
                 if bits & (1 << slot) != 0 {
-                    self.run_slot(slot);
+                    self.run_slot(slot, events & (1 << slot) != 0);
                 }
             }
         }
@@ -698,6 +730,9 @@ impl Firmware {
         let dma = self.shared.dma.clone();
         let eq = hca.eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
         eq.post(&*dma, t, &eq::page_event(0, n))?;
+        if let Some(v) = eq.signal() {
+            hca.shared.raise(v);
+        }
         hca.pages.runtime += i64::from(n);
         Ok(())
     }

@@ -50,6 +50,7 @@ impl Hca {
                 producer: 0,
                 consumer: None,
                 armed: false,
+                intr: c.intr,
                 overruns: 0,
             },
         );

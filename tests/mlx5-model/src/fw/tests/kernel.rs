@@ -117,3 +117,104 @@ fn eq_sizes_of_a_real_part_take_the_kernels_async_eq() {
     }
     assert_eq!(read(&d, pages[1] + 64)[63], 1, "EQE 65 not written");
 }
+
+/// An MSI-X sink that records the vectors raised.
+#[derive(Debug, Default)]
+struct Vectors(std::sync::Mutex<Vec<u16>>);
+
+impl crate::Interrupts for Vectors {
+    fn raise(&self, vector: u16) {
+        self.0.lock().unwrap().push(vector);
+    }
+}
+
+impl Vectors {
+    fn seen(&self) -> Vec<u16> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// The vectors once at least `n` were raised (the firmware raises after writing the EQE).
+    fn wait(&self, n: usize) -> Vec<u16> {
+        let end = Instant::now() + WAIT;
+        while self.seen().len() < n {
+            assert!(Instant::now() < end, "{n} interrupts expected, got {:?}", self.seen());
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        self.seen()
+    }
+}
+
+/// A device brought up to `INIT_HCA` whose MSI-X vectors land in the returned sink.
+fn up_with_vectors() -> (Dev, Arc<Vectors>) {
+    let sink = Arc::new(Vectors::default());
+    let cfg = crate::ModelConfig { interrupts: Some(sink.clone()), ..Default::default() };
+    let model = Model::with_config(cfg).expect("model");
+    let mut d = Dev::on(model, FwConfig::default());
+    d.up();
+    (d, sink)
+}
+
+/// Wait until EQE `n` of the ring at `buf` carries the owner bit of its first pass.
+fn wait_eqe(d: &Dev, buf: u64, log_size: u8, n: u32) -> [u8; 64] {
+    let end = Instant::now() + WAIT;
+    loop {
+        let e = d.eqe(buf, log_size, n);
+        if ifc::eqe::OWNER.get(&e) == u64::from(n >> log_size & 1) {
+            return e;
+        }
+        assert!(Instant::now() < end, "no EQE {n}");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Store the EQ doorbell of `uar`: consumer index `ci`, armed or not (kernel `eq.c`
+/// `eq_update_ci`: `eqn << 24 | ci` at 0x40 to arm, 0x48 to update only).
+fn eq_doorbell(d: &Dev, uar: u32, eqn: u8, ci: u32, arm: bool) {
+    let off = uar as usize * crate::UAR_PAGE
+        + if arm { crate::fw::eq::DOORBELL_ARM } else { crate::fw::eq::DOORBELL_UPDATE };
+    d.bar.write_be32(off, u32::from(eqn) << 24 | ci);
+}
+
+/// Kernel 6.12 `eq.c` `create_async_eqs`: the command EQ is created by a command issued in
+/// polling mode, then `mlx5_cmd_use_events` switches; `cmd.c` completes a command by EQE only
+/// if it was issued in event mode (an EQE for a polled command is "completion arrived after
+/// timeout"). So the firmware posts a command completion EQE only for commands issued while a
+/// command EQ existed, and raises the EQ's vector (`eqc.intr`) when the EQ is armed; an armed
+/// EQ fires once, and arming it over unconsumed EQEs fires it at once (PRM EQ arming; the
+/// kernel re-arms with `eq_update_ci(eq, 1)` after each interrupt). Page requests likewise.
+#[test]
+fn command_events_only_for_commands_issued_with_a_command_eq_and_each_interrupts() {
+    let (mut d, sink) = up_with_vectors();
+    let uar = d.alloc_uar();
+    let (mut inp, buf) = d.eq_input(uar, 4, &[EventType::Cmd, EventType::PageRequest]);
+    set_in(&mut inp, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::INTR, 3);
+    let out = d.ok(&inp, 16);
+    let eqn = ifc::create_eq_out::EQ_NUMBER.get(&out) as u8;
+    // The kernel arms a new EQ at once (`create_map_eq`).
+    eq_doorbell(&d, uar, eqn, 0, true);
+    // A command in slot 5: its event is EQE 0, so CREATE_EQ (slot 0) got none.
+    let p = d.post(5, &input(Opcode::Nop, 0, 16), 16, Tweak::default());
+    d.wait(p.slot, WAIT).expect("NOP completes");
+    let e = wait_eqe(&d, buf, 4, 0);
+    assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::Cmd)));
+    let vector = ifc::cmd_inter_comp_event::COMMAND_COMPLETION_VECTOR;
+    assert_eq!(vector.get(ifc::eqe::EVENT_DATA.slice(&e)), 1 << 5, "the NOP's, not CREATE_EQ's");
+    assert_eq!(sink.wait(1), vec![3], "the EQ's vector, once");
+    // Not re-armed: the next command's EQE is written, no interrupt.
+    d.simple(Opcode::Nop, 0);
+    wait_eqe(&d, buf, 4, 1);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(sink.seen(), vec![3]);
+    // Arming with EQE 1 still unconsumed fires at once.
+    eq_doorbell(&d, uar, eqn, 1, true);
+    assert_eq!(sink.seen(), vec![3, 3]);
+    // Consumed and armed: quiet until the next event, here a page request.
+    eq_doorbell(&d, uar, eqn, 2, true);
+    assert_eq!(sink.seen(), vec![3, 3]);
+    d.fw.request_pages(1).expect("page request");
+    let e = wait_eqe(&d, buf, 4, 2);
+    assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::PageRequest)));
+    assert_eq!(sink.seen(), vec![3, 3, 3]);
+    // Exactly two command events were written: EQE 3 is untouched.
+    assert_eq!(d.eqe(buf, 4, 3)[63], 1);
+}
