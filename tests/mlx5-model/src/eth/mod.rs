@@ -243,6 +243,9 @@ pub(crate) struct Fte {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FlowTable {
     pub log_size: u8,
+    /// `flow_table_context.level` (only the root table steers; the level is kept as given).
+    #[allow(dead_code)]
+    pub level: u8,
     pub groups: BTreeMap<u32, FlowGroup>,
     /// By flow index: the first match in index order wins.
     pub entries: BTreeMap<u32, Fte>,

@@ -13,7 +13,7 @@
 //! | `MODIFY_SQ/RQ` | exists (`BAD_RESOURCE`); `*_state` is the current state (`BAD_RES_STATE`); RST→RDY, RDY→ERR, RDY/ERR→RST (`BAD_RES_STATE` otherwise); no `modify_bitmask` (`BAD_PARAM`); to RST the counter restarts at 0 |
 //! | `CREATE_TIR` | direct dispatch, no LRO, TLS, tunnel offload, hash (`BAD_PARAM`); RQ and domain exist (`BAD_RESOURCE`) |
 //! | flow steering (all) | own vport, NIC RX table type (`BAD_PARAM`); the table exists (`BAD_RESOURCE`) |
-//! | `CREATE_FLOW_TABLE` | level 0, default miss action, no reformat, decap, SW ownership, termination (`BAD_PARAM`); `log_size` ≤ `log_max_ft_size` (`BAD_PARAM`) |
+//! | `CREATE_FLOW_TABLE` | level ≤ `max_ft_level` (63), default miss action, no reformat, decap, SW ownership, termination (`BAD_PARAM`); `log_size` ≤ `log_max_ft_size` (`BAD_PARAM`) |
 //! | `CREATE_FLOW_GROUP` | TCAM group, no definer; `start ≤ end` inside the table, no overlap; only outer headers enabled and criteria only on the fields the model matches (MACs, EtherType, first VLAN, C/S-VLAN tag, IP version and protocol, UDP ports) (`BAD_PARAM`) |
 //! | `SET_FLOW_TABLE_ENTRY` | `op_mod` 0 (new entry); index inside the table, free, inside its group; action forward, one TIR destination, no counters, reformat, header rewrite, VLAN push; value only under the group's criteria (`BAD_PARAM`); group and TIR exist (`BAD_RESOURCE`) |
 //! | `DELETE_FLOW_TABLE_ENTRY` | the entry exists (`BAD_RESOURCE`) |
@@ -32,7 +32,7 @@ use crate::fw::ifc::{
     self, cmd_hca_cap as gen, dest_format_struct as dest, fte_match_set_lyr_2_4 as m,
 };
 
-use super::eth_caps::{LOG_MAX_FT_NUM, LOG_MAX_FT_SIZE};
+use super::eth_caps::{LOG_MAX_FT_NUM, LOG_MAX_FT_SIZE, MAX_FT_LEVEL};
 
 fn wq_state(raw: u8) -> Option<WqState> {
     match raw {
@@ -383,13 +383,14 @@ impl Hca {
             || c.table_miss_action != 0
             || c.table_miss_id != 0
             || c.lag_master_next_table_id != 0
-            || c.level != 0
+            || c.level > MAX_FT_LEVEL
             || c.log_size > LOG_MAX_FT_SIZE
         {
             return Err(unsupported());
         }
         let id = dev.eth.number();
-        dev.eth.fts.insert(id, FlowTable { log_size: c.log_size, ..Default::default() });
+        let table = FlowTable { log_size: c.log_size, level: c.level, ..Default::default() };
+        dev.eth.fts.insert(id, table);
         ifc::create_flow_table_out::TABLE_ID.set(out, u64::from(id));
         Ok(())
     }
