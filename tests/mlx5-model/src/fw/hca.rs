@@ -18,7 +18,7 @@ use rdma_pmd::BusAddr;
 
 use super::codes::{
     syndrome as syn, CapType, CmdStatus, ManagePagesMode, Opcode, PagesStage, PORT_TYPE_ETH,
-    REG_HOST_ENDIANNESS, TEARDOWN_FORCE, TEARDOWN_GRACEFUL,
+    PTYS_EN, REG_HOST_ENDIANNESS, REG_NODE_DESC, REG_PTYS, TEARDOWN_FORCE, TEARDOWN_GRACEFUL,
 };
 use super::eq::Eq;
 use super::ifc::{self, cmd_hca_cap as gen, roce_cap, Field};
@@ -102,6 +102,9 @@ pub(crate) struct Hca {
     pub vport_mtu: u16,
     pub uars: BTreeSet<u32>,
     pub pds: BTreeSet<u32>,
+    pub xrcds: BTreeSet<u32>,
+    /// `ptys_reg.eth_proto_admin` as last written.
+    pub ptys_admin: u32,
     pub mkeys: BTreeMap<u32, MkeyObj>,
     pub cqs: BTreeMap<u32, CqObj>,
     pub qps: BTreeMap<u32, QpObj>,
@@ -161,6 +164,11 @@ fn sizes(op: Opcode) -> Option<(usize, usize)> {
         QueryRoceAddress => (query_roce_address_in::SIZE, query_roce_address_out::SIZE),
         SetRoceAddress => (set_roce_address_in::SIZE, set_roce_address_out::SIZE),
         Nop => (nop_in::SIZE, nop_out::SIZE),
+        AllocXrcd => (alloc_xrcd_in::SIZE, alloc_xrcd_out::SIZE),
+        DeallocXrcd => (dealloc_xrcd_in::SIZE, dealloc_xrcd_out::SIZE),
+        QueryHcaVportPkey => (query_hca_vport_pkey_in::SIZE, query_hca_vport_pkey_out::SIZE),
+        // Refused in `dispatch` whatever its lengths.
+        MadIfc => (16, 16),
         AllocTransportDomain => (alloc_transport_domain_in::SIZE, alloc_transport_domain_out::SIZE),
         DeallocTransportDomain => {
             (dealloc_transport_domain_in::SIZE, dealloc_transport_domain_out::SIZE)
@@ -213,6 +221,9 @@ fn general_caps(cfg: &FwConfig, shared: &Shared) -> Vec<u8> {
     set(&mut c, gen::LOG_BF_REG_SIZE, u64::from(mc.log_bf_reg_size));
     set(&mut c, gen::MAX_WQE_SZ_SQ, u64::from(mc.max_wqe_sz_sq));
     set(&mut c, gen::LOG_MAX_PD, u64::from(cfg.log_max_pd));
+    // mlx5_ib's device resources include two XRC domains (`mlx5_ib_dev_res_init`).
+    set(&mut c, gen::XRC, 1);
+    set(&mut c, gen::LOG_MAX_XRCD, 16);
     // The Ethernet path (`fw::resources::eth`): what mlx5e's `mlx5e_check_required_hca_cap`
     // and `fs_core.c` look for.
     set(&mut c, gen::ETH_NET_OFFLOADS, 1);
@@ -254,6 +265,35 @@ pub(crate) const ADAPTER_PSID: &[u8] = b"MT_0000000MDL";
 /// `QUERY_ADAPTER` vendor-specific data (208 bytes, NUL padded).
 pub(crate) const ADAPTER_VSD: &[u8] = b"rdma-pmd mlx5 model";
 
+/// Bytes of the NODE_DESC register (kernel `struct mlx5_reg_node_desc`,
+/// `IB_DEVICE_NODE_DESC_MAX`).
+pub(crate) const NODE_DESC_LEN: usize = 64;
+/// The node description NODE_DESC answers (NUL padded to 64 bytes; mlx5_ib's
+/// `mlx5_query_node_desc` copies it into the device's `node_desc`).
+pub(crate) const NODE_DESC: &[u8] = b"rdma-pmd mlx5 model";
+
+/// PTYS `eth_proto_capability` of a 100 Gb/s ConnectX-5 port: bit *n* is link mode *n* of
+/// the kernel's `enum mlx5e_link_mode` (`include/linux/mlx5/port.h`): 1000BASE-KX (1),
+/// 10GBASE-KR/CR/SR/ER (4, 12, 13, 14), 40GBASE-CR4/KR4/SR4/LR4 (6, 7, 15, 16),
+/// 50GBASE-SR2/CR2/KR2 (18, 30, 31), 100GBASE-CR4/SR4/KR4/LR4 (20-23), 25GBASE-CR/KR/SR
+/// (27-29).
+pub(crate) const PTYS_ETH_CAPABILITY: u32 = 1 << 1
+    | 1 << 4
+    | 1 << 12
+    | 1 << 13
+    | 1 << 14
+    | 1 << 6
+    | 1 << 7
+    | 1 << 15
+    | 1 << 16
+    | 1 << 18
+    | 1 << 30
+    | 1 << 31
+    | 0xf << 20
+    | 0x7 << 27;
+/// PTYS `eth_proto_oper`: 100GBASE-CR4 (`MLX5E_100GBASE_CR4`, a direct-attach cable).
+pub(crate) const PTYS_ETH_OPER: u32 = 1 << 20;
+
 /// General capabilities `SET_HCA_CAP` may change (each at most its maximum).
 const SETTABLE: &[Field] =
     &[gen::LOG_MAX_QP, gen::CQE_VERSION, gen::UAR_4K, gen::ROCE, gen::CMDIF_CHECKSUM];
@@ -277,6 +317,8 @@ impl Hca {
             vport_mtu: 1500,
             uars: BTreeSet::new(),
             pds: BTreeSet::new(),
+            xrcds: BTreeSet::new(),
+            ptys_admin: PTYS_ETH_CAPABILITY,
             mkeys: BTreeMap::new(),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
@@ -339,6 +381,9 @@ impl Hca {
             TeardownHca => self.teardown_hca(inp),
             AccessReg => self.access_reg(inp, out),
             Nop => Ok(()),
+            // An Ethernet port has no subnet management agent: the kernel's `mlx5_MAD_IFC`
+            // callers (`mlx5_ib` `mad.c`) only log the failure on RoCE.
+            MadIfc => Err(fail(CmdStatus::BadOp, syn::NOT_ON_ETHERNET)),
             _ => self.resource_command(op, inp, out),
         }
     }
@@ -575,6 +620,7 @@ impl Hca {
     pub(crate) fn live_objects(&self) -> usize {
         self.uars.len()
             + self.pds.len()
+            + self.xrcds.len()
             + self.mkeys.len()
             + self.cqs.len()
             + self.qps.len()
@@ -600,33 +646,83 @@ impl Hca {
         Ok(())
     }
 
+    /// `ACCESS_REG` (kernel `mlx5_core_access_reg`: `op_mod` 0 writes, 1 reads; the register
+    /// data follows the 16-byte header in both directions).
     fn access_reg(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
         use ifc::access_register_in as i;
         self.need_boot_pages()?;
         let reg = i::REGISTER_ID.get(inp) as u16;
-        if reg != REG_HOST_ENDIANNESS {
-            return Err(fail(CmdStatus::BadParam, syn::BAD_REGISTER));
-        }
-        let len = self.host_endianness.len();
+        let len = match reg {
+            REG_HOST_ENDIANNESS => self.host_endianness.len(),
+            REG_PTYS => ifc::ptys_reg::SIZE,
+            REG_NODE_DESC => NODE_DESC_LEN,
+            _ => return Err(fail(CmdStatus::BadParam, syn::BAD_REGISTER)),
+        };
+        let write = match ifc::cmd_in::OP_MOD.get(inp) {
+            0 => true,
+            1 => false,
+            _ => return Err(fail(CmdStatus::BadOp, syn::BAD_OP_MOD)),
+        };
+        // The register image the driver sent: a write's value, and PTYS's port and protocol
+        // even for a read. Other reads may come without it.
         let data = i::REGISTER_DATA.byte();
-        match ifc::cmd_in::OP_MOD.get(inp) {
-            // op_mod 0 writes, 1 reads (kernel `mlx5_core_access_reg`).
-            0 => {
-                if inp.len() < data + len {
-                    return Err(fail(CmdStatus::BadPkt, syn::SHORT_REGISTER));
-                }
-                self.host_endianness.copy_from_slice(&inp[data..data + len]);
+        let zeros = [0u8; ifc::ptys_reg::SIZE];
+        let given = match inp.get(data..data + len) {
+            Some(g) => g,
+            None if !write && reg != REG_PTYS => &zeros[..len.min(zeros.len())],
+            None => return Err(fail(CmdStatus::BadPkt, syn::SHORT_REGISTER)),
+        };
+        let at = ifc::access_register_out::REGISTER_DATA.byte();
+        if !write && out.len() < at + len {
+            return Err(fail(CmdStatus::BadOutputLen, syn::OUTPUT_TOO_SHORT));
+        }
+        match (reg, write) {
+            (REG_HOST_ENDIANNESS, true) => {
+                self.host_endianness.copy_from_slice(given);
                 Ok(())
             }
-            1 => {
-                let at = ifc::access_register_out::REGISTER_DATA.byte();
-                if out.len() < at + len {
-                    return Err(fail(CmdStatus::BadOutputLen, syn::OUTPUT_TOO_SHORT));
-                }
+            (REG_HOST_ENDIANNESS, false) => {
                 out[at..at + len].copy_from_slice(&self.host_endianness);
                 Ok(())
             }
-            _ => Err(fail(CmdStatus::BadOp, syn::BAD_OP_MOD)),
+            (REG_PTYS, _) => self.ptys(given, write, &mut out[at..]),
+            // The node description is firmware's (a read-only register here).
+            (REG_NODE_DESC, true) => Err(fail(CmdStatus::BadParam, syn::BAD_REGISTER)),
+            (REG_NODE_DESC, false) => {
+                out[at..at + NODE_DESC.len()].copy_from_slice(NODE_DESC);
+                Ok(())
+            }
+            _ => Err(fail(CmdStatus::BadParam, syn::BAD_REGISTER)),
         }
+    }
+
+    /// PTYS on the model's one Ethernet port (`local_port` 1, `proto_mask` Ethernet): the
+    /// link modes a 100 Gb/s ConnectX-5 port reports (kernel `port.h` `enum mlx5e_link_mode`),
+    /// operating at 100GBASE-CR4, no extended modes (the model has no PCAM register, so the
+    /// kernel reads the legacy fields: `mlx5_ptys_ext_supported`). A write sets
+    /// `eth_proto_admin` to a subset of the capability.
+    fn ptys(&mut self, given: &[u8], write: bool, out: &mut [u8]) -> Res {
+        use ifc::ptys_reg as p;
+        if p::LOCAL_PORT.get(given) != 1 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_PORT));
+        }
+        if p::PROTO_MASK.get(given) & u64::from(PTYS_EN) == 0 {
+            return Err(fail(CmdStatus::BadParam, syn::NOT_ON_ETHERNET));
+        }
+        if write {
+            let admin = p::ETH_PROTO_ADMIN.get(given) as u32;
+            if admin == 0 || admin & !PTYS_ETH_CAPABILITY != 0 {
+                return Err(fail(CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
+            }
+            self.ptys_admin = admin;
+            return Ok(());
+        }
+        let r = &mut out[..p::SIZE];
+        p::LOCAL_PORT.set(r, 1);
+        p::PROTO_MASK.set(r, u64::from(PTYS_EN));
+        p::ETH_PROTO_CAPABILITY.set(r, u64::from(PTYS_ETH_CAPABILITY));
+        p::ETH_PROTO_ADMIN.set(r, u64::from(self.ptys_admin));
+        p::ETH_PROTO_OPER.set(r, u64::from(PTYS_ETH_OPER));
+        Ok(())
     }
 }

@@ -17,6 +17,9 @@
 //! | `2ERR_QP`, `2RST_QP` | QP exists |
 //! | `MODIFY_NIC_VPORT_CONTEXT` | own vport only; `roce_en` only if the RoCE capability is on (`BAD_PARAM`) |
 //! | `QUERY_QP` | QP exists; reports the model's state and the creation fields |
+//! | `ALLOC_XRCD` | count below `1 << log_max_xrcd` (`EXCEED_LIM`) |
+//! | `DEALLOC_XRCD` | domain exists (`BAD_RESOURCE`) |
+//! | `QUERY_HCA_VPORT_PKEY` | own vport (`BAD_PARAM`), port 0 or 1 (`BAD_PARAM`), index below `128 << pkey_table_size` or 0xffff for all (`BAD_INDEX`), output long enough (`BAD_OUTPUT_LEN`); index 0 holds 0xffff, the rest 0 |
 //! | `QUERY_VPORT_STATE` | own vport only; always up |
 //! | `QUERY_ROCE_ADDRESS` | port 0 or 1 (`BAD_PARAM`); index below `roce_address_table_size` (`BAD_INDEX`); the model's GID table in the kernel's RoCE v2 form (an IPv4 GID as `::ffff:a.b.c.d`, L3 type IPv4), zeros past its end |
 //! | `SET_ROCE_ADDRESS` | as `QUERY_ROCE_ADDRESS`; `roce_version` one the RoCE caps list, so not 0 (v1): `BAD_PARAM`, syndrome 0x12822d as real firmware; the entry must equal the model's configured one in that form, or past the table's end be the kernel's clear (no address or MAC, version 2, L3 type IPv6) (`BAD_PARAM`) |
@@ -30,6 +33,7 @@ mod cq;
 mod eq;
 mod eth;
 pub(crate) mod eth_caps;
+mod ib;
 mod mkey;
 mod qp;
 mod uar_pd;
@@ -160,6 +164,9 @@ impl Hca {
             SetFlowTableEntry => self.set_fte(ifc_op_mod(inp), &decode(inp)),
             DeleteFlowTableEntry => self.delete_fte(&decode(inp)),
             SetFlowTableRoot => self.set_flow_table_root(ifc_op_mod(inp), &decode(inp)),
+            AllocXrcd => self.alloc_xrcd(out),
+            DeallocXrcd => self.dealloc_xrcd(inp),
+            QueryHcaVportPkey => self.query_hca_vport_pkey(inp, out),
             _ => Err(fail(CmdStatus::BadOp, syn::UNKNOWN_OPCODE)),
         }
     }

@@ -2,6 +2,7 @@
 //! per test, each naming the kernel function or PRM rule it follows.
 
 use super::*;
+use crate::fw::codes::syndrome as syn;
 use crate::fw::CommandRecord;
 
 /// Kernel 6.12 `mlx5_query_board_id` and `mlx5_core_query_vendor_id` (`fw.c`): both read
@@ -217,4 +218,121 @@ fn command_events_only_for_commands_issued_with_a_command_eq_and_each_interrupts
     assert_eq!(sink.seen(), vec![3, 3, 3]);
     // Exactly two command events were written: EQE 3 is untouched.
     assert_eq!(d.eqe(buf, 4, 3)[63], 1);
+}
+
+/// Kernel 6.12 `mlx5_ib` `main.c` `mlx5_ib_dev_res_init`: with the `xrc` capability it
+/// allocates two XRC domains (`mlx5_cmd_xrcd_alloc`, `ALLOC_XRCD`) and frees them at unload
+/// (`DEALLOC_XRCD`); a live domain is an object like any other.
+#[test]
+fn xrc_domains_are_allocated_and_freed() {
+    let mut d = up();
+    let caps = d.query_caps(CapType::General, true);
+    assert_eq!(ifc::cmd_hca_cap::XRC.get(&caps), 1);
+    assert!(ifc::cmd_hca_cap::LOG_MAX_XRCD.get(&caps) >= 1);
+    let before = d.fw.live_objects();
+    let x0 = ifc::alloc_xrcd_out::XRCD.get(&d.simple(Opcode::AllocXrcd, 0)) as u32;
+    let x1 = ifc::alloc_xrcd_out::XRCD.get(&d.simple(Opcode::AllocXrcd, 0)) as u32;
+    assert_ne!(x0, x1);
+    assert_eq!(d.fw.live_objects(), before + 2);
+    let dealloc = |x: u32| {
+        let mut inp = input(Opcode::DeallocXrcd, 0, 16);
+        ifc::dealloc_xrcd_in::XRCD.set(&mut inp, u64::from(x));
+        inp
+    };
+    d.ok(&dealloc(x0), 16);
+    assert_eq!(d.status(&dealloc(x0), 16), (CmdStatus::BadResource, syn::NO_SUCH_OBJECT));
+    d.ok(&dealloc(x1), 16);
+    assert_eq!(d.fw.live_objects(), before);
+}
+
+/// Kernel 6.12 `core/vport.c` `mlx5_query_hca_vport_pkey` (called by `mlx5_ib`'s query_pkey
+/// on RoCE ports too): index 0xffff asks for the whole table of `128 << pkey_table_size`
+/// entries, any other index for one; index 0 holds the default P_Key 0xffff.
+#[test]
+fn the_pkey_table_holds_the_default_pkey() {
+    let mut d = up();
+    use ifc::query_hca_vport_pkey_in as i;
+    let query = |index: u16| {
+        let mut inp = input(Opcode::QueryHcaVportPkey, 0, i::SIZE);
+        i::PKEY_INDEX.set(&mut inp, u64::from(index));
+        inp
+    };
+    let entry = |out: &[u8], k: usize| {
+        let at = ifc::query_hca_vport_pkey_out::SIZE + 4 * k;
+        ifc::pkey::PKEY.get(&out[at..at + 4])
+    };
+    assert_eq!(entry(&d.ok(&query(0), 20), 0), 0xffff);
+    assert_eq!(entry(&d.ok(&query(5), 20), 0), 0);
+    let all = d.ok(&query(0xffff), 16 + 4 * 128);
+    assert_eq!(entry(&all, 0), 0xffff);
+    assert!((1..128).all(|k| entry(&all, k) == 0));
+    assert_eq!(d.status(&query(128), 20), (CmdStatus::BadIndex, syn::INDEX_RANGE));
+    assert_eq!(d.status(&query(0xffff), 20).0, CmdStatus::BadOutputLen, "room for 128");
+    let mut other = query(0);
+    i::OTHER_VPORT.set(&mut other, 1);
+    i::VPORT_NUMBER.set(&mut other, 1);
+    assert_eq!(d.status(&other, 20).0, CmdStatus::BadParam);
+}
+
+/// An `ACCESS_REG` read of `reg` with `data` as the register image sent; the register bytes.
+fn read_reg(d: &mut Dev, reg: u16, data: &[u8]) -> Result<Vec<u8>, (CmdStatus, u32)> {
+    let mut inp = input(Opcode::AccessReg, 1, 16 + data.len());
+    ifc::access_register_in::REGISTER_ID.set(&mut inp, u64::from(reg));
+    inp[16..].copy_from_slice(data);
+    let (st, out) = d.run(0, &inp, 16 + data.len(), Tweak::default());
+    assert_eq!(st, DeliveryStatus::Ok);
+    match CmdStatus::from(ifc::cmd_out::STATUS.get(&out) as u8) {
+        CmdStatus::Ok => Ok(out[16..].to_vec()),
+        s => Err((s, ifc::cmd_out::SYNDROME.get(&out) as u32)),
+    }
+}
+
+/// Kernel 6.12 `mlx5_ib` `main.c` `mlx5_query_node_desc`: `ACCESS_REG` NODE_DESC (0x6001), a
+/// 64-byte string (`IB_DEVICE_NODE_DESC_MAX`).
+#[test]
+fn node_desc_is_a_string() {
+    let mut d = up();
+    let desc = read_reg(&mut d, REG_NODE_DESC, &[0; 64]).expect("NODE_DESC reads");
+    assert_eq!(desc.len(), 64);
+    let text: Vec<u8> = desc.iter().copied().take_while(|b| *b != 0).collect();
+    assert!(!text.is_empty() && text.iter().all(|b| b.is_ascii_graphic() || *b == b' '));
+    assert!(desc[text.len()..].iter().all(|b| *b == 0));
+}
+
+/// Kernel 6.12 `core/port.c` `mlx5_query_port_ptys` / `mlx5_port_query_eth_proto` (read by
+/// `mlx5_ib`'s `mlx5_query_port_roce` to report speed and width): PTYS (0x5004) for local
+/// port 1, Ethernet protocol (`MLX5_PTYS_EN`), legacy link modes (`port.h` `enum
+/// mlx5e_link_mode`): a 100 Gb/s port's capability, operating at 100GBASE-CR4.
+#[test]
+fn ptys_reports_a_100g_ethernet_port() {
+    let mut d = up();
+    use ifc::ptys_reg as p;
+    let mut q = [0u8; p::SIZE];
+    p::LOCAL_PORT.set(&mut q, 1);
+    p::PROTO_MASK.set(&mut q, u64::from(PTYS_EN));
+    let r = read_reg(&mut d, REG_PTYS, &q).expect("PTYS reads");
+    assert_eq!(p::LOCAL_PORT.get(&r), 1);
+    let cap = p::ETH_PROTO_CAPABILITY.get(&r);
+    for mode in [20, 21, 22, 23, 27, 28, 29, 6, 7, 4] {
+        assert_eq!(cap >> mode & 1, 1, "link mode {mode}");
+    }
+    assert_eq!(p::ETH_PROTO_OPER.get(&r), 1 << 20, "MLX5E_100GBASE_CR4");
+    assert_eq!(p::ETH_PROTO_ADMIN.get(&r), cap);
+    assert_eq!(p::EXT_ETH_PROTO_CAPABILITY.get(&r), 0, "no extended modes without PCAM");
+    // Another port, or the InfiniBand protocol, is refused.
+    let mut bad = q;
+    p::LOCAL_PORT.set(&mut bad, 2);
+    assert_eq!(read_reg(&mut d, REG_PTYS, &bad).unwrap_err().0, CmdStatus::BadParam);
+    let mut ib = q;
+    p::PROTO_MASK.set(&mut ib, 1);
+    assert_eq!(read_reg(&mut d, REG_PTYS, &ib).unwrap_err().0, CmdStatus::BadParam);
+}
+
+/// `MAD_IFC` (0x50d) has no agent behind it on an Ethernet port: refused (kernel 6.12
+/// `mlx5_ib` only logs the failure on RoCE ports).
+#[test]
+fn mad_ifc_is_refused_on_ethernet() {
+    let mut d = up();
+    let inp = input(Opcode::MadIfc, 0, 16 + 8 + 256);
+    assert_eq!(d.status(&inp, 16 + 256), (CmdStatus::BadOp, syn::NOT_ON_ETHERNET));
 }
