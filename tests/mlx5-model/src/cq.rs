@@ -1,6 +1,6 @@
 //! Writing CQEs into a CQ, the way the HCA does.
 //!
-//! * The entry is `buf + (pi & (cqe_cnt - 1)) * 64`; its owner bit is `!!(pi & cqe_cnt)`, the
+//! * The entry is byte `(pi & (cqe_cnt - 1)) * 64` of the CQ's page list; its owner bit is `!!(pi & cqe_cnt)`, the
 //!   lap parity software expects (rdma-core `cq.c` `get_sw_cqe`).
 //! * The body (bytes 0..56) is written first, then a release fence, then the last 8 bytes,
 //!   which hold `op_own` (byte 63), as one 8-byte store, so that software which sees the new
@@ -67,7 +67,7 @@ fn write(sh: &Shared, cqn: u32, cq: &mut Cq, repr: &mut CqeRepr) -> bool {
     }
     let mut bytes = [0u8; CQE_LEN];
     repr.emit(&mut bytes);
-    let at = cq.buf + u64::from(cq.pi & (size - 1)) * CQE_LEN as u64;
+    let at = cq.buf.at(u64::from(cq.pi & (size - 1)) * CQE_LEN as u64);
     if !sh.dma.write(BusAddr(at), &bytes[..OWNER_WORD]) {
         sh.note(0, None, Reason::DmaFault { bus: at, len: CQE_LEN as u64 });
         return cq_error(sh, cqn, cq);

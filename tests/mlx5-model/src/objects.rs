@@ -81,11 +81,49 @@ impl Mkey {
     }
 }
 
+/// A queue buffer as hardware addresses it: pages of `1 << page_shift` bytes, each anywhere in
+/// bus memory, listed in queue order (a PAS list: PRM "Physical Address Structure"; the
+/// kernel's CQ, EQ and WQ buffers are `mlx5_frag_buf`s of separately allocated pages). Byte
+/// `off` of the queue is in page `off >> page_shift`. A bus-contiguous buffer is one page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QueueBuf {
+    pages: std::sync::Arc<[u64]>,
+    page_shift: u32,
+}
+
+impl QueueBuf {
+    /// A buffer that is bus-contiguous from `base`.
+    pub fn contiguous(base: u64) -> QueueBuf {
+        QueueBuf { pages: std::sync::Arc::from([base]), page_shift: 63 }
+    }
+
+    /// A buffer in `pages` of `1 << page_shift` bytes each.
+    pub fn pages(pages: &[u64], page_shift: u32) -> QueueBuf {
+        QueueBuf { pages: std::sync::Arc::from(pages), page_shift: page_shift.min(63) }
+    }
+
+    /// Bus address of the first byte.
+    pub fn base(&self) -> u64 {
+        self.pages.first().copied().unwrap_or(u64::MAX)
+    }
+
+    /// Bus address of byte `off` of the queue. Callers access at most to the end of an
+    /// aligned entry (CQE, EQE, WQEBB, receive WQE), which never crosses a page. An offset
+    /// past the listed pages yields an address no memory answers (a DMA fault, not a panic).
+    pub fn at(&self, off: u64) -> u64 {
+        let mask = (1u64 << self.page_shift) - 1;
+        match self.pages.get((off >> self.page_shift) as usize) {
+            Some(p) => p.wrapping_add(off & mask),
+            None => !0xfff,
+        }
+    }
+}
+
 /// A completion queue.
 #[derive(Debug)]
 pub(crate) struct Cq {
     pub log_size: u8,
-    pub buf: u64,
+    pub buf: QueueBuf,
     pub dbrec: u64,
     pub uar: u32,
     /// Producer index (free running).
@@ -168,7 +206,7 @@ impl Service {
 }
 
 /// What a QP is created with (`CREATE_QP`'s fields, as the model keeps them).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct QpSpec {
     pub service: Service,
     pub pd: u32,
@@ -179,8 +217,8 @@ pub(crate) struct QpSpec {
     pub log_rq_size: Option<u8>,
     /// log2 of the receive WQE stride in bytes.
     pub log_rq_stride: u8,
-    /// Bus address of the queue buffer (receive queue, then send queue).
-    pub buf: u64,
+    /// The queue buffer (receive queue, then send queue).
+    pub buf: QueueBuf,
     /// Bus address of the doorbell record (`dbrec[0]` receive, `dbrec[1]` send).
     pub dbrec: u64,
     pub uar: u32,
@@ -248,17 +286,14 @@ impl Qp {
     /// Bus address of the receive WQE the HCA consumes next.
     pub fn rq_slot(&self) -> u64 {
         let slot = u64::from(u32::from(self.rq_ci) & (self.rq_cnt().max(1) - 1));
-        self.spec.buf + (slot << self.spec.log_rq_stride)
+        self.spec.buf.at(slot << self.spec.log_rq_stride)
     }
 
-    /// Bus address of the send queue: after the receive queue (PRM order).
-    pub fn sq_base(&self) -> u64 {
-        self.spec.buf + (u64::from(self.rq_cnt()) << self.spec.log_rq_stride)
-    }
-
-    /// Bus address of send WQEBB slot `slot`.
+    /// Bus address of send WQEBB slot `slot`: the send queue follows the receive queue (PRM
+    /// order), each WQEBB translated through the page list on its own.
     pub fn sq_slot(&self, counter: u32) -> u64 {
-        self.sq_base() + u64::from(counter & (self.sq_cnt() - 1)) * 64
+        let sq = u64::from(self.rq_cnt()) << self.spec.log_rq_stride;
+        self.spec.buf.at(sq + u64::from(counter & (self.sq_cnt() - 1)) * 64)
     }
 }
 

@@ -50,7 +50,7 @@ pub(crate) fn is_sq(dev: &Device, qpn: u32) -> bool {
 pub(crate) fn doorbell(sh: &Shared, page: u32, sqn: u32) {
     let mut guard = sh.dev();
     let dev = &mut *guard;
-    let Some(mut sq) = dev.eth.sqs.get(&sqn).copied() else { return };
+    let Some(mut sq) = dev.eth.sqs.get(&sqn).cloned() else { return };
     let note = |r: Reason| {
         bump(&sh.stats.ignored_doorbells);
         sh.note(sqn, None, r);
@@ -124,7 +124,7 @@ fn complete(sh: &Shared, dev: &mut Device, cqn: u32, c: CqeRepr) {
 /// Read the WQE at the SQ's counter and build its frame: (frame, WQEBBs, signaled).
 fn build(sh: &Shared, dev: &Device, sqn: u32, sq: &Sq) -> Result<(Vec<u8>, u16, bool), Fault> {
     let size = 1u64 << sq.log_size;
-    let slot = |k: u64| sq.buf + ((u64::from(sq.pc) + k) & (size - 1)) * WQEBB as u64;
+    let slot = |k: u64| sq.buf.at(((u64::from(sq.pc) + k) & (size - 1)) * WQEBB as u64);
     let mut wqe = vec![0u8; WQEBB];
     if !sh.dma.read(BusAddr(slot(0)), &mut wqe) {
         return Err(Fault::Dma(slot(0)));

@@ -89,8 +89,9 @@
 //! * One physical function (function id 0), no VFs, one port (Ethernet, RoCE v2).
 //! * Signatures are not checked (`cmdif_checksum` is 0); mailbox pointers need 512-byte
 //!   alignment.
-//! * Queue buffers (CQ, QP) and MTT translations must be bus-contiguous: the device model
-//!   addresses them linearly.
+//! * Queue buffers (EQ, CQ, QP, SQ, RQ) are page lists as on hardware: each PAS entry one
+//!   page anywhere. MTT translations of memory keys must still be bus-contiguous (the engine
+//!   addresses a key's range linearly).
 //! * `TEARDOWN_HCA` refuses while objects created through commands remain, and `DISABLE_HCA`
 //!   while the firmware still holds pages, so that leaks show up as failures.
 //! * Given pages are overwritten with `0xf5`, as firmware would use them. Before `INIT_HCA`

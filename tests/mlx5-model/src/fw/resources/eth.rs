@@ -19,7 +19,7 @@
 //! | `DELETE_FLOW_TABLE_ENTRY` | the entry exists (`BAD_RESOURCE`) |
 //! | `SET_FLOW_TABLE_ROOT` | `op_mod` 0 sets `table_id` (which must exist), 1 disconnects; no other vport's table, no underlay QP (`BAD_PARAM`) |
 
-use super::{busy, contiguous_queue, limit, no_such, reachable, unsupported};
+use super::{busy, limit, no_such, queue_pages, reachable, unsupported};
 use crate::eth::{FlowGroup, FlowTable, Fte, Rq, Sq, Tir, Tis, WqState};
 use crate::fw::codes::{
     syndrome as syn, CmdStatus, FLOW_ACTION_FWD_DEST, FLOW_DEST_TYPE_TIR, FLOW_TABLE_TYPE_NIC_RX,
@@ -31,6 +31,7 @@ use crate::fw::hca::{fail, Fail, Hca, Res};
 use crate::fw::ifc::{
     self, cmd_hca_cap as gen, dest_format_struct as dest, fte_match_set_lyr_2_4 as m,
 };
+use crate::objects::QueueBuf;
 
 use super::eth_caps::{LOG_MAX_FT_NUM, LOG_MAX_FT_SIZE, MAX_FT_LEVEL};
 
@@ -109,7 +110,7 @@ fn steering_target(other_vport: bool, vport: u16, table_type: u8) -> Res {
 
 /// What the model keeps of a WQ: (buffer, doorbell record) after the common checks.
 struct WqPlace {
-    buf: u64,
+    buf: QueueBuf,
     dbrec: u64,
 }
 
@@ -137,7 +138,7 @@ impl Hca {
             return Err(no_such());
         }
         let bytes = (1u64 << stride) << wq.log_wq_sz;
-        let buf = contiguous_queue(self, pas, 12 + u32::from(wq.log_wq_pg_sz), bytes)?;
+        let buf = queue_pages(self, pas, 12 + u32::from(wq.log_wq_pg_sz), bytes)?;
         if wq.dbr_addr % 8 != 0 {
             return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
         }

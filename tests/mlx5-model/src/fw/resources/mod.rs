@@ -11,7 +11,7 @@
 //! | `DEALLOC_*`, `DESTROY_*` | object exists (`BAD_RESOURCE`; `BAD_INDEX` for an EQ number or UAR index beyond the table); not referenced (`RESOURCE_BUSY`) |
 //! | `CREATE_EQ` | `log_eq_size <= log_max_eq_sz` (`BAD_PARAM`); UAR allocated (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`) and translates (`BAD_PARAM`) |
 //! | `CREATE_MKEY` | PD exists (`BAD_RESOURCE`); PA or MTT mode, not free, `length64` only with PA (`BAD_PARAM`); MTT: 4 KiB ≤ page ≤ 1 GiB, enough entries (`BAD_INPUT_LEN` / `BAD_PARAM`), page aligned, contiguous, range translates (`BAD_PARAM`) |
-//! | `CREATE_CQ` | `log_cq_size <= log_max_cq_sz` (`BAD_SIZE`); 64-byte CQEs, no compression, no umem, `page_offset` 0 (`BAD_PARAM`); UAR and EQ exist (`BAD_RESOURCE`); PAS covers, contiguous, translates; doorbell record translates (`BAD_PARAM`) |
+//! | `CREATE_CQ` | `log_cq_size <= log_max_cq_sz` (`BAD_SIZE`); 64-byte CQEs, no compression, no umem, `page_offset` 0 (`BAD_PARAM`); UAR and EQ exist (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`), each page aligned and translating, anywhere (`BAD_PARAM`); doorbell record translates (`BAD_PARAM`) |
 //! | `CREATE_QP` | RC, has an SQ, regular or zero-length RQ (`BAD_PARAM`); PD, CQs, UAR exist (`BAD_RESOURCE`); queue sizes within `log_max_qp_sz` (`BAD_PARAM`); PAS as for CQs |
 //! | `RST2INIT/INIT2RTR/RTR2RTS_QP` | QP exists (`BAD_RESOURCE`); QP state is RST/INIT/RTR (`BAD_QP_STATE`); port 1, MTU 1..=5 (`BAD_PARAM`); a RoCE path needs `roce_en` (`BAD_PARAM`; force-loopback does not: `fl_rc_qp_when_roce_disabled`) |
 //! | `2ERR_QP`, `2RST_QP` | QP exists |
@@ -45,6 +45,7 @@ use super::codes::{syndrome as syn, CmdStatus, Opcode};
 use super::decoded::{decode, Entries};
 use super::hca::{fail, Fail, Hca, Res};
 use super::ifc::Field;
+use crate::objects::QueueBuf;
 
 /// A refusal by the device model, as a command status.
 fn model_err(e: Error) -> Fail {
@@ -88,23 +89,23 @@ fn pas_first(list: &Entries, n: usize) -> Result<&[u64], Fail> {
     list.first(n).ok_or(fail(CmdStatus::BadInputLen, syn::PAS_TOO_SHORT))
 }
 
-/// A queue buffer of `bytes` bytes in pages of `1 << shift` listed in `pas`: the model needs
-/// it bus-contiguous. Returns its bus address.
-fn contiguous_queue(hca: &Hca, pas: &Entries, shift: u32, bytes: u64) -> Result<u64, Fail> {
+/// A queue buffer of `bytes` bytes in pages of `1 << shift` bytes listed in `pas`: each
+/// entry one page, page aligned, anywhere in bus memory (PRM PAS; the kernel's CQ, EQ and WQ
+/// buffers are fragmented page lists). Every page must translate for the bytes the queue uses
+/// of it.
+fn queue_pages(hca: &Hca, pas: &Entries, shift: u32, bytes: u64) -> Result<QueueBuf, Fail> {
     if !(12..=30).contains(&shift) {
         return Err(unsupported());
     }
     let pg = 1u64 << shift;
     let list = pas_first(pas, bytes.div_ceil(pg) as usize)?;
-    let base = list[0];
-    if base % pg != 0 {
-        return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
+    for (k, a) in list.iter().enumerate() {
+        if a % pg != 0 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
+        }
+        reachable(hca, *a, pg.min(bytes - k as u64 * pg))?;
     }
-    if list.iter().enumerate().any(|(k, a)| *a != base + k as u64 * pg) {
-        return Err(fail(CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
-    }
-    reachable(hca, base, bytes)?;
-    Ok(base)
+    Ok(QueueBuf::pages(list, shift))
 }
 
 fn reachable(hca: &Hca, at: u64, len: u64) -> Res {

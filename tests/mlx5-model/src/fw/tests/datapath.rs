@@ -140,3 +140,88 @@ fn roce_paths_from_init2rtr_reach_the_peer_model() {
     let cqe = first_cqe(&c);
     assert_eq!(cqe[63] >> 4, 0xd, "MLX5_CQE_REQ_ERR");
 }
+
+/// The kernel's queue buffers are page lists, not contiguous memory (6.12 `mlx5_frag_buf_alloc_node`,
+/// `mlx5_fill_page_frag_array`; mlx5_ib's CQ and QP buffers, PRM PAS): `CREATE_CQ` and
+/// `CREATE_QP` take pages anywhere, and the engine addresses each entry through the list. Here
+/// the send queue starts in the QP's second page (the receive queue fills the first) and that
+/// page lies before the first in memory; the WRITE posted there executes.
+#[test]
+fn queues_in_scattered_pages_carry_an_rdma_write() {
+    let mut d = Dev::on(Model::new(), FwConfig::default());
+    d.up();
+    let uar = d.alloc_uar();
+    let (eqn, _) = d.create_eq(uar, 4, &[EventType::Cmd]);
+    let pd = d.alloc_pd();
+    let (inp, src_buf) = d.mkey_input(pd, 4096, 0x11);
+    let key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x11;
+    let (inp, dst_buf) = d.mkey_input(pd, 4096, 0x22);
+    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x22;
+
+    // A 128-entry CQ in two pages listed in reverse order of their addresses.
+    let (c1, _gap, c0) = (d.alloc(4096, 4096), d.alloc(4096, 4096), d.alloc(4096, 4096));
+    for p in [c0, c1] {
+        for k in 0..64 {
+            assert!(d.dma.write(BusAddr(p + 64 * k + 63), &[0xf1]));
+        }
+    }
+    let mut cin = d.cq_input(uar, eqn, 7);
+    let cq_dbr = d.last_queue.1;
+    ifc::create_cq_in::PAS.index(0).set(&mut cin, c0);
+    ifc::create_cq_in::PAS.index(1).set(&mut cin, c1);
+    let cq = ifc::create_cq_out::CQN.get(&d.ok(&cin, 16)) as u32;
+    {
+        let dev = d.model.shared().dev();
+        let buf = &dev.cqs[&cq].buf;
+        assert_eq!((buf.at(0), buf.at(64 * 64), buf.at(64 * 127)), (c0, c1, c1 + 63 * 64));
+    }
+
+    // An RC QP: 128 receive WQEs of 32 bytes fill page 0; the send queue is page 1, which
+    // lies below page 0.
+    let (q1, _gap, q0) = (d.alloc(4096, 4096), d.alloc(4096, 4096), d.alloc(4096, 4096));
+    let mut qin = d.qp_input(pd, cq, uar, 6);
+    let qp_dbr = d.last_queue.1;
+    set_in(&mut qin, ifc::create_qp_in::QPC, ifc::qpc::LOG_RQ_SIZE, 7);
+    ifc::create_qp_in::PAS.index(0).set(&mut qin, q0);
+    ifc::create_qp_in::PAS.index(1).set(&mut qin, q1);
+    let qpn = ifc::create_qp_out::QPN.get(&d.ok(&qin, 16)) as u32;
+    let peer = d.create_qp(pd, cq, uar);
+    d.connect(qpn, peer);
+    d.connect(peer, qpn);
+
+    let p: Vec<u8> = (0..200u32).map(|i| (i * 5 + 1) as u8).collect();
+    assert!(d.dma.write(BusAddr(src_buf + 100), &p));
+    let mut wqe = [0u8; 64];
+    wqe[0..4].copy_from_slice(&0x08u32.to_be_bytes()); // wqe index 0, RDMA WRITE
+    wqe[4..8].copy_from_slice(&(qpn << 8 | 3).to_be_bytes());
+    wqe[11] = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE
+    wqe[16..24].copy_from_slice(&(VA + 1000).to_be_bytes());
+    wqe[24..28].copy_from_slice(&dst_key.to_be_bytes());
+    wqe[32..36].copy_from_slice(&(p.len() as u32).to_be_bytes());
+    wqe[36..40].copy_from_slice(&key.to_be_bytes());
+    wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
+    assert!(d.dma.write(BusAddr(q1), &wqe), "send WQE 0 is the first byte of page 1");
+    rdma_pmd_hal::barrier::to_device();
+    assert!(d.dma.write(BusAddr(qp_dbr + 4), &1u32.to_be_bytes()));
+    rdma_pmd_hal::barrier::to_device();
+    let uar_off = uar as usize * crate::UAR_PAGE;
+    d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
+
+    let end = Instant::now() + WAIT;
+    let mut cqe = [0u8; 64];
+    loop {
+        assert!(d.dma.read(BusAddr(c0), &mut cqe));
+        if cqe[63] >> 4 != 0xf {
+            break;
+        }
+        assert!(Instant::now() < end, "no CQE in the CQ's first page");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    assert_eq!(cqe[63], 0x00, "a successful requester CQE of the first pass");
+    assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, qpn);
+    assert!(d.dma.write(BusAddr(cq_dbr), &1u32.to_be_bytes()));
+    let mut got = vec![0u8; p.len()];
+    assert!(d.dma.read(BusAddr(dst_buf + 1000), &mut got));
+    assert_eq!(got, p);
+    assert_eq!(d.model.counters().validation_failures, 0);
+}

@@ -220,7 +220,7 @@ fn object_checks() {
         (CmdStatus::BadIndex, syn::INDEX_RANGE)
     );
 
-    // A CQ on an EQ that does not exist; too big; 128-byte CQEs; a hole in its PAS.
+    // A CQ on an EQ that does not exist; too big; 128-byte CQEs; a bad page in its PAS.
     let mut x = d.cq_input(uar, eqn + 1, 5);
     assert_eq!(d.status(&x, 16), (CmdStatus::BadResource, syn::NO_SUCH_OBJECT));
     x = d.cq_input(uar, eqn, 5);
@@ -232,8 +232,10 @@ fn object_checks() {
     x = d.cq_input(uar, eqn, 7); // two pages
     let second = ifc::create_cq_in::PAS.index(1);
     let v = second.get(&x);
-    second.set(&mut x, v + 0x10000);
-    assert_eq!(d.status(&x, 16), (CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
+    second.set(&mut x, v + 0x800);
+    assert_eq!(d.status(&x, 16), (CmdStatus::BadParam, syn::BAD_ADDRESS), "unaligned page");
+    second.set(&mut x, 0x7000_0000_0000);
+    assert_eq!(d.status(&x, 16), (CmdStatus::BadParam, syn::BAD_ADDRESS), "unmapped page");
     x.truncate(x.len() - 8);
     assert_eq!(d.status(&x, 16), (CmdStatus::BadInputLen, syn::PAS_TOO_SHORT));
     x = d.cq_input(uar, eqn, 5);
