@@ -171,7 +171,10 @@ impl Shared {
             return Err(Error::Device(Errno::ENOMEM));
         }
         dev.next_cqn += 1;
-        dev.cqs.insert(cqn, Cq { log_size, buf, dbrec, uar, pi: 0, armed: false, error: false });
+        dev.cqs.insert(
+            cqn,
+            Cq { log_size, buf, dbrec, uar, pi: 0, armed: false, eqn: None, error: false },
+        );
         Ok(cqn)
     }
 

@@ -85,6 +85,9 @@ fn write(sh: &Shared, cqn: u32, cq: &mut Cq, repr: &mut CqeRepr) -> bool {
     if cq.armed {
         cq.armed = false;
         sh.stats.event(Event::Completion { cqn });
+        if let Some(eqn) = cq.eqn {
+            crate::fw::comp_event(sh, eqn, cqn);
+        }
     }
     true
 }

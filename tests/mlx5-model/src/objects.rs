@@ -129,6 +129,8 @@ pub(crate) struct Cq {
     /// Producer index (free running).
     pub pi: u32,
     pub armed: bool,
+    /// The EQ its completion events go to (`cqc.c_eqn`), for a CQ the firmware created.
+    pub eqn: Option<u8>,
     /// Overflowed or faulted: no more CQEs are written.
     pub error: bool,
 }

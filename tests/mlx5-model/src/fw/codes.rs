@@ -293,6 +293,8 @@ fw_code! {
 fw_code! {
     /// Event type of an EQE (bit position in `create_eq_in.event_bitmask`).
     EventType: u8 {
+        /// A CQE was written to an armed CQ (`comp_event`).
+        Completion = 0x00 ("MLX5_EVENT_TYPE_COMP"),
         /// A command completed (`cmd_inter_comp_event`).
         Cmd = 0x0a ("MLX5_EVENT_TYPE_CMD"),
         /// The firmware asks for, or returns, pages (`pages_req_event`).

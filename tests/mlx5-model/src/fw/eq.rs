@@ -1,4 +1,4 @@
-//! Event queues the firmware writes: command completion and page request events.
+//! Event queues the firmware writes: command completion, page request and completion events.
 //!
 //! An EQ is a ring of 64-byte EQEs (`struct mlx5_ifc_eqe_bits`) in host pages listed by
 //! `CREATE_EQ`'s PAS (each `4096 << eqc.log_page_size` bytes). Entry *n* lives at byte
@@ -22,6 +22,9 @@ use rdma_pmd_hal::mem::BusMemory;
 use super::codes::EventType;
 use super::ifc::eqe;
 use super::FwError;
+
+/// The firmware's event queues by EQ number, under their own (leaf) lock.
+pub(crate) type EqTable = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<u8, Eq>>>;
 
 /// EQ doorbell offset in a UAR page: update the consumer index and arm.
 pub const DOORBELL_ARM: usize = 0x40;
@@ -110,6 +113,14 @@ impl Eq {
 pub fn cmd_event(vector: u32) -> [u8; 28] {
     let mut d = [0u8; 28];
     super::ifc::cmd_inter_comp_event::COMMAND_COMPLETION_VECTOR.set(&mut d, u64::from(vector));
+    d
+}
+
+/// Build the 28-byte event data of a completion event for CQ `cqn` (`comp_event.cq_number`;
+/// kernel `struct mlx5_eqe_comp`, read by `mlx5_eq_comp_int`).
+pub fn comp_event(cqn: u32) -> [u8; 28] {
+    let mut d = [0u8; 28];
+    super::ifc::comp_event::CQ_NUMBER.set(&mut d, u64::from(cqn));
     d
 }
 

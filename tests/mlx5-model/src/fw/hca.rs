@@ -108,7 +108,9 @@ pub(crate) struct Hca {
     pub mkeys: BTreeMap<u32, MkeyObj>,
     pub cqs: BTreeMap<u32, CqObj>,
     pub qps: BTreeMap<u32, QpObj>,
-    pub eqs: BTreeMap<u8, Eq>,
+    /// The event queues: their own lock, a leaf (taken under the device lock when a CQ's
+    /// completion event is posted; nothing is locked while it is held).
+    pub eqs: super::eq::EqTable,
     pub shared: Arc<Shared>,
     pub log: Vec<Executed>,
     /// Commands executed, by (opcode, op_mod, status).
@@ -322,12 +324,17 @@ impl Hca {
             mkeys: BTreeMap::new(),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
-            eqs: BTreeMap::new(),
+            eqs: Default::default(),
             shared,
             log: Vec::new(),
             counts: BTreeMap::new(),
             keep_pages: false,
         }
+    }
+
+    /// The event queues, locked.
+    pub(crate) fn eqs(&self) -> std::sync::MutexGuard<'_, BTreeMap<u8, Eq>> {
+        self.eqs.lock().expect("event queues poisoned")
     }
 
     /// Execute one command: `input` is its whole input, the result is exactly `outlen` bytes.
@@ -618,13 +625,14 @@ impl Hca {
 
     /// Objects created through the command interface and not destroyed.
     pub(crate) fn live_objects(&self) -> usize {
-        self.uars.len()
+        // The EQ table's lock is a leaf: released before the device lock is taken.
+        let eqs = self.eqs().len();
+        eqs + self.uars.len()
             + self.pds.len()
             + self.xrcds.len()
             + self.mkeys.len()
             + self.cqs.len()
             + self.qps.len()
-            + self.eqs.len()
             + self.shared.dev().eth.count()
     }
 

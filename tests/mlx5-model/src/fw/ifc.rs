@@ -384,6 +384,10 @@ ifc! {
         SIGNATURE = "signature" @ 0x1f0 : 8;
         OWNER = "owner" @ 0x1ff : 1;
     }
+    /// Event data of a completion event.
+    comp_event = "comp_event", 28 bytes {
+        CQ_NUMBER = "cq_number" @ 0xc8 : 24;
+    }
     /// Event data of a command completion event.
     cmd_inter_comp_event = "cmd_inter_comp_event", 28 bytes {
         COMMAND_COMPLETION_VECTOR = "command_completion_vector" @ 0x0 : 32;

@@ -97,8 +97,9 @@
 //! * Given pages are overwritten with `0xf5`, as firmware would use them. Before `INIT_HCA`
 //!   every page may be taken back (the kernel's failed-bring-up path); from `INIT_HCA` to
 //!   `TEARDOWN_HCA` boot + init + run-time pages are locked.
-//! * `CREATE_CQ` needs an existing EQ (`c_eqn`), as on hardware; completion EQEs for CQs are
-//!   not generated (the model's poll-mode driver does not arm CQs through EQs).
+//! * `CREATE_CQ` needs an existing EQ (`c_eqn`), as on hardware. A CQE written to an armed
+//!   CQ (CQ arm doorbell) posts a completion EQE (type 0, the CQ number) to that EQ with its
+//!   vector, and disarms the CQ (`fw::comp_event`); CQ errors post no EQE yet.
 //! * `RST2INIT_QP` needs `primary_address_path.vhca_port_num` = 1.
 //! * One firmware per model, for the model's life.
 //! * A full EQ (once the driver has rung its doorbell) drops the event and counts an overrun.
@@ -307,6 +308,10 @@ struct Bell {
 
 pub(crate) struct FwShared {
     hca: Mutex<Hca>,
+    /// The same table as `Hca::eqs`, reachable without the firmware's lock.
+    eqs: eq::EqTable,
+    /// The model (its MSI-X sink).
+    model: Arc<Shared>,
     regs: Mutex<Regs>,
     bell: Mutex<Bell>,
     wake: Condvar,
@@ -318,6 +323,10 @@ pub(crate) struct FwShared {
 impl FwShared {
     fn hca(&self) -> MutexGuard<'_, Hca> {
         self.hca.lock().expect("firmware state poisoned")
+    }
+
+    fn eqs(&self) -> MutexGuard<'_, std::collections::BTreeMap<u8, eq::Eq>> {
+        self.eqs.lock().expect("event queues poisoned")
     }
 
     fn regs(&self) -> MutexGuard<'_, Regs> {
@@ -352,7 +361,7 @@ impl FwShared {
                 // issues the CREATE_EQ that makes its command EQ in polling mode, and only
                 // then switches to events (6.12 `eq.c` `create_async_eqs`,
                 // `mlx5_cmd_use_events`; `cmd.c` `mlx5_cmd_comp_handler`).
-                let events = self.hca().eqs.values().any(|e| e.wants(codes::EventType::Cmd));
+                let events = self.eqs().values().any(|e| e.wants(codes::EventType::Cmd));
                 let mut b = self.bell.lock().expect("doorbell poisoned");
                 b.pending |= bits;
                 if events {
@@ -375,8 +384,8 @@ impl FwShared {
         let v = u32::from_be(mem.read_u32(off));
         let (eqn, ci) = ((v >> 24) as u8, v & 0x00ff_ffff);
         let arm = off % crate::UAR_PAGE == eq::DOORBELL_ARM;
-        let mut hca = self.hca();
-        match hca.eqs.get_mut(&eqn).filter(|e| e.uar == page) {
+        let mut eqs = self.eqs();
+        match eqs.get_mut(&eqn).filter(|e| e.uar == page) {
             Some(e) => {
                 e.consumer = Some(ci);
                 e.armed = arm;
@@ -384,11 +393,11 @@ impl FwShared {
                 // arming"): no event is left without its interrupt.
                 let fire = (arm && e.producer & 0x00ff_ffff != ci).then(|| e.signal()).flatten();
                 if let Some(v) = fire {
-                    hca.shared.raise(v);
+                    self.model.raise(v);
                 }
             }
             None => {
-                drop(hca);
+                drop(eqs);
                 self.regs().bad_eq_doorbells += 1;
             }
         }
@@ -487,13 +496,12 @@ impl FwShared {
         if !event {
             return;
         }
-        let mut hca = self.hca();
-        let shared = hca.shared.clone();
-        if let Some(eq) = hca.eqs.values_mut().find(|e| e.wants(codes::EventType::Cmd)) {
+        let mut eqs = self.eqs();
+        if let Some(eq) = eqs.values_mut().find(|e| e.wants(codes::EventType::Cmd)) {
             // A full EQ drops the event (counted in the EQ's overruns).
             let _ = eq.post(&*self.dma, codes::EventType::Cmd, &eq::cmd_event(1 << slot));
             if let Some(v) = eq.signal() {
-                shared.raise(v);
+                self.model.raise(v);
             }
         }
     }
@@ -517,6 +525,22 @@ impl FwShared {
                 }
             }
         }
+    }
+}
+
+/// A completion event for CQ `cqn` on EQ `eqn` (the CQ's `c_eqn`): a COMP EQE (type 0, the
+/// CQ number in its data) and the EQ's vector if the EQ is armed. Called by the model when a
+/// CQE lands in an armed CQ (or the CQ is armed over waiting CQEs), with the device lock
+/// held: the EQ table's lock is a leaf. Completion events go to the CQ's EQ whatever its
+/// event mask (kernel `eq.c` `mlx5_eq_comp_int`; completion EQs ask for no async events).
+pub(crate) fn comp_event(sh: &Shared, eqn: u8, cqn: u32) {
+    let Some(fw) = sh.fw.get().and_then(Weak::upgrade) else { return };
+    let mut eqs = fw.eqs();
+    let Some(eq) = eqs.get_mut(&eqn) else { return };
+    // A full EQ drops the event (counted in the EQ's overruns).
+    let _ = eq.post(&*fw.dma, codes::EventType::Completion, &eq::comp_event(cqn));
+    if let Some(v) = eq.signal() {
+        sh.raise(v);
     }
 }
 
@@ -571,6 +595,8 @@ impl Firmware {
         let shared = model.shared().clone();
         let hca = Hca::new(cfg.clone(), shared.clone());
         let fw = Arc::new(FwShared {
+            eqs: hca.eqs.clone(),
+            model: shared.clone(),
             hca: Mutex::new(hca),
             regs: Mutex::new(Regs::default()),
             bell: Mutex::new(Bell::default()),
@@ -646,7 +672,7 @@ impl Firmware {
 
     /// Events dropped because an EQ was full, over all live EQs.
     pub fn eq_overruns(&self) -> u64 {
-        self.shared.hca().eqs.values().map(|e| e.overruns).sum()
+        self.shared.eqs().values().map(|e| e.overruns).sum()
     }
 
     /// Objects created through commands and not yet destroyed.
@@ -729,10 +755,13 @@ impl Firmware {
         }
         let t = codes::EventType::PageRequest;
         let dma = self.shared.dma.clone();
-        let eq = hca.eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
-        eq.post(&*dma, t, &eq::page_event(0, n))?;
-        if let Some(v) = eq.signal() {
-            hca.shared.raise(v);
+        {
+            let mut eqs = self.shared.eqs();
+            let eq = eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
+            eq.post(&*dma, t, &eq::page_event(0, n))?;
+            if let Some(v) = eq.signal() {
+                self.shared.model.raise(v);
+            }
         }
         hca.pages.runtime += i64::from(n);
         Ok(())

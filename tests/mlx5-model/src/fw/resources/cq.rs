@@ -29,7 +29,7 @@ impl Hca {
         let Ok(eqn) = u8::try_from(c.c_eqn) else {
             return Err(fail(CmdStatus::BadIndex, syn::INDEX_RANGE));
         };
-        if !self.eqs.contains_key(&eqn) {
+        if !self.eqs().contains_key(&eqn) {
             return Err(no_such());
         }
         let shift = 12 + u32::from(c.log_page_size);
@@ -37,6 +37,10 @@ impl Hca {
         let dbrec = c.dbr_addr;
         reachable(self, dbrec, 8)?;
         let cqn = self.shared.create_cq(log_size, buf, dbrec, uar).map_err(model_err)?;
+        // Its completion events go to that EQ (`comp_event`).
+        if let Some(cq) = self.shared.dev().cqs.get_mut(&cqn) {
+            cq.eqn = Some(eqn);
+        }
         self.cqs.insert(cqn, CqObj { uar, eqn });
         ifc::create_cq_out::CQN.set(out, u64::from(cqn));
         Ok(())

@@ -41,9 +41,14 @@ const VA: u64 = 0x7f00_0000_0000;
 /// `rkey` at `VA + 1000`, as rdma-core's `_mlx5_post_send` lays it out, and ring the doorbell
 /// through the model's BAR.
 fn write(src: &mut Side, rkey: u32, len: u32) {
+    write_at(src, rkey, len, 0);
+}
+
+/// [`write`] as send WQE `n` (the `n`-th posted on the QP).
+fn write_at(src: &mut Side, rkey: u32, len: u32, n: u16) {
     // ctrl (mlx5dv.h mlx5_wqe_ctrl_seg), raddr (mlx5_wqe_raddr_seg), data (mlx5_wqe_data_seg).
     let mut wqe = [0u8; 64];
-    wqe[0..4].copy_from_slice(&0x08u32.to_be_bytes()); // wqe index 0, RDMA WRITE
+    wqe[0..4].copy_from_slice(&(u32::from(n) << 8 | 0x08).to_be_bytes()); // index n, RDMA WRITE
     wqe[4..8].copy_from_slice(&(src.qpn << 8 | 3).to_be_bytes());
     wqe[11] = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE
     wqe[16..24].copy_from_slice(&(VA + 1000).to_be_bytes());
@@ -52,9 +57,9 @@ fn write(src: &mut Side, rkey: u32, len: u32) {
     wqe[36..40].copy_from_slice(&src.key.to_be_bytes());
     wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
     // The send queue follows the receive queue (16 WQEs of 32 bytes) in the QP buffer.
-    assert!(src.d.dma.write(BusAddr(src.qp_buf + 16 * 32), &wqe));
+    assert!(src.d.dma.write(BusAddr(src.qp_buf + 16 * 32 + 64 * u64::from(n)), &wqe));
     rdma_pmd_hal::barrier::to_device();
-    assert!(src.d.dma.write(BusAddr(src.qp_dbr + 4), &1u32.to_be_bytes()));
+    assert!(src.d.dma.write(BusAddr(src.qp_dbr + 4), &(u32::from(n) + 1).to_be_bytes()));
     rdma_pmd_hal::barrier::to_device();
     let uar_off = src.uar as usize * crate::UAR_PAGE;
     src.d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
@@ -224,4 +229,77 @@ fn queues_in_scattered_pages_carry_an_rdma_write() {
     assert!(d.dma.read(BusAddr(dst_buf + 1000), &mut got));
     assert_eq!(got, p);
     assert_eq!(d.model.counters().validation_failures, 0);
+}
+
+/// Kernel 6.12 `eq.c` `mlx5_eq_comp_int` and `cq.c` `mlx5_cq_arm` (PRM CQ arming): a CQE
+/// written to an armed CQ posts a completion EQE (type 0, the CQ number in `comp_event`) to the
+/// CQ's EQ (`cqc.c_eqn`) and raises that EQ's vector if the EQ is armed; the CQ is then
+/// disarmed, so the next CQE posts nothing until the CQ is armed again, and arming it over
+/// waiting CQEs posts the event at once.
+#[test]
+fn cqes_in_an_armed_cq_post_completion_events_with_the_eqs_vector() {
+    use super::kernel::{eq_doorbell, wait_eqe, Vectors};
+    let sink = Arc::new(Vectors::default());
+    let cfg = crate::ModelConfig { interrupts: Some(sink.clone()), ..Default::default() };
+    let mut a = side(Model::with_config(cfg).unwrap(), 0x11);
+    let (pd, uar) = (a.pd, a.uar);
+    let d = &mut a.d;
+    let (inp, _dst) = d.mkey_input(pd, 4096, 0x22);
+    let out = d.ok(&inp, 16);
+    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32) << 8 | 0x22;
+    // A completion EQ (no async events) on vector 5, and a CQ and QP on it.
+    let (mut inp, eq_buf) = d.eq_input(uar, 4, &[]);
+    set_in(&mut inp, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::INTR, 5);
+    let eqn = ifc::create_eq_out::EQ_NUMBER.get(&d.ok(&inp, 16)) as u8;
+    let cq = d.create_cq(uar, eqn, 4);
+    let (cq_buf, cq_dbr) = d.last_queue;
+    let qpn = d.create_qp(pd, cq, uar);
+    let (qp_buf, qp_dbr) = d.last_queue;
+    let peer = d.create_qp(pd, a.cq, uar);
+    d.connect(qpn, peer);
+    d.connect(peer, qpn);
+    (a.cq, a.qpn, a.cq_buf, a.cq_dbr, a.qp_buf, a.qp_dbr) =
+        (cq, qpn, cq_buf, cq_dbr, qp_buf, qp_dbr);
+    let arm_cq = |s: &Side, ci: u32| {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&(1u32 << 28 | ci).to_be_bytes());
+        b[4..].copy_from_slice(&cq.to_be_bytes());
+        s.d.bar.write_bytes8(uar as usize * crate::UAR_PAGE + crate::uar::CQ_DOORBELL, b);
+    };
+    eq_doorbell(&a.d, uar, eqn, 0, true);
+    arm_cq(&a, 0);
+    assert!(sink.seen().is_empty());
+
+    let p = payload(&a);
+    write_at(&mut a, dst_key, p.len() as u32, 0);
+    let cqe = first_cqe(&a);
+    assert_eq!(cqe[63], 0x00);
+    let e = wait_eqe(&a.d, eq_buf, 4, 0);
+    assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::Completion)));
+    let data = ifc::eqe::EVENT_DATA.slice(&e);
+    assert_eq!(ifc::comp_event::CQ_NUMBER.get(data), u64::from(cq));
+    assert_eq!(sink.wait(1), vec![5], "the EQ's vector");
+
+    // Not re-armed: the second CQE posts no event.
+    write_at(&mut a, dst_key, 8, 1);
+    let end = Instant::now() + WAIT;
+    let mut b = [0u8; 1];
+    loop {
+        assert!(a.d.dma.read(BusAddr(cq_buf + 64 + 63), &mut b));
+        if b[0] >> 4 != 0xf {
+            break;
+        }
+        assert!(Instant::now() < end, "no second CQE");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(a.d.eqe(eq_buf, 4, 1)[63], 1, "EQE 1 untouched");
+    // Armed with CQE 1 waiting (consumer index 1): the event is posted at once; the EQ fired
+    // and was not re-armed, so no vector until the driver arms it.
+    arm_cq(&a, 1);
+    let e = wait_eqe(&a.d, eq_buf, 4, 1);
+    assert_eq!(ifc::comp_event::CQ_NUMBER.get(ifc::eqe::EVENT_DATA.slice(&e)), u64::from(cq));
+    assert_eq!(sink.seen(), vec![5]);
+    eq_doorbell(&a.d, uar, eqn, 1, true);
+    assert_eq!(sink.seen(), vec![5, 5], "armed over an unconsumed EQE: fires at once");
 }

@@ -121,7 +121,7 @@ fn eq_sizes_of_a_real_part_take_the_kernels_async_eq() {
 
 /// An MSI-X sink that records the vectors raised.
 #[derive(Debug, Default)]
-struct Vectors(std::sync::Mutex<Vec<u16>>);
+pub(super) struct Vectors(std::sync::Mutex<Vec<u16>>);
 
 impl crate::Interrupts for Vectors {
     fn raise(&self, vector: u16) {
@@ -130,12 +130,12 @@ impl crate::Interrupts for Vectors {
 }
 
 impl Vectors {
-    fn seen(&self) -> Vec<u16> {
+    pub(super) fn seen(&self) -> Vec<u16> {
         self.0.lock().unwrap().clone()
     }
 
     /// The vectors once at least `n` were raised (the firmware raises after writing the EQE).
-    fn wait(&self, n: usize) -> Vec<u16> {
+    pub(super) fn wait(&self, n: usize) -> Vec<u16> {
         let end = Instant::now() + WAIT;
         while self.seen().len() < n {
             assert!(Instant::now() < end, "{n} interrupts expected, got {:?}", self.seen());
@@ -156,7 +156,7 @@ fn up_with_vectors() -> (Dev, Arc<Vectors>) {
 }
 
 /// Wait until EQE `n` of the ring at `buf` carries the owner bit of its first pass.
-fn wait_eqe(d: &Dev, buf: u64, log_size: u8, n: u32) -> [u8; 64] {
+pub(super) fn wait_eqe(d: &Dev, buf: u64, log_size: u8, n: u32) -> [u8; 64] {
     let end = Instant::now() + WAIT;
     loop {
         let e = d.eqe(buf, log_size, n);
@@ -170,7 +170,7 @@ fn wait_eqe(d: &Dev, buf: u64, log_size: u8, n: u32) -> [u8; 64] {
 
 /// Store the EQ doorbell of `uar`: consumer index `ci`, armed or not (kernel `eq.c`
 /// `eq_update_ci`: `eqn << 24 | ci` at 0x40 to arm, 0x48 to update only).
-fn eq_doorbell(d: &Dev, uar: u32, eqn: u8, ci: u32, arm: bool) {
+pub(super) fn eq_doorbell(d: &Dev, uar: u32, eqn: u8, ci: u32, arm: bool) {
     let off = uar as usize * crate::UAR_PAGE
         + if arm { crate::fw::eq::DOORBELL_ARM } else { crate::fw::eq::DOORBELL_UPDATE };
     d.bar.write_be32(off, u32::from(eqn) << 24 | ci);
