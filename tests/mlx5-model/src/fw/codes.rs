@@ -295,6 +295,8 @@ fw_code! {
     EventType: u8 {
         /// A CQE was written to an armed CQ (`comp_event`).
         Completion = 0x00 ("MLX5_EVENT_TYPE_COMP"),
+        /// A CQ overran or faulted (`cq_error`).
+        CqError = 0x04 ("MLX5_EVENT_TYPE_CQ_ERROR"),
         /// A command completed (`cmd_inter_comp_event`).
         Cmd = 0x0a ("MLX5_EVENT_TYPE_CMD"),
         /// The firmware asks for, or returns, pages (`pages_req_event`).

@@ -124,6 +124,16 @@ pub fn comp_event(cqn: u32) -> [u8; 28] {
     d
 }
 
+/// Build the 28-byte event data of a CQ error on CQ `cqn` (`cq_error`; kernel
+/// `struct mlx5_eqe_cq_err`).
+pub fn cq_error_event(cqn: u32, syndrome: u8) -> [u8; 28] {
+    use super::ifc::cq_error as c;
+    let mut d = [0u8; 28];
+    c::CQN.set(&mut d, u64::from(cqn));
+    c::SYNDROME.set(&mut d, u64::from(syndrome));
+    d
+}
+
 /// Build the 28-byte event data of a page request for `num_pages` (negative: pages offered).
 pub fn page_event(function_id: u16, num_pages: i32) -> [u8; 28] {
     use super::ifc::pages_req_event as p;

@@ -384,6 +384,11 @@ ifc! {
         SIGNATURE = "signature" @ 0x1f0 : 8;
         OWNER = "owner" @ 0x1ff : 1;
     }
+    /// Event data of a CQ error event.
+    cq_error = "cq_error", 28 bytes {
+        CQN = "cqn" @ 0x8 : 24;
+        SYNDROME = "syndrome" @ 0x58 : 8;
+    }
     /// Event data of a completion event.
     comp_event = "comp_event", 28 bytes {
         CQ_NUMBER = "cq_number" @ 0xc8 : 24;

@@ -99,7 +99,8 @@
 //!   `TEARDOWN_HCA` boot + init + run-time pages are locked.
 //! * `CREATE_CQ` needs an existing EQ (`c_eqn`), as on hardware. A CQE written to an armed
 //!   CQ (CQ arm doorbell) posts a completion EQE (type 0, the CQ number) to that EQ with its
-//!   vector, and disarms the CQ (`fw::comp_event`); CQ errors post no EQE yet.
+//!   vector, and disarms the CQ (`fw::comp_event`); a CQ overrun or memory fault posts a CQ
+//!   error EQE to the EQ subscribed to CQ errors (`fw::cq_error_event`).
 //! * `RST2INIT_QP` needs `primary_address_path.vhca_port_num` = 1.
 //! * One firmware per model, for the model's life.
 //! * A full EQ (once the driver has rung its doorbell) drops the event and counts an overrun.
@@ -539,6 +540,21 @@ pub(crate) fn comp_event(sh: &Shared, eqn: u8, cqn: u32) {
     let Some(eq) = eqs.get_mut(&eqn) else { return };
     // A full EQ drops the event (counted in the EQ's overruns).
     let _ = eq.post(&*fw.dma, codes::EventType::Completion, &eq::comp_event(cqn));
+    if let Some(v) = eq.signal() {
+        sh.raise(v);
+    }
+}
+
+/// A CQ error event for CQ `cqn` with `syndrome` (overrun 1, access violation 2) on the EQ
+/// subscribed to CQ errors (the kernel's async EQ, `MLX5_EVENT_TYPE_CQ_ERROR`; `eq.c`
+/// `cq_err_event_notifier` reads `cq_err.cqn` and `syndrome`), with its vector if armed. Called
+/// with the device lock held: the EQ table's lock is a leaf.
+pub(crate) fn cq_error_event(sh: &Shared, cqn: u32, syndrome: u8) {
+    let Some(fw) = sh.fw.get().and_then(Weak::upgrade) else { return };
+    let t = codes::EventType::CqError;
+    let mut eqs = fw.eqs();
+    let Some(eq) = eqs.values_mut().find(|e| e.wants(t)) else { return };
+    let _ = eq.post(&*fw.dma, t, &eq::cq_error_event(cqn, syndrome));
     if let Some(v) = eq.signal() {
         sh.raise(v);
     }

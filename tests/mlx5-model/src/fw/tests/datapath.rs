@@ -303,3 +303,43 @@ fn cqes_in_an_armed_cq_post_completion_events_with_the_eqs_vector() {
     eq_doorbell(&a.d, uar, eqn, 1, true);
     assert_eq!(sink.seen(), vec![5, 5], "armed over an unconsumed EQE: fires at once");
 }
+
+/// A CQ that overruns reports a CQ error event (type 0x04, `cq_error.cqn` and syndrome 1,
+/// overrun) on the EQ subscribed to CQ errors, the kernel's async EQ (6.12 `eq.c`
+/// `cq_err_event_notifier`), with that EQ's vector.
+#[test]
+fn a_cq_overrun_posts_a_cq_error_event() {
+    use super::kernel::{eq_doorbell, wait_eqe, Vectors};
+    let sink = Arc::new(Vectors::default());
+    let cfg = crate::ModelConfig { interrupts: Some(sink.clone()), ..Default::default() };
+    let mut a = side(Model::with_config(cfg).unwrap(), 0x11);
+    let (pd, uar, cmd_cq) = (a.pd, a.uar, a.cq);
+    let d = &mut a.d;
+    let (inp, _dst) = d.mkey_input(pd, 4096, 0x22);
+    let out = d.ok(&inp, 16);
+    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32) << 8 | 0x22;
+    let (mut inp, async_buf) = d.eq_input(uar, 4, &[EventType::CqError]);
+    set_in(&mut inp, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::INTR, 7);
+    let async_eqn = ifc::create_eq_out::EQ_NUMBER.get(&d.ok(&inp, 16)) as u8;
+    // A one-entry CQ: the second CQE, with the first unconsumed, overruns it.
+    let (eqn, _) = d.create_eq(uar, 4, &[]);
+    let cq = d.create_cq(uar, eqn, 0);
+    let (cq_buf, cq_dbr) = d.last_queue;
+    let qpn = d.create_qp(pd, cq, uar);
+    let (qp_buf, qp_dbr) = d.last_queue;
+    let peer = d.create_qp(pd, cmd_cq, uar);
+    d.connect(qpn, peer);
+    d.connect(peer, qpn);
+    (a.cq, a.qpn, a.cq_buf, a.cq_dbr, a.qp_buf, a.qp_dbr) =
+        (cq, qpn, cq_buf, cq_dbr, qp_buf, qp_dbr);
+    eq_doorbell(&a.d, uar, async_eqn, 0, true);
+    let _ = payload(&a);
+    write_at(&mut a, dst_key, 8, 0);
+    write_at(&mut a, dst_key, 8, 1);
+    let e = wait_eqe(&a.d, async_buf, 4, 0);
+    assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::CqError)));
+    let data = ifc::eqe::EVENT_DATA.slice(&e);
+    assert_eq!(ifc::cq_error::CQN.get(data), u64::from(cq));
+    assert_eq!(ifc::cq_error::SYNDROME.get(data), 1, "overrun");
+    assert_eq!(sink.wait(1), vec![7]);
+}
