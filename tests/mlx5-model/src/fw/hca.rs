@@ -4,7 +4,7 @@
 //! | state | entered by | allowed there |
 //! |---|---|---|
 //! | `Disabled` | start, `DISABLE_HCA` | `ENABLE_HCA` |
-//! | `Enabled` | `ENABLE_HCA` | `QUERY_ISSI`, `SET_ISSI`, `QUERY_PAGES`, `MANAGE_PAGES`, `ACCESS_REG`, `QUERY_HCA_CAP`, `SET_HCA_CAP`, `INIT_HCA`, `DISABLE_HCA`, `NOP`, `QUERY_NIC_VPORT_CONTEXT` (`ENABLE_HCA` again: `BAD_RES_STATE`) |
+//! | `Enabled` | `ENABLE_HCA` | `QUERY_ISSI`, `SET_ISSI`, `QUERY_PAGES`, `MANAGE_PAGES`, `ACCESS_REG`, `QUERY_HCA_CAP`, `QUERY_ADAPTER`, `SET_HCA_CAP`, `INIT_HCA`, `DISABLE_HCA`, `NOP`, `QUERY_NIC_VPORT_CONTEXT` (`ENABLE_HCA` again: `BAD_RES_STATE`) |
 //! | `Initialized` | `INIT_HCA` | everything but `SET_ISSI`, `SET_HCA_CAP`, `INIT_HCA`, `ENABLE_HCA`, `DISABLE_HCA` |
 //! | `TornDown` | `TEARDOWN_HCA` | `QUERY_PAGES`, `MANAGE_PAGES` (take), `DISABLE_HCA`, `NOP` |
 //!

@@ -47,7 +47,8 @@
 //! `ENABLE_HCA`, `DISABLE_HCA`, `QUERY_ISSI`, `SET_ISSI` (ISSI 0 and 1), `QUERY_PAGES`
 //! (boot/init/regular), `MANAGE_PAGES` (give/take/allocation-fail), `QUERY_HCA_CAP` and
 //! `SET_HCA_CAP` (general and RoCE capabilities), `QUERY_ADAPTER`, `ACCESS_REG` (host
-//! endianness), `INIT_HCA`,
+//! endianness; PTYS; NODE_DESC), `INIT_HCA`, `ALLOC_XRCD`, `DEALLOC_XRCD`,
+//! `QUERY_HCA_VPORT_PKEY`, `MAD_IFC` (refused: an Ethernet port),
 //! `TEARDOWN_HCA`, `ALLOC_UAR`, `DEALLOC_UAR`, `ALLOC_PD`, `DEALLOC_PD`, `CREATE_EQ`,
 //! `DESTROY_EQ`, `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`, `CREATE_CQ`,
 //! `DESTROY_CQ`, `CREATE_QP` (RC, UD, QP1), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,

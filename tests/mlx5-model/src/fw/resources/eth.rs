@@ -9,7 +9,7 @@
 //! | `CREATE_TIS` | domain exists, PD exists if given (`BAD_RESOURCE`); no TLS, LAG affinity, underlay QP (`BAD_PARAM`) |
 //! | `CREATE_SQ` | state RST; one TIS (`tis_lst_sz` 1); no hairpin, UMR, SWP, multi-packet WQEs, packet pacing, cross-channel; `min_wqe_inline_mode` ≤ TCP/UDP (`BAD_PARAM`); CQ, TIS, PD, UAR exist (`BAD_RESOURCE`); the WQ as below |
 //! | `CREATE_RQ` | state RST; memory RQ, no RMP, delay drop, FCS scatter, hairpin, counter set (`BAD_PARAM`; a counter set: `BAD_RESOURCE`); CQ, PD exist; the WQ as below |
-//! | WQ (`wq`) | cyclic, no signature, no end padding, no umem, `page_offset` 0 (`BAD_PARAM`); SQ stride 64 bytes, RQ stride 16..2048 (`BAD_PARAM`); `log_wq_sz` ≤ `log_max_qp_sz` (`BAD_SIZE`); PAS covers, contiguous, translates; doorbell record 8-aligned and translates (`BAD_PARAM`) |
+//! | WQ (`wq`) | cyclic, no signature, no end padding, no umem, `page_offset` 0 (`BAD_PARAM`); SQ stride 64 bytes, RQ stride 16..2048 (`BAD_PARAM`); `log_wq_sz` ≤ `log_max_qp_sz` (`BAD_SIZE`); PAS covers, each page aligned and translating, anywhere; doorbell record 8-aligned and translates (`BAD_PARAM`) |
 //! | `MODIFY_SQ/RQ` | exists (`BAD_RESOURCE`); `*_state` is the current state (`BAD_RES_STATE`); RST→RDY, RDY→ERR, RDY/ERR→RST (`BAD_RES_STATE` otherwise); no `modify_bitmask` (`BAD_PARAM`); to RST the counter restarts at 0 |
 //! | `CREATE_TIR` | direct dispatch, no LRO, TLS, tunnel offload, hash (`BAD_PARAM`); RQ and domain exist (`BAD_RESOURCE`) |
 //! | flow steering (all) | own vport, NIC RX table type (`BAD_PARAM`); the table exists (`BAD_RESOURCE`) |
