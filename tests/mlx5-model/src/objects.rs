@@ -3,6 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use rdma_pmd::BusAddr;
+use rdma_pmd_hal::mem::BusMemory;
+
 /// Device limits the model enforces and reports (`QUERY_HCA_CAP` general capabilities).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModelCaps {
@@ -38,7 +41,7 @@ pub struct Rights {
 }
 
 /// How a memory key turns its virtual addresses into bus addresses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Xlate {
     /// MTT mode with bus-contiguous pages: the page containing `start` is at `base`, the next
     /// page at `base + page`, ... (PRM: the offset of `start_addr` inside the first page is kept).
@@ -48,12 +51,21 @@ pub enum Xlate {
         /// log2 of the page size.
         page_shift: u8,
     },
+    /// MTT mode with one entry per page, each page anywhere (`CREATE_MKEY`'s MTT list as the
+    /// kernel and rdma-core build it from pinned, scattered pages): page *k* of the range
+    /// (counting from the page containing `start`) is at `pages[k]`.
+    Pages {
+        /// Bus address of each page (page aligned).
+        pages: std::sync::Arc<[u64]>,
+        /// log2 of the page size.
+        page_shift: u8,
+    },
     /// Physical-address mode: virtual address = bus address.
     Physical,
 }
 
 /// A memory key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Mkey {
     pub pd: u32,
     pub start: u64,
@@ -69,15 +81,80 @@ impl Mkey {
         addr >= self.start && end <= self.start + self.len
     }
 
-    /// The bus address of virtual address `va` (inside the range; translation is linear).
+    /// The bus address of virtual address `va` (inside the range). With a page list, an
+    /// address past the list yields one no memory answers (a DMA fault, not a panic).
     pub fn bus(&self, va: u64) -> u64 {
-        match self.xlate {
+        match &self.xlate {
             Xlate::Physical => va,
             Xlate::Mtt { base, page_shift } => {
                 let first_page = self.start & !((1u64 << page_shift) - 1);
-                base.wrapping_add(va - first_page)
+                base.wrapping_add(va.wrapping_sub(first_page))
+            }
+            Xlate::Pages { pages, page_shift } => {
+                let mask = (1u64 << page_shift) - 1;
+                let off = va.wrapping_sub(self.start & !mask);
+                match pages.get((off >> page_shift) as usize) {
+                    Some(p) => p + (off & mask),
+                    None => !0xfff,
+                }
             }
         }
+    }
+
+    /// `[va, va + len)` as bus-contiguous pieces `(bus, len)`, in order: one piece unless the
+    /// key is a page list, then one per page touched.
+    pub fn segments(&self, va: u64, len: u64) -> Vec<(u64, u64)> {
+        let Xlate::Pages { page_shift, .. } = &self.xlate else {
+            return vec![(self.bus(va), len)];
+        };
+        let pg = 1u64 << page_shift;
+        let mut out = Vec::new();
+        let (mut at, mut left) = (va, len);
+        while left > 0 {
+            let n = left.min(pg - (at & (pg - 1)));
+            out.push((self.bus(at), n));
+            at = at.wrapping_add(n);
+            left -= n;
+        }
+        out
+    }
+
+    /// Read `buf.len()` bytes at `va` through the key; the bus address of the piece that did
+    /// not translate, if one did not.
+    pub fn read(&self, dma: &dyn BusMemory, va: u64, buf: &mut [u8]) -> Result<(), u64> {
+        let mut off = 0usize;
+        for (bus, n) in self.segments(va, buf.len() as u64) {
+            let end = off + n as usize;
+            if !dma.read(BusAddr(bus), &mut buf[off..end]) {
+                return Err(bus);
+            }
+            off = end;
+        }
+        Ok(())
+    }
+
+    /// Write `data` at `va` through the key; the bus address of the piece that did not
+    /// translate, if one did not.
+    pub fn write(&self, dma: &dyn BusMemory, va: u64, data: &[u8]) -> Result<(), u64> {
+        let mut off = 0usize;
+        for (bus, n) in self.segments(va, data.len() as u64) {
+            let end = off + n as usize;
+            if !dma.write(BusAddr(bus), &data[off..end]) {
+                return Err(bus);
+            }
+            off = end;
+        }
+        Ok(())
+    }
+
+    /// Whether every byte of `[va, va + len)` translates; the first bus address that does not.
+    pub fn mapped(&self, dma: &dyn BusMemory, va: u64, len: u64) -> Result<(), u64> {
+        for (bus, n) in self.segments(va, len) {
+            if !dma.mapped(BusAddr(bus), n as usize) {
+                return Err(bus);
+            }
+        }
+        Ok(())
     }
 }
 

@@ -123,7 +123,9 @@ fn scatter(
         }
         let take = left.min(count as usize);
         let mk = lkey(dev, key, pd, addr, take as u64, true)?;
-        plan.push((mk.bus(addr), take));
+        for (bus, n) in mk.segments(addr, take as u64) {
+            plan.push((bus, n as usize));
+        }
         left -= take;
     }
     if left != 0 {

@@ -177,12 +177,9 @@ fn build(sh: &Shared, dev: &Device, sqn: u32, sq: &Sq) -> Result<(Vec<u8>, u16, 
             return Err(Fault::FrameLength(frame.len() + len as usize));
         }
         let mk = lkey(dev, d.lkey(), sq.pd, d.addr(), len, false)?;
-        let bus = mk.bus(d.addr());
         let at = frame.len();
         frame.resize(at + len as usize, 0);
-        if !sh.dma.read(BusAddr(bus), &mut frame[at..]) {
-            return Err(Fault::Dma(bus));
-        }
+        mk.read(&*sh.dma, d.addr(), &mut frame[at..]).map_err(Fault::Dma)?;
     }
     let Some(h) = Headers::parse(&frame) else { return Err(Fault::FrameLength(frame.len())) };
     let need = h.inline_len(sq.inline_mode, frame.len());
@@ -204,7 +201,7 @@ pub(super) fn lkey(
 ) -> Result<Mkey, Fault> {
     match dev.mkeys.get(&key) {
         Some(mk) if mk.pd == pd && mk.covers(addr, len) && (!write || mk.rights.local_write) => {
-            Ok(*mk)
+            Ok(mk.clone())
         }
         _ => Err(Fault::Lkey(key)),
     }

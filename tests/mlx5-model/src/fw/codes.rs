@@ -440,8 +440,6 @@ pub mod syndrome {
     pub const QUEUE_TOO_BIG: u32 = 0x4d46_0050;
     /// PAS entries missing for the queue's size.
     pub const PAS_TOO_SHORT: u32 = 0x4d46_0051;
-    /// PAS entries not contiguous (the model's queues need contiguous buffers).
-    pub const PAS_NOT_CONTIGUOUS: u32 = 0x4d46_0052;
     /// A buffer, doorbell record or page address that does not translate.
     pub const BAD_ADDRESS: u32 = 0x4d46_0053;
     /// A memory key of length 0.

@@ -50,7 +50,7 @@
 //! endianness; PTYS; NODE_DESC), `INIT_HCA`, `ALLOC_XRCD`, `DEALLOC_XRCD`,
 //! `QUERY_HCA_VPORT_PKEY`, `MAD_IFC` (refused: an Ethernet port),
 //! `TEARDOWN_HCA`, `ALLOC_UAR`, `DEALLOC_UAR`, `ALLOC_PD`, `DEALLOC_PD`, `CREATE_EQ`,
-//! `DESTROY_EQ`, `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`, `CREATE_CQ`,
+//! `DESTROY_EQ`, `CREATE_MKEY` (PA or MTT), `DESTROY_MKEY`, `CREATE_CQ`,
 //! `DESTROY_CQ`, `CREATE_QP` (RC, UD, QP1), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,
 //! `2ERR_QP`, `2RST_QP`, `QUERY_QP`, `QUERY_NIC_VPORT_CONTEXT`, `MODIFY_NIC_VPORT_CONTEXT`
 //! (`roce_en`, `mtu`), `QUERY_VPORT_STATE`, `QUERY_ROCE_ADDRESS` and `SET_ROCE_ADDRESS` (the
@@ -90,9 +90,8 @@
 //! * One physical function (function id 0), no VFs, one port (Ethernet, RoCE v2).
 //! * Signatures are not checked (`cmdif_checksum` is 0); mailbox pointers need 512-byte
 //!   alignment.
-//! * Queue buffers (EQ, CQ, QP, SQ, RQ) are page lists as on hardware: each PAS entry one
-//!   page anywhere. MTT translations of memory keys must still be bus-contiguous (the engine
-//!   addresses a key's range linearly).
+//! * Queue buffers (EQ, CQ, QP, SQ, RQ) and memory keys' MTTs are page lists as on hardware:
+//!   each entry one page anywhere; the engine splits every access at page boundaries.
 //! * `TEARDOWN_HCA` refuses while objects created through commands remain, and `DISABLE_HCA`
 //!   while the firmware still holds pages, so that leaks show up as failures.
 //! * Given pages are overwritten with `0xf5`, as firmware would use them. Before `INIT_HCA`

@@ -10,7 +10,7 @@
 //! | `ALLOC_PD`, `CREATE_EQ/MKEY/CQ/QP` | count below `1 << log_max_*` (`EXCEED_LIM`) |
 //! | `DEALLOC_*`, `DESTROY_*` | object exists (`BAD_RESOURCE`; `BAD_INDEX` for an EQ number or UAR index beyond the table); not referenced (`RESOURCE_BUSY`) |
 //! | `CREATE_EQ` | `log_eq_size <= log_max_eq_sz` (`BAD_PARAM`); UAR allocated (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`) and translates (`BAD_PARAM`) |
-//! | `CREATE_MKEY` | PD exists (`BAD_RESOURCE`); PA or MTT mode, not free, `length64` only with PA (`BAD_PARAM`); MTT: 4 KiB ≤ page ≤ 1 GiB, enough entries (`BAD_INPUT_LEN` / `BAD_PARAM`), page aligned, contiguous, range translates (`BAD_PARAM`) |
+//! | `CREATE_MKEY` | PD exists (`BAD_RESOURCE`); PA or MTT mode, not free, `length64` only with PA (`BAD_PARAM`); MTT: 4 KiB ≤ page ≤ 1 GiB, enough entries (`BAD_INPUT_LEN` / `BAD_PARAM`), each page aligned and anywhere, every byte of the range translates (`BAD_PARAM`) |
 //! | `CREATE_CQ` | `log_cq_size <= log_max_cq_sz` (`BAD_SIZE`); 64-byte CQEs, no compression, no umem, `page_offset` 0 (`BAD_PARAM`); UAR and EQ exist (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`), each page aligned and translating, anywhere (`BAD_PARAM`); doorbell record translates (`BAD_PARAM`) |
 //! | `CREATE_QP` | RC, UD or QP1, has an SQ, regular or zero-length RQ (`BAD_PARAM`); PD, CQs, UAR exist (`BAD_RESOURCE`); queue sizes within `log_max_qp_sz` (`BAD_PARAM`); PAS as for CQs (a page list) |
 //! | `RST2INIT/INIT2RTR/RTR2RTS_QP` | QP exists (`BAD_RESOURCE`); QP state is RST/INIT/RTR (`BAD_QP_STATE`); port 1, MTU 1..=5 (`BAD_PARAM`); a RoCE path needs `roce_en` (`BAD_PARAM`; force-loopback does not: `fl_rc_qp_when_roce_disabled`) |

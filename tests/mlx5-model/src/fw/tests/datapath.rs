@@ -343,3 +343,43 @@ fn a_cq_overrun_posts_a_cq_error_event() {
     assert_eq!(ifc::cq_error::SYNDROME.get(data), 1, "overrun");
     assert_eq!(sink.wait(1), vec![7]);
 }
+
+/// A memory key's MTT lists pinned pages wherever they lie (kernel `mlx5_ib` `mr.c`
+/// `mlx5_ib_populate_pas`, rdma-core's registered user memory): `CREATE_MKEY` takes such a list
+/// and every access through the key is split at page boundaries. Here a 4000-byte RDMA WRITE
+/// gathers across a page boundary of its source key and lands across one of its destination
+/// key, each key's second page lying below its first.
+#[test]
+fn memory_keys_over_scattered_pages_carry_a_write_across_page_boundaries() {
+    let mut a = side(Model::new(), 0x11);
+    let pd = a.pd;
+    let d = &mut a.d;
+    let scattered = |d: &mut Dev, variant: u8| {
+        let (mut inp, _) = d.mkey_input(pd, 8192, variant);
+        let (p1, _gap, p0) = (d.alloc(4096, 4096), d.alloc(4096, 4096), d.alloc(4096, 4096));
+        let mtt = Field::new(ifc::create_mkey_in::KLM_PAS_MTT.bit, 64);
+        mtt.index(0).set(&mut inp, p0 | 3);
+        mtt.index(1).set(&mut inp, p1 | 3);
+        let out = d.ok(&inp, 16);
+        ((ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32) << 8 | u32::from(variant), p0, p1)
+    };
+    let (src_key, s0, s1) = scattered(d, 0x33);
+    let (dst_key, t0, t1) = scattered(d, 0x44);
+    let b = d.create_qp(pd, a.cq, a.uar);
+    d.connect(a.qpn, b);
+    d.connect(b, a.qpn);
+    // Source bytes VA+100 .. VA+4100: 3996 in page 0, 4 in page 1.
+    let p: Vec<u8> = (0..4000u32).map(|i| (i * 13 + 7) as u8).collect();
+    assert!(d.dma.write(BusAddr(s0 + 100), &p[..3996]));
+    assert!(d.dma.write(BusAddr(s1), &p[3996..]));
+    a.key = src_key;
+    write(&mut a, dst_key, p.len() as u32);
+    let cqe = first_cqe(&a);
+    assert_eq!(cqe[63], 0x00, "a successful requester CQE");
+    // Destination VA+1000 .. VA+5000: 3096 in page 0, 904 in page 1.
+    let mut got = vec![0u8; 4000];
+    assert!(a.d.dma.read(BusAddr(t0 + 1000), &mut got[..3096]));
+    assert!(a.d.dma.read(BusAddr(t1), &mut got[3096..]));
+    assert_eq!(got, p);
+    assert_eq!(a.d.model.counters().validation_failures, 0);
+}

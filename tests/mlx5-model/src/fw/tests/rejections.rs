@@ -253,7 +253,7 @@ fn object_checks() {
     e.truncate(e.len() - 8);
     assert_eq!(d.status(&e, 16), (CmdStatus::BadInputLen, syn::PAS_TOO_SHORT));
 
-    // Memory keys: unknown PD, too few MTT entries, non-contiguous pages, KLM mode.
+    // Memory keys: unknown PD, too few MTT entries, a bad page, KLM mode.
     let (mut m, _) = d.mkey_input(pd + 9, 8192, 1);
     assert_eq!(d.status(&m, 16), (CmdStatus::BadResource, syn::NO_SUCH_OBJECT));
     let ctx = ifc::create_mkey_in::MKEY_CONTEXT;
@@ -263,8 +263,10 @@ fn object_checks() {
     (m, _) = d.mkey_input(pd, 8192, 1);
     let mtt = Field::new(ifc::create_mkey_in::KLM_PAS_MTT.bit, 64).index(1);
     let v = mtt.get(&m);
-    mtt.set(&mut m, v + 0x4000);
-    assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
+    mtt.set(&mut m, v + 0x800);
+    assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::BAD_ADDRESS), "unaligned page");
+    mtt.set(&mut m, 0x7000_0000_0000 | 3);
+    assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::BAD_ADDRESS), "unmapped page");
     (m, _) = d.mkey_input(pd, 8192, 1);
     set_in(&mut m, ctx, ifc::mkc::ACCESS_MODE_1_0, 2);
     assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
@@ -474,6 +476,6 @@ fn datagram_qps_and_atomic_rights() {
     let out = d.ok(&m, 16);
     let index = ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32;
     let dev = d.model.shared().dev();
-    let key = dev.mkeys.iter().find(|(k, _)| *k >> 8 == index).map(|(_, m)| *m).unwrap();
+    let key = dev.mkeys.iter().find(|(k, _)| *k >> 8 == index).map(|(_, m)| m.clone()).unwrap();
     assert!(key.rights.remote_atomic);
 }
