@@ -297,6 +297,8 @@ fw_code! {
         Completion = 0x00 ("MLX5_EVENT_TYPE_COMP"),
         /// A CQ overran or faulted (`cq_error`).
         CqError = 0x04 ("MLX5_EVENT_TYPE_CQ_ERROR"),
+        /// The port's state changed (`port_state_change_event`; sub-type down or active).
+        PortChange = 0x09 ("MLX5_EVENT_TYPE_PORT_CHANGE"),
         /// A command completed (`cmd_inter_comp_event`).
         Cmd = 0x0a ("MLX5_EVENT_TYPE_CMD"),
         /// The firmware asks for, or returns, pages (`pages_req_event`).
@@ -310,6 +312,10 @@ pub const PCI_CMD_XPORT: u8 = 7;
 pub const CMD_IF_REV: u16 = 5;
 /// Register id of the host endianness register (`MLX5_REG_HOST_ENDIANNESS`, driver.h).
 pub const REG_HOST_ENDIANNESS: u16 = 0x7004;
+/// Port change event sub-type: the port went down (`MLX5_PORT_CHANGE_SUBTYPE_DOWN`).
+pub const PORT_CHANGE_DOWN: u8 = 1;
+/// Port change event sub-type: the port became active (`MLX5_PORT_CHANGE_SUBTYPE_ACTIVE`).
+pub const PORT_CHANGE_ACTIVE: u8 = 4;
 /// Register id of PTYS (port type and speed; kernel `MLX5_REG_PTYS`).
 pub const REG_PTYS: u16 = 0x5004;
 /// Register id of NODE_DESC (the node description string; kernel `MLX5_REG_NODE_DESC`).

@@ -80,6 +80,17 @@ impl Eq {
 
     /// Write one EQE of type `t` with `data` (the 28-byte `event_data`).
     pub fn post(&mut self, dma: &dyn BusMemory, t: EventType, data: &[u8]) -> Result<(), FwError> {
+        self.post_sub(dma, t, 0, data)
+    }
+
+    /// [`post`](Self::post) with an `event_sub_type`.
+    pub fn post_sub(
+        &mut self,
+        dma: &dyn BusMemory,
+        t: EventType,
+        sub: u8,
+        data: &[u8],
+    ) -> Result<(), FwError> {
         if let Some(ci) = self.consumer {
             let outstanding = self.producer.wrapping_sub(ci) & 0x00ff_ffff;
             if outstanding >= 1 << self.log_size {
@@ -89,6 +100,7 @@ impl Eq {
         }
         let mut e = [0u8; eqe::SIZE];
         eqe::EVENT_TYPE.set(&mut e, u64::from(u8::from(t)));
+        eqe::EVENT_SUB_TYPE.set(&mut e, u64::from(sub));
         let d = eqe::EVENT_DATA;
         e[d.byte()..d.byte() + data.len().min(d.bytes())]
             .copy_from_slice(&data[..data.len().min(d.bytes())]);
@@ -131,6 +143,14 @@ pub fn cq_error_event(cqn: u32, syndrome: u8) -> [u8; 28] {
     let mut d = [0u8; 28];
     c::CQN.set(&mut d, u64::from(cqn));
     c::SYNDROME.set(&mut d, u64::from(syndrome));
+    d
+}
+
+/// Build the 28-byte event data of a port state change of port `port`
+/// (`port_state_change_event.port_num`; kernel `struct mlx5_eqe_port_state`, `port >> 4`).
+pub fn port_event(port: u8) -> [u8; 28] {
+    let mut d = [0u8; 28];
+    super::ifc::port_state_change_event::PORT_NUM.set(&mut d, u64::from(port));
     d
 }
 

@@ -384,6 +384,10 @@ ifc! {
         SIGNATURE = "signature" @ 0x1f0 : 8;
         OWNER = "owner" @ 0x1ff : 1;
     }
+    /// Event data of a port state change event.
+    port_state_change_event = "port_state_change_event", 28 bytes {
+        PORT_NUM = "port_num" @ 0x40 : 4;
+    }
     /// Event data of a CQ error event.
     cq_error = "cq_error", 28 bytes {
         CQN = "cqn" @ 0x8 : 24;

@@ -762,6 +762,26 @@ impl Firmware {
         self.shared.regs().faults.health = (synd, ext_synd);
     }
 
+    /// Report that port 1 went down (`up` false) or became active (`up` true) with a port
+    /// change EQE (sub-type `MLX5_PORT_CHANGE_SUBTYPE_DOWN` / `_ACTIVE`) on the EQ subscribed
+    /// to port changes, and its vector if armed: what firmware sends on a link transition
+    /// (kernel 6.12 `events.c` `port_change`, mlx5_ib's port event handling). The model's link
+    /// itself does not change; a server or test calls this when it changes the link.
+    pub fn port_change(&self, up: bool) -> Result<(), FwError> {
+        if self.shared.hca().state != HcaState::Initialized {
+            return Err(FwError::NotInitialized);
+        }
+        let t = codes::EventType::PortChange;
+        let sub = if up { codes::PORT_CHANGE_ACTIVE } else { codes::PORT_CHANGE_DOWN };
+        let mut eqs = self.shared.eqs();
+        let eq = eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
+        eq.post_sub(&*self.shared.dma, t, sub, &eq::port_event(1))?;
+        if let Some(v) = eq.signal() {
+            self.shared.model.raise(v);
+        }
+        Ok(())
+    }
+
     /// Ask the driver for `n` more pages (negative: offer `-n` back) with a page request EQE
     /// on the first EQ subscribed to page requests. The driver answers with `MANAGE_PAGES`.
     pub fn request_pages(&self, n: i32) -> Result<(), FwError> {

@@ -336,3 +336,28 @@ fn mad_ifc_is_refused_on_ethernet() {
     let inp = input(Opcode::MadIfc, 0, 16 + 8 + 256);
     assert_eq!(d.status(&inp, 16 + 256), (CmdStatus::BadOp, syn::NOT_ON_ETHERNET));
 }
+
+/// A link transition reaches the kernel as a port change EQE (type 0x09, sub-type 1 down or 4
+/// active, `port_num` 1) on its async EQ, with the EQ's vector (kernel 6.12 `events.c`
+/// `port_change`; `device.h` `MLX5_PORT_CHANGE_SUBTYPE_*`).
+#[test]
+fn port_changes_post_port_change_events() {
+    let (mut d, sink) = up_with_vectors();
+    assert_eq!(d.fw.port_change(true), Err(crate::fw::FwError::NoEventQueue));
+    let uar = d.alloc_uar();
+    let (mut inp, buf) = d.eq_input(uar, 4, &[EventType::PortChange]);
+    set_in(&mut inp, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::INTR, 2);
+    let eqn = ifc::create_eq_out::EQ_NUMBER.get(&d.ok(&inp, 16)) as u8;
+    eq_doorbell(&d, uar, eqn, 0, true);
+    d.fw.port_change(false).expect("posted");
+    d.fw.port_change(true).expect("posted");
+    for (n, sub) in [(0, PORT_CHANGE_DOWN), (1, PORT_CHANGE_ACTIVE)] {
+        let e = wait_eqe(&d, buf, 4, n);
+        assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::PortChange)));
+        assert_eq!(ifc::eqe::EVENT_SUB_TYPE.get(&e), u64::from(sub));
+        let data = ifc::eqe::EVENT_DATA.slice(&e);
+        assert_eq!(ifc::port_state_change_event::PORT_NUM.get(data), 1);
+        assert_eq!(e[ifc::eqe::EVENT_DATA.byte() + 8] >> 4, 1, "the kernel's `port >> 4`");
+    }
+    assert_eq!(sink.seen(), vec![2], "one interrupt: the EQ was not re-armed");
+}
