@@ -88,6 +88,9 @@ fn arm_cq(sh: &Shared, page: u32, b: [u8; 8]) {
     if cq.pi & 0x00ff_ffff != ci {
         // CQEs are already waiting past the consumer index: the event fires at once.
         sh.stats.event(crate::counters::Event::Completion { cqn });
+        if let Some(eqn) = cq.eqn {
+            crate::fw::comp_event(sh, eqn, cqn);
+        }
     } else {
         cq.armed = true;
     }

@@ -24,7 +24,9 @@ use rdma_pmd::{Errno, Error};
 
 use crate::engine::flush_on_error;
 use crate::model::Shared;
-use crate::objects::{Cq, Mkey, Qp, QpSpec, QpState, Rights, Route, Service, UarState, Xlate};
+use crate::objects::{
+    Cq, Mkey, Qp, QpSpec, QpState, QueueBuf, Rights, Route, Service, UarState, Xlate,
+};
 
 fn inval(what: &'static str) -> Error {
     Error::InvalidArgument(what)
@@ -147,7 +149,7 @@ impl Shared {
     pub(crate) fn create_cq(
         &self,
         log_size: u8,
-        buf: u64,
+        buf: QueueBuf,
         dbrec: u64,
         uar: u32,
     ) -> Result<u32, Error> {
@@ -155,7 +157,7 @@ impl Shared {
         if log_size > dev.caps.log_max_cq_sz {
             return Err(inval("CQ larger than log_max_cq_sz"));
         }
-        if buf & 0xfff != 0 {
+        if buf.base() & 0xfff != 0 {
             return Err(inval("CQ buffer not page aligned"));
         }
         if dbrec & 7 != 0 {
@@ -169,7 +171,10 @@ impl Shared {
             return Err(Error::Device(Errno::ENOMEM));
         }
         dev.next_cqn += 1;
-        dev.cqs.insert(cqn, Cq { log_size, buf, dbrec, uar, pi: 0, armed: false, error: false });
+        dev.cqs.insert(
+            cqn,
+            Cq { log_size, buf, dbrec, uar, pi: 0, armed: false, eqn: None, error: false },
+        );
         Ok(cqn)
     }
 
@@ -205,7 +210,7 @@ impl Shared {
         if !(4..=11).contains(&s.log_rq_stride) {
             return Err(inval("receive WQE stride outside 16..2048 bytes"));
         }
-        if s.buf & 0xfff != 0 {
+        if s.buf.base() & 0xfff != 0 {
             return Err(inval("QP buffer not page aligned"));
         }
         if s.dbrec & 7 != 0 {

@@ -20,7 +20,7 @@ use rdma_pmd_mlx5::control::{
 
 use crate::commands::QpCmd;
 use crate::model::{Model, Shared, UAR_PAGE};
-use crate::objects::{self, QpSpec, Rights, Route, Service, Xlate};
+use crate::objects::{self, QpSpec, QueueBuf, Rights, Route, Service, Xlate};
 
 /// A [`Control`] that hands the command fields to a model. Cheap to clone; every clone talks
 /// to the same device.
@@ -106,7 +106,9 @@ impl Control for ModelControl {
         if p.uar.bar_offset != p.uar.index as usize * UAR_PAGE {
             return Err(Error::InvalidArgument("UAR offset does not match its index"));
         }
-        self.shared.create_cq(p.log_size, p.buf.0, p.dbrec.0, p.uar.index).map(Cqn)
+        self.shared
+            .create_cq(p.log_size, QueueBuf::contiguous(p.buf.0), p.dbrec.0, p.uar.index)
+            .map(Cqn)
     }
 
     fn destroy_cq(&mut self, cq: Cqn) -> Result<(), Error> {
@@ -130,7 +132,7 @@ impl Control for ModelControl {
                 log_sq_size: p.log_sq_size,
                 log_rq_size: p.log_rq_size,
                 log_rq_stride: p.log_rq_stride,
-                buf: p.buf.0,
+                buf: QueueBuf::contiguous(p.buf.0),
                 dbrec: p.dbrec.0,
                 uar: p.uar.index,
             })

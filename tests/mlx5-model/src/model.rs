@@ -158,7 +158,6 @@ impl Shared {
     }
 
     /// Raise MSI-X vector `vector`, if the model is on a bus.
-    #[allow(dead_code)] // the firmware's EQs raise vectors once they are on a bus
     pub fn raise(&self, vector: u16) {
         if let Some(sink) = &self.interrupts {
             sink.raise(vector);

@@ -3,6 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use rdma_pmd::BusAddr;
+use rdma_pmd_hal::mem::BusMemory;
+
 /// Device limits the model enforces and reports (`QUERY_HCA_CAP` general capabilities).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModelCaps {
@@ -38,7 +41,7 @@ pub struct Rights {
 }
 
 /// How a memory key turns its virtual addresses into bus addresses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Xlate {
     /// MTT mode with bus-contiguous pages: the page containing `start` is at `base`, the next
     /// page at `base + page`, ... (PRM: the offset of `start_addr` inside the first page is kept).
@@ -48,12 +51,21 @@ pub enum Xlate {
         /// log2 of the page size.
         page_shift: u8,
     },
+    /// MTT mode with one entry per page, each page anywhere (`CREATE_MKEY`'s MTT list as the
+    /// kernel and rdma-core build it from pinned, scattered pages): page *k* of the range
+    /// (counting from the page containing `start`) is at `pages[k]`.
+    Pages {
+        /// Bus address of each page (page aligned).
+        pages: std::sync::Arc<[u64]>,
+        /// log2 of the page size.
+        page_shift: u8,
+    },
     /// Physical-address mode: virtual address = bus address.
     Physical,
 }
 
 /// A memory key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Mkey {
     pub pd: u32,
     pub start: u64,
@@ -69,14 +81,117 @@ impl Mkey {
         addr >= self.start && end <= self.start + self.len
     }
 
-    /// The bus address of virtual address `va` (inside the range; translation is linear).
+    /// The bus address of virtual address `va` (inside the range). With a page list, an
+    /// address past the list yields one no memory answers (a DMA fault, not a panic).
     pub fn bus(&self, va: u64) -> u64 {
-        match self.xlate {
+        match &self.xlate {
             Xlate::Physical => va,
             Xlate::Mtt { base, page_shift } => {
                 let first_page = self.start & !((1u64 << page_shift) - 1);
-                base.wrapping_add(va - first_page)
+                base.wrapping_add(va.wrapping_sub(first_page))
             }
+            Xlate::Pages { pages, page_shift } => {
+                let mask = (1u64 << page_shift) - 1;
+                let off = va.wrapping_sub(self.start & !mask);
+                match pages.get((off >> page_shift) as usize) {
+                    Some(p) => p + (off & mask),
+                    None => !0xfff,
+                }
+            }
+        }
+    }
+
+    /// `[va, va + len)` as bus-contiguous pieces `(bus, len)`, in order: one piece unless the
+    /// key is a page list, then one per page touched.
+    pub fn segments(&self, va: u64, len: u64) -> Vec<(u64, u64)> {
+        let Xlate::Pages { page_shift, .. } = &self.xlate else {
+            return vec![(self.bus(va), len)];
+        };
+        let pg = 1u64 << page_shift;
+        let mut out = Vec::new();
+        let (mut at, mut left) = (va, len);
+        while left > 0 {
+            let n = left.min(pg - (at & (pg - 1)));
+            out.push((self.bus(at), n));
+            at = at.wrapping_add(n);
+            left -= n;
+        }
+        out
+    }
+
+    /// Read `buf.len()` bytes at `va` through the key; the bus address of the piece that did
+    /// not translate, if one did not.
+    pub fn read(&self, dma: &dyn BusMemory, va: u64, buf: &mut [u8]) -> Result<(), u64> {
+        let mut off = 0usize;
+        for (bus, n) in self.segments(va, buf.len() as u64) {
+            let end = off + n as usize;
+            if !dma.read(BusAddr(bus), &mut buf[off..end]) {
+                return Err(bus);
+            }
+            off = end;
+        }
+        Ok(())
+    }
+
+    /// Write `data` at `va` through the key; the bus address of the piece that did not
+    /// translate, if one did not.
+    pub fn write(&self, dma: &dyn BusMemory, va: u64, data: &[u8]) -> Result<(), u64> {
+        let mut off = 0usize;
+        for (bus, n) in self.segments(va, data.len() as u64) {
+            let end = off + n as usize;
+            if !dma.write(BusAddr(bus), &data[off..end]) {
+                return Err(bus);
+            }
+            off = end;
+        }
+        Ok(())
+    }
+
+    /// Whether every byte of `[va, va + len)` translates; the first bus address that does not.
+    pub fn mapped(&self, dma: &dyn BusMemory, va: u64, len: u64) -> Result<(), u64> {
+        for (bus, n) in self.segments(va, len) {
+            if !dma.mapped(BusAddr(bus), n as usize) {
+                return Err(bus);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A queue buffer as hardware addresses it: pages of `1 << page_shift` bytes, each anywhere in
+/// bus memory, listed in queue order (a PAS list: PRM "Physical Address Structure"; the
+/// kernel's CQ, EQ and WQ buffers are `mlx5_frag_buf`s of separately allocated pages). Byte
+/// `off` of the queue is in page `off >> page_shift`. A bus-contiguous buffer is one page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QueueBuf {
+    pages: std::sync::Arc<[u64]>,
+    page_shift: u32,
+}
+
+impl QueueBuf {
+    /// A buffer that is bus-contiguous from `base`.
+    pub fn contiguous(base: u64) -> QueueBuf {
+        QueueBuf { pages: std::sync::Arc::from([base]), page_shift: 63 }
+    }
+
+    /// A buffer in `pages` of `1 << page_shift` bytes each.
+    pub fn pages(pages: &[u64], page_shift: u32) -> QueueBuf {
+        QueueBuf { pages: std::sync::Arc::from(pages), page_shift: page_shift.min(63) }
+    }
+
+    /// Bus address of the first byte.
+    pub fn base(&self) -> u64 {
+        self.pages.first().copied().unwrap_or(u64::MAX)
+    }
+
+    /// Bus address of byte `off` of the queue. Callers access at most to the end of an
+    /// aligned entry (CQE, EQE, WQEBB, receive WQE), which never crosses a page. An offset
+    /// past the listed pages yields an address no memory answers (a DMA fault, not a panic).
+    pub fn at(&self, off: u64) -> u64 {
+        let mask = (1u64 << self.page_shift) - 1;
+        match self.pages.get((off >> self.page_shift) as usize) {
+            Some(p) => p.wrapping_add(off & mask),
+            None => !0xfff,
         }
     }
 }
@@ -85,12 +200,14 @@ impl Mkey {
 #[derive(Debug)]
 pub(crate) struct Cq {
     pub log_size: u8,
-    pub buf: u64,
+    pub buf: QueueBuf,
     pub dbrec: u64,
     pub uar: u32,
     /// Producer index (free running).
     pub pi: u32,
     pub armed: bool,
+    /// The EQ its completion events go to (`cqc.c_eqn`), for a CQ the firmware created.
+    pub eqn: Option<u8>,
     /// Overflowed or faulted: no more CQEs are written.
     pub error: bool,
 }
@@ -168,7 +285,7 @@ impl Service {
 }
 
 /// What a QP is created with (`CREATE_QP`'s fields, as the model keeps them).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct QpSpec {
     pub service: Service,
     pub pd: u32,
@@ -179,8 +296,8 @@ pub(crate) struct QpSpec {
     pub log_rq_size: Option<u8>,
     /// log2 of the receive WQE stride in bytes.
     pub log_rq_stride: u8,
-    /// Bus address of the queue buffer (receive queue, then send queue).
-    pub buf: u64,
+    /// The queue buffer (receive queue, then send queue).
+    pub buf: QueueBuf,
     /// Bus address of the doorbell record (`dbrec[0]` receive, `dbrec[1]` send).
     pub dbrec: u64,
     pub uar: u32,
@@ -248,17 +365,14 @@ impl Qp {
     /// Bus address of the receive WQE the HCA consumes next.
     pub fn rq_slot(&self) -> u64 {
         let slot = u64::from(u32::from(self.rq_ci) & (self.rq_cnt().max(1) - 1));
-        self.spec.buf + (slot << self.spec.log_rq_stride)
+        self.spec.buf.at(slot << self.spec.log_rq_stride)
     }
 
-    /// Bus address of the send queue: after the receive queue (PRM order).
-    pub fn sq_base(&self) -> u64 {
-        self.spec.buf + (u64::from(self.rq_cnt()) << self.spec.log_rq_stride)
-    }
-
-    /// Bus address of send WQEBB slot `slot`.
+    /// Bus address of send WQEBB slot `slot`: the send queue follows the receive queue (PRM
+    /// order), each WQEBB translated through the page list on its own.
     pub fn sq_slot(&self, counter: u32) -> u64 {
-        self.sq_base() + u64::from(counter & (self.sq_cnt() - 1)) * 64
+        let sq = u64::from(self.rq_cnt()) << self.spec.log_rq_stride;
+        self.spec.buf.at(sq + u64::from(counter & (self.sq_cnt() - 1)) * 64)
     }
 }
 

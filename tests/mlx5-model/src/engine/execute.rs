@@ -7,7 +7,6 @@
 //! or the sending QP's own when the vector's has the high bit set (the IBTA's controlled
 //! Q_Keys, `ibv_post_send(3)`); its source QP is 1 for a GSI QP; its IP header carries the
 //! vector's traffic class, hop limit and (IPv6) flow label.
-use rdma_pmd::BusAddr;
 
 use super::validate::{Checked, Gather, Kind};
 use super::Request;
@@ -40,7 +39,7 @@ pub(super) fn request(
         // Where the answer goes: every segment is a pointer (validate refused inline).
         for g in &c.gathers {
             if let Gather::Pointer { lkey, addr, len } = *g {
-                scatter.push((dev.mkeys[&lkey].bus(addr), len));
+                scatter.extend(dev.mkeys[&lkey].segments(addr, len));
             }
         }
     } else {
@@ -54,9 +53,8 @@ pub(super) fn request(
                     at += len;
                 }
                 Gather::Pointer { lkey, addr, len } => {
-                    let bus = dev.mkeys[&lkey].bus(addr);
                     let end = at + len as usize;
-                    if !sh.dma.read(BusAddr(bus), &mut payload[at..end]) {
+                    if let Err(bus) = dev.mkeys[&lkey].read(&*sh.dma, addr, &mut payload[at..end]) {
                         return Err((Reason::DmaFault { bus, len }, c.wqebbs));
                     }
                     at = end;

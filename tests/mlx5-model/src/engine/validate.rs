@@ -26,8 +26,6 @@
 //! the UD path MTU (0x01) and its address vector must name a source GID of the port (0x02).
 //! The remote side is checked by the [`responder`](crate::responder).
 
-use rdma_pmd::BusAddr;
-
 use crate::codes::SendOpcode;
 use crate::counters::Reason;
 use crate::model::Shared;
@@ -264,8 +262,7 @@ pub(super) fn validate(
             if !mk.covers(addr, len) {
                 return err(Reason::LkeyOutOfBounds { lkey, addr, len });
             }
-            let bus = mk.bus(addr);
-            if !sh.dma.mapped(BusAddr(bus), len as usize) {
+            if let Err(bus) = mk.mapped(&*sh.dma, addr, len) {
                 return err(Reason::DmaFault { bus, len });
             }
         }

@@ -183,14 +183,14 @@ pub(crate) struct Tis {
 }
 
 /// An Ethernet send queue: a cyclic ring of 64-byte WQEBBs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Sq {
     pub state: WqState,
     pub cqn: u32,
     pub tisn: u32,
     pub pd: u32,
     pub uar: u32,
-    pub buf: u64,
+    pub buf: crate::objects::QueueBuf,
     pub log_size: u8,
     pub dbrec: u64,
     /// `min_wqe_inline_mode` (`MLX5_INLINE_MODE_*`).
@@ -201,12 +201,12 @@ pub(crate) struct Sq {
 
 /// An Ethernet receive queue: a cyclic ring of WQEs of `1 << log_stride` bytes, each a list
 /// of data segments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Rq {
     pub state: WqState,
     pub cqn: u32,
     pub pd: u32,
-    pub buf: u64,
+    pub buf: crate::objects::QueueBuf,
     pub log_stride: u8,
     pub log_size: u8,
     pub dbrec: u64,
@@ -243,6 +243,9 @@ pub(crate) struct Fte {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FlowTable {
     pub log_size: u8,
+    /// `flow_table_context.level` (only the root table steers; the level is kept as given).
+    #[allow(dead_code)]
+    pub level: u8,
     pub groups: BTreeMap<u32, FlowGroup>,
     /// By flow index: the first match in index order wins.
     pub entries: BTreeMap<u32, Fte>,

@@ -60,7 +60,7 @@ pub(crate) fn deliver(sh: &Shared, frame: &[u8]) -> Delivery {
         dev.eth.counters.dropped_no_match += 1;
         return Delivery::NoMatch;
     };
-    let Some(rq) = dev.eth.rqs.get(&rqn).copied().filter(|r| r.state == WqState::Rdy) else {
+    let Some(rq) = dev.eth.rqs.get(&rqn).cloned().filter(|r| r.state == WqState::Rdy) else {
         dev.eth.counters.dropped_rq_not_ready += 1;
         return Delivery::RqNotReady { rqn };
     };
@@ -79,7 +79,7 @@ pub(crate) fn deliver(sh: &Shared, frame: &[u8]) -> Delivery {
         _ => (frame.to_vec(), None),
     };
     let idx = rq.ci;
-    let at = rq.buf + (u64::from(idx & (size - 1)) << rq.log_stride);
+    let at = rq.buf.at(u64::from(idx & (size - 1)) << rq.log_stride);
     let mut wqe = vec![0u8; 1 << rq.log_stride];
     let placed = if sh.dma.read(BusAddr(at), &mut wqe) {
         scatter(sh, dev, &wqe, rq.pd, &data)
@@ -123,7 +123,9 @@ fn scatter(
         }
         let take = left.min(count as usize);
         let mk = lkey(dev, key, pd, addr, take as u64, true)?;
-        plan.push((mk.bus(addr), take));
+        for (bus, n) in mk.segments(addr, take as u64) {
+            plan.push((bus, n as usize));
+        }
         left -= take;
     }
     if left != 0 {

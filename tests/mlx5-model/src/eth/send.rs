@@ -50,7 +50,7 @@ pub(crate) fn is_sq(dev: &Device, qpn: u32) -> bool {
 pub(crate) fn doorbell(sh: &Shared, page: u32, sqn: u32) {
     let mut guard = sh.dev();
     let dev = &mut *guard;
-    let Some(mut sq) = dev.eth.sqs.get(&sqn).copied() else { return };
+    let Some(mut sq) = dev.eth.sqs.get(&sqn).cloned() else { return };
     let note = |r: Reason| {
         bump(&sh.stats.ignored_doorbells);
         sh.note(sqn, None, r);
@@ -124,7 +124,7 @@ fn complete(sh: &Shared, dev: &mut Device, cqn: u32, c: CqeRepr) {
 /// Read the WQE at the SQ's counter and build its frame: (frame, WQEBBs, signaled).
 fn build(sh: &Shared, dev: &Device, sqn: u32, sq: &Sq) -> Result<(Vec<u8>, u16, bool), Fault> {
     let size = 1u64 << sq.log_size;
-    let slot = |k: u64| sq.buf + ((u64::from(sq.pc) + k) & (size - 1)) * WQEBB as u64;
+    let slot = |k: u64| sq.buf.at(((u64::from(sq.pc) + k) & (size - 1)) * WQEBB as u64);
     let mut wqe = vec![0u8; WQEBB];
     if !sh.dma.read(BusAddr(slot(0)), &mut wqe) {
         return Err(Fault::Dma(slot(0)));
@@ -177,12 +177,9 @@ fn build(sh: &Shared, dev: &Device, sqn: u32, sq: &Sq) -> Result<(Vec<u8>, u16, 
             return Err(Fault::FrameLength(frame.len() + len as usize));
         }
         let mk = lkey(dev, d.lkey(), sq.pd, d.addr(), len, false)?;
-        let bus = mk.bus(d.addr());
         let at = frame.len();
         frame.resize(at + len as usize, 0);
-        if !sh.dma.read(BusAddr(bus), &mut frame[at..]) {
-            return Err(Fault::Dma(bus));
-        }
+        mk.read(&*sh.dma, d.addr(), &mut frame[at..]).map_err(Fault::Dma)?;
     }
     let Some(h) = Headers::parse(&frame) else { return Err(Fault::FrameLength(frame.len())) };
     let need = h.inline_len(sq.inline_mode, frame.len());
@@ -204,7 +201,7 @@ pub(super) fn lkey(
 ) -> Result<Mkey, Fault> {
     match dev.mkeys.get(&key) {
         Some(mk) if mk.pd == pd && mk.covers(addr, len) && (!write || mk.rights.local_write) => {
-            Ok(*mk)
+            Ok(mk.clone())
         }
         _ => Err(Fault::Lkey(key)),
     }

@@ -50,6 +50,8 @@ fw_code! {
     Opcode: u16 {
         /// Query device capabilities.
         QueryHcaCap = 0x100 ("MLX5_CMD_OP_QUERY_HCA_CAP"),
+        /// Read the adapter's identity (vendor ids, PSID, VSD).
+        QueryAdapter = 0x101 ("MLX5_CMD_OP_QUERY_ADAPTER"),
         /// Initialize the HCA (after boot and init pages were given).
         InitHca = 0x102 ("MLX5_CMD_OP_INIT_HCA"),
         /// Tear the HCA down.
@@ -96,12 +98,16 @@ fw_code! {
         ToRstQp = 0x50a ("MLX5_CMD_OP_2RST_QP"),
         /// Read a QP's context.
         QueryQp = 0x50b ("MLX5_CMD_OP_QUERY_QP"),
+        /// A MAD to the port's management agent (InfiniBand ports; refused on Ethernet).
+        MadIfc = 0x50d ("MLX5_CMD_OP_MAD_IFC"),
         /// Read the vport's link state.
         QueryVportState = 0x750 ("MLX5_CMD_OP_QUERY_VPORT_STATE"),
         /// Read one entry of the RoCE address (GID) table.
         QueryRoceAddress = 0x760 ("MLX5_CMD_OP_QUERY_ROCE_ADDRESS"),
         /// Write one entry of the RoCE address (GID) table.
         SetRoceAddress = 0x761 ("MLX5_CMD_OP_SET_ROCE_ADDRESS"),
+        /// Read P_Key table entries of the HCA vport.
+        QueryHcaVportPkey = 0x765 ("MLX5_CMD_OP_QUERY_HCA_VPORT_PKEY"),
         /// Read the NIC vport context.
         QueryNicVportContext = 0x754 ("MLX5_CMD_OP_QUERY_NIC_VPORT_CONTEXT"),
         /// Modify the NIC vport context (`roce_en`).
@@ -118,6 +124,10 @@ fw_code! {
         AccessReg = 0x805 ("MLX5_CMD_OP_ACCESS_REG"),
         /// Do nothing (a liveness probe).
         Nop = 0x80d ("MLX5_CMD_OP_NOP"),
+        /// Allocate an XRC domain.
+        AllocXrcd = 0x80e ("MLX5_CMD_OP_ALLOC_XRCD"),
+        /// Free an XRC domain.
+        DeallocXrcd = 0x80f ("MLX5_CMD_OP_DEALLOC_XRCD"),
         /// Allocate a transport domain (groups TIRs and TISs for loopback control).
         AllocTransportDomain = 0x816 ("MLX5_CMD_OP_ALLOC_TRANSPORT_DOMAIN"),
         /// Free a transport domain.
@@ -283,6 +293,12 @@ fw_code! {
 fw_code! {
     /// Event type of an EQE (bit position in `create_eq_in.event_bitmask`).
     EventType: u8 {
+        /// A CQE was written to an armed CQ (`comp_event`).
+        Completion = 0x00 ("MLX5_EVENT_TYPE_COMP"),
+        /// A CQ overran or faulted (`cq_error`).
+        CqError = 0x04 ("MLX5_EVENT_TYPE_CQ_ERROR"),
+        /// The port's state changed (`port_state_change_event`; sub-type down or active).
+        PortChange = 0x09 ("MLX5_EVENT_TYPE_PORT_CHANGE"),
         /// A command completed (`cmd_inter_comp_event`).
         Cmd = 0x0a ("MLX5_EVENT_TYPE_CMD"),
         /// The firmware asks for, or returns, pages (`pages_req_event`).
@@ -296,6 +312,16 @@ pub const PCI_CMD_XPORT: u8 = 7;
 pub const CMD_IF_REV: u16 = 5;
 /// Register id of the host endianness register (`MLX5_REG_HOST_ENDIANNESS`, driver.h).
 pub const REG_HOST_ENDIANNESS: u16 = 0x7004;
+/// Port change event sub-type: the port went down (`MLX5_PORT_CHANGE_SUBTYPE_DOWN`).
+pub const PORT_CHANGE_DOWN: u8 = 1;
+/// Port change event sub-type: the port became active (`MLX5_PORT_CHANGE_SUBTYPE_ACTIVE`).
+pub const PORT_CHANGE_ACTIVE: u8 = 4;
+/// Register id of PTYS (port type and speed; kernel `MLX5_REG_PTYS`).
+pub const REG_PTYS: u16 = 0x5004;
+/// Register id of NODE_DESC (the node description string; kernel `MLX5_REG_NODE_DESC`).
+pub const REG_NODE_DESC: u16 = 0x6001;
+/// `ptys_reg.proto_mask` bit of Ethernet (kernel `MLX5_PTYS_EN`).
+pub const PTYS_EN: u8 = 1 << 2;
 /// `cmd_hca_cap.port_type` Ethernet (`MLX5_CAP_PORT_TYPE_ETH`, mlx5_ifc.h).
 pub const PORT_TYPE_ETH: u8 = 1;
 /// SQ/RQ states (`sqc.state`, `rqc.state`, `modify_*_in.*_state`; `MLX5_SQC_STATE_*`,
@@ -420,8 +446,6 @@ pub mod syndrome {
     pub const QUEUE_TOO_BIG: u32 = 0x4d46_0050;
     /// PAS entries missing for the queue's size.
     pub const PAS_TOO_SHORT: u32 = 0x4d46_0051;
-    /// PAS entries not contiguous (the model's queues need contiguous buffers).
-    pub const PAS_NOT_CONTIGUOUS: u32 = 0x4d46_0052;
     /// A buffer, doorbell record or page address that does not translate.
     pub const BAD_ADDRESS: u32 = 0x4d46_0053;
     /// A memory key of length 0.
@@ -446,6 +470,8 @@ pub mod syndrome {
     pub const ROCE_VERSION_UNSUPPORTED: u32 = 0x0012_822d;
     /// The device model refused the operation.
     pub const MODEL_REFUSED: u32 = 0x4d46_0070;
+    /// A command of InfiniBand ports only (`MAD_IFC`) on the model's Ethernet port.
+    pub const NOT_ON_ETHERNET: u32 = 0x4d46_0071;
     /// A fault injected by a test.
     pub const INJECTED: u32 = 0x4d46_00ff;
     /// An SQ/RQ transition from a state it is not in, or to one the model does not allow.

@@ -1,4 +1,4 @@
-//! Event queues the firmware writes: command completion and page request events.
+//! Event queues the firmware writes: command completion, page request and completion events.
 //!
 //! An EQ is a ring of 64-byte EQEs (`struct mlx5_ifc_eqe_bits`) in host pages listed by
 //! `CREATE_EQ`'s PAS (each `4096 << eqc.log_page_size` bytes). Entry *n* lives at byte
@@ -22,6 +22,9 @@ use rdma_pmd_hal::mem::BusMemory;
 use super::codes::EventType;
 use super::ifc::eqe;
 use super::FwError;
+
+/// The firmware's event queues by EQ number, under their own (leaf) lock.
+pub(crate) type EqTable = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<u8, Eq>>>;
 
 /// EQ doorbell offset in a UAR page: update the consumer index and arm.
 pub const DOORBELL_ARM: usize = 0x40;
@@ -47,8 +50,10 @@ pub struct Eq {
     pub producer: u32,
     /// The consumer index the driver last reported (24 bits), once it has.
     pub consumer: Option<u32>,
-    /// Whether the last doorbell armed the EQ.
+    /// Whether the last doorbell armed the EQ (and no interrupt has fired since).
     pub armed: bool,
+    /// The MSI-X vector the EQ interrupts (`eqc.intr`).
+    pub intr: u16,
     /// Events dropped because the ring was full.
     pub overruns: u64,
 }
@@ -66,8 +71,26 @@ impl Eq {
         self.pages[page] + (off & ((1 << self.page_shift) - 1))
     }
 
+    /// After an EQE was written: the vector to raise if the EQ is armed, which leaves it
+    /// fired (disarmed) until the driver arms it again with a doorbell (PRM "EQ arming";
+    /// kernel `eq.c` `eq_update_ci(eq, 1)` after each interrupt).
+    pub fn signal(&mut self) -> Option<u16> {
+        std::mem::take(&mut self.armed).then_some(self.intr)
+    }
+
     /// Write one EQE of type `t` with `data` (the 28-byte `event_data`).
     pub fn post(&mut self, dma: &dyn BusMemory, t: EventType, data: &[u8]) -> Result<(), FwError> {
+        self.post_sub(dma, t, 0, data)
+    }
+
+    /// [`post`](Self::post) with an `event_sub_type`.
+    pub fn post_sub(
+        &mut self,
+        dma: &dyn BusMemory,
+        t: EventType,
+        sub: u8,
+        data: &[u8],
+    ) -> Result<(), FwError> {
         if let Some(ci) = self.consumer {
             let outstanding = self.producer.wrapping_sub(ci) & 0x00ff_ffff;
             if outstanding >= 1 << self.log_size {
@@ -77,6 +100,7 @@ impl Eq {
         }
         let mut e = [0u8; eqe::SIZE];
         eqe::EVENT_TYPE.set(&mut e, u64::from(u8::from(t)));
+        eqe::EVENT_SUB_TYPE.set(&mut e, u64::from(sub));
         let d = eqe::EVENT_DATA;
         e[d.byte()..d.byte() + data.len().min(d.bytes())]
             .copy_from_slice(&data[..data.len().min(d.bytes())]);
@@ -101,6 +125,32 @@ impl Eq {
 pub fn cmd_event(vector: u32) -> [u8; 28] {
     let mut d = [0u8; 28];
     super::ifc::cmd_inter_comp_event::COMMAND_COMPLETION_VECTOR.set(&mut d, u64::from(vector));
+    d
+}
+
+/// Build the 28-byte event data of a completion event for CQ `cqn` (`comp_event.cq_number`;
+/// kernel `struct mlx5_eqe_comp`, read by `mlx5_eq_comp_int`).
+pub fn comp_event(cqn: u32) -> [u8; 28] {
+    let mut d = [0u8; 28];
+    super::ifc::comp_event::CQ_NUMBER.set(&mut d, u64::from(cqn));
+    d
+}
+
+/// Build the 28-byte event data of a CQ error on CQ `cqn` (`cq_error`; kernel
+/// `struct mlx5_eqe_cq_err`).
+pub fn cq_error_event(cqn: u32, syndrome: u8) -> [u8; 28] {
+    use super::ifc::cq_error as c;
+    let mut d = [0u8; 28];
+    c::CQN.set(&mut d, u64::from(cqn));
+    c::SYNDROME.set(&mut d, u64::from(syndrome));
+    d
+}
+
+/// Build the 28-byte event data of a port state change of port `port`
+/// (`port_state_change_event.port_num`; kernel `struct mlx5_eqe_port_state`, `port >> 4`).
+pub fn port_event(port: u8) -> [u8; 28] {
+    let mut d = [0u8; 28];
+    super::ifc::port_state_change_event::PORT_NUM.set(&mut d, u64::from(port));
     d
 }
 

@@ -4,7 +4,7 @@
 //! | state | entered by | allowed there |
 //! |---|---|---|
 //! | `Disabled` | start, `DISABLE_HCA` | `ENABLE_HCA` |
-//! | `Enabled` | `ENABLE_HCA` | `QUERY_ISSI`, `SET_ISSI`, `QUERY_PAGES`, `MANAGE_PAGES`, `ACCESS_REG`, `QUERY_HCA_CAP`, `SET_HCA_CAP`, `INIT_HCA`, `DISABLE_HCA`, `NOP`, `QUERY_NIC_VPORT_CONTEXT` (`ENABLE_HCA` again: `BAD_RES_STATE`) |
+//! | `Enabled` | `ENABLE_HCA` | `QUERY_ISSI`, `SET_ISSI`, `QUERY_PAGES`, `MANAGE_PAGES`, `ACCESS_REG`, `QUERY_HCA_CAP`, `QUERY_ADAPTER`, `SET_HCA_CAP`, `INIT_HCA`, `DISABLE_HCA`, `NOP`, `QUERY_NIC_VPORT_CONTEXT` (`ENABLE_HCA` again: `BAD_RES_STATE`) |
 //! | `Initialized` | `INIT_HCA` | everything but `SET_ISSI`, `SET_HCA_CAP`, `INIT_HCA`, `ENABLE_HCA`, `DISABLE_HCA` |
 //! | `TornDown` | `TEARDOWN_HCA` | `QUERY_PAGES`, `MANAGE_PAGES` (take), `DISABLE_HCA`, `NOP` |
 //!
@@ -18,7 +18,7 @@ use rdma_pmd::BusAddr;
 
 use super::codes::{
     syndrome as syn, CapType, CmdStatus, ManagePagesMode, Opcode, PagesStage, PORT_TYPE_ETH,
-    REG_HOST_ENDIANNESS, TEARDOWN_FORCE, TEARDOWN_GRACEFUL,
+    PTYS_EN, REG_HOST_ENDIANNESS, REG_NODE_DESC, REG_PTYS, TEARDOWN_FORCE, TEARDOWN_GRACEFUL,
 };
 use super::eq::Eq;
 use super::ifc::{self, cmd_hca_cap as gen, roce_cap, Field};
@@ -102,12 +102,19 @@ pub(crate) struct Hca {
     pub vport_mtu: u16,
     pub uars: BTreeSet<u32>,
     pub pds: BTreeSet<u32>,
+    pub xrcds: BTreeSet<u32>,
+    /// `ptys_reg.eth_proto_admin` as last written.
+    pub ptys_admin: u32,
     pub mkeys: BTreeMap<u32, MkeyObj>,
     pub cqs: BTreeMap<u32, CqObj>,
     pub qps: BTreeMap<u32, QpObj>,
-    pub eqs: BTreeMap<u8, Eq>,
+    /// The event queues: their own lock, a leaf (taken under the device lock when a CQ's
+    /// completion event is posted; nothing is locked while it is held).
+    pub eqs: super::eq::EqTable,
     pub shared: Arc<Shared>,
     pub log: Vec<Executed>,
+    /// Commands executed, by (opcode, op_mod, status).
+    pub counts: BTreeMap<(u16, u16, u8), u64>,
     /// `MANAGE_PAGES` asking for pages back returns none ([`Firmware::set_keep_pages`]).
     ///
     /// [`Firmware::set_keep_pages`]: super::Firmware::set_keep_pages
@@ -126,6 +133,7 @@ fn sizes(op: Opcode) -> Option<(usize, usize)> {
         QueryPages => (query_pages_in::SIZE, query_pages_out::SIZE),
         ManagePages => (manage_pages_in::SIZE, manage_pages_out::SIZE),
         QueryHcaCap => (query_hca_cap_in::SIZE, query_hca_cap_out::SIZE),
+        QueryAdapter => (query_adapter_in::SIZE, query_adapter_out::SIZE),
         SetHcaCap => (set_hca_cap_in::SIZE, set_hca_cap_out::SIZE),
         InitHca => (init_hca_in::SIZE, init_hca_out::SIZE),
         TeardownHca => (teardown_hca_in::SIZE, teardown_hca_out::SIZE),
@@ -158,6 +166,11 @@ fn sizes(op: Opcode) -> Option<(usize, usize)> {
         QueryRoceAddress => (query_roce_address_in::SIZE, query_roce_address_out::SIZE),
         SetRoceAddress => (set_roce_address_in::SIZE, set_roce_address_out::SIZE),
         Nop => (nop_in::SIZE, nop_out::SIZE),
+        AllocXrcd => (alloc_xrcd_in::SIZE, alloc_xrcd_out::SIZE),
+        DeallocXrcd => (dealloc_xrcd_in::SIZE, dealloc_xrcd_out::SIZE),
+        QueryHcaVportPkey => (query_hca_vport_pkey_in::SIZE, query_hca_vport_pkey_out::SIZE),
+        // Refused in `dispatch` whatever its lengths.
+        MadIfc => (16, 16),
         AllocTransportDomain => (alloc_transport_domain_in::SIZE, alloc_transport_domain_out::SIZE),
         DeallocTransportDomain => {
             (dealloc_transport_domain_in::SIZE, dealloc_transport_domain_out::SIZE)
@@ -210,6 +223,9 @@ fn general_caps(cfg: &FwConfig, shared: &Shared) -> Vec<u8> {
     set(&mut c, gen::LOG_BF_REG_SIZE, u64::from(mc.log_bf_reg_size));
     set(&mut c, gen::MAX_WQE_SZ_SQ, u64::from(mc.max_wqe_sz_sq));
     set(&mut c, gen::LOG_MAX_PD, u64::from(cfg.log_max_pd));
+    // mlx5_ib's device resources include two XRC domains (`mlx5_ib_dev_res_init`).
+    set(&mut c, gen::XRC, 1);
+    set(&mut c, gen::LOG_MAX_XRCD, 16);
     // The Ethernet path (`fw::resources::eth`): what mlx5e's `mlx5e_check_required_hca_cap`
     // and `fs_core.c` look for.
     set(&mut c, gen::ETH_NET_OFFLOADS, 1);
@@ -242,6 +258,44 @@ fn roce_caps() -> Vec<u8> {
     c
 }
 
+/// `QUERY_ADAPTER` `ieee_vendor_id`: Mellanox's IEEE OUI (00:02:c9).
+pub(crate) const ADAPTER_IEEE_VENDOR_ID: u32 = 0x0002c9;
+/// `QUERY_ADAPTER` `vsd_vendor_id`: Mellanox's PCI vendor id.
+pub(crate) const ADAPTER_VSD_VENDOR_ID: u16 = 0x15b3;
+/// `QUERY_ADAPTER` PSID (16 bytes, NUL padded): the model's own, in the vendor's `MT_` form.
+pub(crate) const ADAPTER_PSID: &[u8] = b"MT_0000000MDL";
+/// `QUERY_ADAPTER` vendor-specific data (208 bytes, NUL padded).
+pub(crate) const ADAPTER_VSD: &[u8] = b"rdma-pmd mlx5 model";
+
+/// Bytes of the NODE_DESC register (kernel `struct mlx5_reg_node_desc`,
+/// `IB_DEVICE_NODE_DESC_MAX`).
+pub(crate) const NODE_DESC_LEN: usize = 64;
+/// The node description NODE_DESC answers (NUL padded to 64 bytes; mlx5_ib's
+/// `mlx5_query_node_desc` copies it into the device's `node_desc`).
+pub(crate) const NODE_DESC: &[u8] = b"rdma-pmd mlx5 model";
+
+/// PTYS `eth_proto_capability` of a 100 Gb/s ConnectX-5 port: bit *n* is link mode *n* of
+/// the kernel's `enum mlx5e_link_mode` (`include/linux/mlx5/port.h`): 1000BASE-KX (1),
+/// 10GBASE-KR/CR/SR/ER (4, 12, 13, 14), 40GBASE-CR4/KR4/SR4/LR4 (6, 7, 15, 16),
+/// 50GBASE-SR2/CR2/KR2 (18, 30, 31), 100GBASE-CR4/SR4/KR4/LR4 (20-23), 25GBASE-CR/KR/SR
+/// (27-29).
+pub(crate) const PTYS_ETH_CAPABILITY: u32 = 1 << 1
+    | 1 << 4
+    | 1 << 12
+    | 1 << 13
+    | 1 << 14
+    | 1 << 6
+    | 1 << 7
+    | 1 << 15
+    | 1 << 16
+    | 1 << 18
+    | 1 << 30
+    | 1 << 31
+    | 0xf << 20
+    | 0x7 << 27;
+/// PTYS `eth_proto_oper`: 100GBASE-CR4 (`MLX5E_100GBASE_CR4`, a direct-attach cable).
+pub(crate) const PTYS_ETH_OPER: u32 = 1 << 20;
+
 /// General capabilities `SET_HCA_CAP` may change (each at most its maximum).
 const SETTABLE: &[Field] =
     &[gen::LOG_MAX_QP, gen::CQE_VERSION, gen::UAR_4K, gen::ROCE, gen::CMDIF_CHECKSUM];
@@ -265,14 +319,22 @@ impl Hca {
             vport_mtu: 1500,
             uars: BTreeSet::new(),
             pds: BTreeSet::new(),
+            xrcds: BTreeSet::new(),
+            ptys_admin: PTYS_ETH_CAPABILITY,
             mkeys: BTreeMap::new(),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
-            eqs: BTreeMap::new(),
+            eqs: Default::default(),
             shared,
             log: Vec::new(),
+            counts: BTreeMap::new(),
             keep_pages: false,
         }
+    }
+
+    /// The event queues, locked.
+    pub(crate) fn eqs(&self) -> std::sync::MutexGuard<'_, BTreeMap<u8, Eq>> {
+        self.eqs.lock().expect("event queues poisoned")
     }
 
     /// Execute one command: `input` is its whole input, the result is exactly `outlen` bytes.
@@ -297,6 +359,7 @@ impl Hca {
         ifc::cmd_out::STATUS.set(out, u64::from(u8::from(status)));
         ifc::cmd_out::SYNDROME.set(out, u64::from(syndrome));
         self.log.push(Executed { opcode: op, op_mod, status, syndrome });
+        *self.counts.entry((u16::from(op), op_mod, u8::from(status))).or_insert(0) += 1;
     }
 
     fn dispatch(&mut self, op: Opcode, inp: &[u8], out: &mut [u8]) -> Res {
@@ -319,11 +382,15 @@ impl Hca {
             QueryPages => self.query_pages(inp, out),
             ManagePages => self.manage_pages(inp, out),
             QueryHcaCap => self.query_hca_cap(inp, out),
+            QueryAdapter => self.query_adapter(out),
             SetHcaCap => self.set_hca_cap(inp),
             InitHca => self.init_hca(),
             TeardownHca => self.teardown_hca(inp),
             AccessReg => self.access_reg(inp, out),
             Nop => Ok(()),
+            // An Ethernet port has no subnet management agent: the kernel's `mlx5_MAD_IFC`
+            // callers (`mlx5_ib` `mad.c`) only log the failure on RoCE.
+            MadIfc => Err(fail(CmdStatus::BadOp, syn::NOT_ON_ETHERNET)),
             _ => self.resource_command(op, inp, out),
         }
     }
@@ -338,7 +405,8 @@ impl Hca {
             _ if st == Disabled => Err(fail(CmdStatus::BadSysState, syn::NOT_ENABLED)),
             DisableHca | QueryPages | ManagePages | Nop => Ok(()),
             _ if st == TornDown => Err(fail(CmdStatus::BadSysState, syn::NOT_INITIALIZED)),
-            QueryIssi | QueryHcaCap | AccessReg | TeardownHca | QueryNicVportContext => Ok(()),
+            QueryIssi | QueryHcaCap | QueryAdapter | AccessReg | TeardownHca
+            | QueryNicVportContext => Ok(()),
             SetIssi | SetHcaCap | InitHca if st == Initialized => {
                 Err(fail(CmdStatus::BadSysState, syn::ALREADY_INITIALIZED))
             }
@@ -501,6 +569,22 @@ impl Hca {
         Ok(())
     }
 
+    /// `QUERY_ADAPTER`: the adapter's identity, as the kernel's `mlx5_query_board_id` (the
+    /// PSID in `vsd_contd_psid`) and `mlx5_core_query_vendor_id` (`ieee_vendor_id`) read it
+    /// (kernel 6.12 `fw.c`). The model answers Mellanox's IEEE OUI (00:02:c9) and its PCI
+    /// vendor id 0x15b3 as the VSD vendor, and a PSID of its own in the vendor's `MT_` form.
+    fn query_adapter(&mut self, out: &mut [u8]) -> Res {
+        use ifc::query_adapter_out as o;
+        self.need_boot_pages()?;
+        o::IEEE_VENDOR_ID.set(out, u64::from(ADAPTER_IEEE_VENDOR_ID));
+        o::VSD_VENDOR_ID.set(out, u64::from(ADAPTER_VSD_VENDOR_ID));
+        let vsd = o::VSD.slice_mut(out);
+        vsd[..ADAPTER_VSD.len()].copy_from_slice(ADAPTER_VSD);
+        let psid = o::VSD_CONTD_PSID.slice_mut(out);
+        psid[..ADAPTER_PSID.len()].copy_from_slice(ADAPTER_PSID);
+        Ok(())
+    }
+
     fn set_hca_cap(&mut self, inp: &[u8]) -> Res {
         use ifc::set_hca_cap_in as i;
         self.check_function(i::OTHER_FUNCTION.get(inp), 0)?;
@@ -541,12 +625,14 @@ impl Hca {
 
     /// Objects created through the command interface and not destroyed.
     pub(crate) fn live_objects(&self) -> usize {
-        self.uars.len()
+        // The EQ table's lock is a leaf: released before the device lock is taken.
+        let eqs = self.eqs().len();
+        eqs + self.uars.len()
             + self.pds.len()
+            + self.xrcds.len()
             + self.mkeys.len()
             + self.cqs.len()
             + self.qps.len()
-            + self.eqs.len()
             + self.shared.dev().eth.count()
     }
 
@@ -568,33 +654,83 @@ impl Hca {
         Ok(())
     }
 
+    /// `ACCESS_REG` (kernel `mlx5_core_access_reg`: `op_mod` 0 writes, 1 reads; the register
+    /// data follows the 16-byte header in both directions).
     fn access_reg(&mut self, inp: &[u8], out: &mut [u8]) -> Res {
         use ifc::access_register_in as i;
         self.need_boot_pages()?;
         let reg = i::REGISTER_ID.get(inp) as u16;
-        if reg != REG_HOST_ENDIANNESS {
-            return Err(fail(CmdStatus::BadParam, syn::BAD_REGISTER));
-        }
-        let len = self.host_endianness.len();
+        let len = match reg {
+            REG_HOST_ENDIANNESS => self.host_endianness.len(),
+            REG_PTYS => ifc::ptys_reg::SIZE,
+            REG_NODE_DESC => NODE_DESC_LEN,
+            _ => return Err(fail(CmdStatus::BadParam, syn::BAD_REGISTER)),
+        };
+        let write = match ifc::cmd_in::OP_MOD.get(inp) {
+            0 => true,
+            1 => false,
+            _ => return Err(fail(CmdStatus::BadOp, syn::BAD_OP_MOD)),
+        };
+        // The register image the driver sent: a write's value, and PTYS's port and protocol
+        // even for a read. Other reads may come without it.
         let data = i::REGISTER_DATA.byte();
-        match ifc::cmd_in::OP_MOD.get(inp) {
-            // op_mod 0 writes, 1 reads (kernel `mlx5_core_access_reg`).
-            0 => {
-                if inp.len() < data + len {
-                    return Err(fail(CmdStatus::BadPkt, syn::SHORT_REGISTER));
-                }
-                self.host_endianness.copy_from_slice(&inp[data..data + len]);
+        let zeros = [0u8; ifc::ptys_reg::SIZE];
+        let given = match inp.get(data..data + len) {
+            Some(g) => g,
+            None if !write && reg != REG_PTYS => &zeros[..len.min(zeros.len())],
+            None => return Err(fail(CmdStatus::BadPkt, syn::SHORT_REGISTER)),
+        };
+        let at = ifc::access_register_out::REGISTER_DATA.byte();
+        if !write && out.len() < at + len {
+            return Err(fail(CmdStatus::BadOutputLen, syn::OUTPUT_TOO_SHORT));
+        }
+        match (reg, write) {
+            (REG_HOST_ENDIANNESS, true) => {
+                self.host_endianness.copy_from_slice(given);
                 Ok(())
             }
-            1 => {
-                let at = ifc::access_register_out::REGISTER_DATA.byte();
-                if out.len() < at + len {
-                    return Err(fail(CmdStatus::BadOutputLen, syn::OUTPUT_TOO_SHORT));
-                }
+            (REG_HOST_ENDIANNESS, false) => {
                 out[at..at + len].copy_from_slice(&self.host_endianness);
                 Ok(())
             }
-            _ => Err(fail(CmdStatus::BadOp, syn::BAD_OP_MOD)),
+            (REG_PTYS, _) => self.ptys(given, write, &mut out[at..]),
+            // The node description is firmware's (a read-only register here).
+            (REG_NODE_DESC, true) => Err(fail(CmdStatus::BadParam, syn::BAD_REGISTER)),
+            (REG_NODE_DESC, false) => {
+                out[at..at + NODE_DESC.len()].copy_from_slice(NODE_DESC);
+                Ok(())
+            }
+            _ => Err(fail(CmdStatus::BadParam, syn::BAD_REGISTER)),
         }
+    }
+
+    /// PTYS on the model's one Ethernet port (`local_port` 1, `proto_mask` Ethernet): the
+    /// link modes a 100 Gb/s ConnectX-5 port reports (kernel `port.h` `enum mlx5e_link_mode`),
+    /// operating at 100GBASE-CR4, no extended modes (the model has no PCAM register, so the
+    /// kernel reads the legacy fields: `mlx5_ptys_ext_supported`). A write sets
+    /// `eth_proto_admin` to a subset of the capability.
+    fn ptys(&mut self, given: &[u8], write: bool, out: &mut [u8]) -> Res {
+        use ifc::ptys_reg as p;
+        if p::LOCAL_PORT.get(given) != 1 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_PORT));
+        }
+        if p::PROTO_MASK.get(given) & u64::from(PTYS_EN) == 0 {
+            return Err(fail(CmdStatus::BadParam, syn::NOT_ON_ETHERNET));
+        }
+        if write {
+            let admin = p::ETH_PROTO_ADMIN.get(given) as u32;
+            if admin == 0 || admin & !PTYS_ETH_CAPABILITY != 0 {
+                return Err(fail(CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
+            }
+            self.ptys_admin = admin;
+            return Ok(());
+        }
+        let r = &mut out[..p::SIZE];
+        p::LOCAL_PORT.set(r, 1);
+        p::PROTO_MASK.set(r, u64::from(PTYS_EN));
+        p::ETH_PROTO_CAPABILITY.set(r, u64::from(PTYS_ETH_CAPABILITY));
+        p::ETH_PROTO_ADMIN.set(r, u64::from(self.ptys_admin));
+        p::ETH_PROTO_OPER.set(r, u64::from(PTYS_ETH_OPER));
+        Ok(())
     }
 }

@@ -213,6 +213,8 @@ ifc! {
         LOG_MAX_RA_RES_QP = "log_max_ra_res_qp" @ 0x15a : 6;
         GID_TABLE_SIZE = "gid_table_size" @ 0x170 : 16;
         PKEY_TABLE_SIZE = "pkey_table_size" @ 0x190 : 16;
+        XRC = "xrc" @ 0x23c : 1;
+        LOG_MAX_XRCD = "log_max_xrcd" @ 0x33b : 5;
         PORT_TYPE = "port_type" @ 0x1b6 : 2;
         NIC_FLOW_TABLE = "nic_flow_table" @ 0x1a6 : 1;
         NUM_PORTS = "num_ports" @ 0x1b8 : 8;
@@ -269,6 +271,52 @@ ifc! {
     /// `ACCESS_REG` output, followed by the register data.
     access_register_out = "access_register_out", 16 bytes {
         REGISTER_DATA = "register_data" @ 0x80 : 32;
+    }
+    /// `ALLOC_XRCD` input.
+    alloc_xrcd_in = "alloc_xrcd_in", 16 bytes {}
+    /// `ALLOC_XRCD` output.
+    alloc_xrcd_out = "alloc_xrcd_out", 16 bytes {
+        XRCD = "xrcd" @ 0x48 : 24;
+    }
+    /// `DEALLOC_XRCD` input.
+    dealloc_xrcd_in = "dealloc_xrcd_in", 16 bytes {
+        XRCD = "xrcd" @ 0x48 : 24;
+    }
+    /// `DEALLOC_XRCD` output.
+    dealloc_xrcd_out = "dealloc_xrcd_out", 16 bytes {}
+    /// `QUERY_HCA_VPORT_PKEY` input.
+    query_hca_vport_pkey_in = "query_hca_vport_pkey_in", 16 bytes {
+        OTHER_VPORT = "other_vport" @ 0x40 : 1;
+        PORT_NUM = "port_num" @ 0x4c : 4;
+        VPORT_NUMBER = "vport_number" @ 0x50 : 16;
+        PKEY_INDEX = "pkey_index" @ 0x70 : 16;
+    }
+    /// `QUERY_HCA_VPORT_PKEY` output: the header, then [`pkey`] entries.
+    query_hca_vport_pkey_out = "query_hca_vport_pkey_out", 16 bytes {}
+    /// One P_Key table entry.
+    pkey = "pkey", 4 bytes {
+        PKEY = "pkey" @ 0x10 : 16;
+    }
+    /// The PTYS register (port type and speed; register id `0x5004`).
+    ptys_reg = "ptys_reg", 64 bytes {
+        LOCAL_PORT = "local_port" @ 0x8 : 8;
+        PROTO_MASK = "proto_mask" @ 0x1d : 3;
+        EXT_ETH_PROTO_CAPABILITY = "ext_eth_proto_capability" @ 0x40 : 32;
+        ETH_PROTO_CAPABILITY = "eth_proto_capability" @ 0x60 : 32;
+        EXT_ETH_PROTO_ADMIN = "ext_eth_proto_admin" @ 0xa0 : 32;
+        ETH_PROTO_ADMIN = "eth_proto_admin" @ 0xc0 : 32;
+        EXT_ETH_PROTO_OPER = "ext_eth_proto_oper" @ 0x100 : 32;
+        ETH_PROTO_OPER = "eth_proto_oper" @ 0x120 : 32;
+        CONNECTOR_TYPE = "connector_type" @ 0x17c : 4;
+    }
+    /// `QUERY_ADAPTER` input.
+    query_adapter_in = "query_adapter_in", 16 bytes {}
+    /// `QUERY_ADAPTER` output: the adapter parameter block after the header.
+    query_adapter_out = "query_adapter_out", 272 bytes {
+        IEEE_VENDOR_ID = "query_adapter_struct.ieee_vendor_id" @ 0x148 : 24;
+        VSD_VENDOR_ID = "query_adapter_struct.vsd_vendor_id" @ 0x170 : 16;
+        VSD = "query_adapter_struct.vsd" @ 0x180 : 1664;
+        VSD_CONTD_PSID = "query_adapter_struct.vsd_contd_psid" @ 0x800 : 128;
     }
     /// The host endianness register (register id `0x7004`).
     register_host_endianness = "register_host_endianness", 16 bytes {
@@ -335,6 +383,19 @@ ifc! {
         EVENT_DATA = "event_data" @ 0x100 : 224;
         SIGNATURE = "signature" @ 0x1f0 : 8;
         OWNER = "owner" @ 0x1ff : 1;
+    }
+    /// Event data of a port state change event.
+    port_state_change_event = "port_state_change_event", 28 bytes {
+        PORT_NUM = "port_num" @ 0x40 : 4;
+    }
+    /// Event data of a CQ error event.
+    cq_error = "cq_error", 28 bytes {
+        CQN = "cqn" @ 0x8 : 24;
+        SYNDROME = "syndrome" @ 0x58 : 8;
+    }
+    /// Event data of a completion event.
+    comp_event = "comp_event", 28 bytes {
+        CQ_NUMBER = "cq_number" @ 0xc8 : 24;
     }
     /// Event data of a command completion event.
     cmd_inter_comp_event = "cmd_inter_comp_event", 28 bytes {

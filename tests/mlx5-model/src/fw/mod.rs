@@ -36,16 +36,21 @@
 //! `type` 7, lengths sane, mailboxes aligned, reachable, numbered 0, 1, … and carrying the
 //! entry's token (else the delivery status says which); then the command executes, the output
 //! is scattered, the delivery status is written and, after a release fence, the owner bit is
-//! cleared. If an EQ subscribed to command events exists, a command completion EQE with
-//! `1 << slot` follows.
+//! cleared. If an EQ subscribed to command events existed when the slot's doorbell rang, a
+//! command completion EQE with `1 << slot` follows, and the EQ's MSI-X vector (`eqc.intr`)
+//! is raised if the EQ is armed; an armed EQ fires once and stays quiet until the driver arms
+//! it again (an arm doorbell over unconsumed EQEs fires at once). Page request EQEs interrupt
+//! the same way.
 //!
 //! ## Commands
 //!
 //! `ENABLE_HCA`, `DISABLE_HCA`, `QUERY_ISSI`, `SET_ISSI` (ISSI 0 and 1), `QUERY_PAGES`
 //! (boot/init/regular), `MANAGE_PAGES` (give/take/allocation-fail), `QUERY_HCA_CAP` and
-//! `SET_HCA_CAP` (general and RoCE capabilities), `ACCESS_REG` (host endianness), `INIT_HCA`,
+//! `SET_HCA_CAP` (general and RoCE capabilities), `QUERY_ADAPTER`, `ACCESS_REG` (host
+//! endianness; PTYS; NODE_DESC), `INIT_HCA`, `ALLOC_XRCD`, `DEALLOC_XRCD`,
+//! `QUERY_HCA_VPORT_PKEY`, `MAD_IFC` (refused: an Ethernet port),
 //! `TEARDOWN_HCA`, `ALLOC_UAR`, `DEALLOC_UAR`, `ALLOC_PD`, `DEALLOC_PD`, `CREATE_EQ`,
-//! `DESTROY_EQ`, `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`, `CREATE_CQ`,
+//! `DESTROY_EQ`, `CREATE_MKEY` (PA or MTT), `DESTROY_MKEY`, `CREATE_CQ`,
 //! `DESTROY_CQ`, `CREATE_QP` (RC, UD, QP1), `DESTROY_QP`, `RST2INIT_QP`, `INIT2RTR_QP`, `RTR2RTS_QP`,
 //! `2ERR_QP`, `2RST_QP`, `QUERY_QP`, `QUERY_NIC_VPORT_CONTEXT`, `MODIFY_NIC_VPORT_CONTEXT`
 //! (`roce_en`, `mtu`), `QUERY_VPORT_STATE`, `QUERY_ROCE_ADDRESS` and `SET_ROCE_ADDRESS` (the
@@ -85,15 +90,17 @@
 //! * One physical function (function id 0), no VFs, one port (Ethernet, RoCE v2).
 //! * Signatures are not checked (`cmdif_checksum` is 0); mailbox pointers need 512-byte
 //!   alignment.
-//! * Queue buffers (CQ, QP) and MTT translations must be bus-contiguous: the device model
-//!   addresses them linearly.
+//! * Queue buffers (EQ, CQ, QP, SQ, RQ) and memory keys' MTTs are page lists as on hardware:
+//!   each entry one page anywhere; the engine splits every access at page boundaries.
 //! * `TEARDOWN_HCA` refuses while objects created through commands remain, and `DISABLE_HCA`
 //!   while the firmware still holds pages, so that leaks show up as failures.
 //! * Given pages are overwritten with `0xf5`, as firmware would use them. Before `INIT_HCA`
 //!   every page may be taken back (the kernel's failed-bring-up path); from `INIT_HCA` to
 //!   `TEARDOWN_HCA` boot + init + run-time pages are locked.
-//! * `CREATE_CQ` needs an existing EQ (`c_eqn`), as on hardware; completion EQEs for CQs are
-//!   not generated (the model's poll-mode driver does not arm CQs through EQs).
+//! * `CREATE_CQ` needs an existing EQ (`c_eqn`), as on hardware. A CQE written to an armed
+//!   CQ (CQ arm doorbell) posts a completion EQE (type 0, the CQ number) to that EQ with its
+//!   vector, and disarms the CQ (`fw::comp_event`); a CQ overrun or memory fault posts a CQ
+//!   error EQE to the EQ subscribed to CQ errors (`fw::cq_error_event`).
 //! * `RST2INIT_QP` needs `primary_address_path.vhca_port_num` = 1.
 //! * One firmware per model, for the model's life.
 //! * A full EQ (once the driver has rung its doorbell) drops the event and counts an overrun.
@@ -170,11 +177,56 @@ impl Default for FwConfig {
             cmd_exec_timeout_ms: 60_000,
             log_max_qp: 10,
             log_max_cq: 10,
-            log_max_eq: 4,
-            log_max_eq_sz: 12,
+            // A ConnectX-5's numbers: 128 EQs of up to 4M entries. The kernel's async EQ
+            // alone is 4096 + 128 entries, rounded up to 8192 (kernel 6.12 `eq.c`
+            // `MLX5_NUM_ASYNC_EQE`, `MLX5_NUM_SPARE_EQE`, `create_map_eq`).
+            log_max_eq: 7,
+            log_max_eq_sz: 22,
             log_max_mkey: 12,
             log_max_pd: 10,
         }
+    }
+}
+
+/// How many times the firmware executed one kind of command with one outcome
+/// ([`Model::command_log`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandRecord {
+    /// Opcode.
+    pub opcode: Opcode,
+    /// `op_mod`.
+    pub op_mod: u16,
+    /// Commands with this opcode, op_mod and status.
+    pub count: u64,
+    /// Status written.
+    pub status: CmdStatus,
+}
+
+impl Model {
+    /// Commands the model's firmware executed (or failed), counted by opcode, op_mod and
+    /// status, in that order; empty without a firmware. Commands refused at delivery are not
+    /// here ([`Firmware::delivery_errors`]).
+    pub fn command_log(&self) -> Vec<CommandRecord> {
+        let Some(fw) = self.shared().fw.get().and_then(Weak::upgrade) else { return Vec::new() };
+        let hca = fw.hca();
+        hca.counts
+            .iter()
+            .map(|(&(op, op_mod, st), &count)| CommandRecord {
+                opcode: Opcode::from(op),
+                op_mod,
+                count,
+                status: CmdStatus::from(st),
+            })
+            .collect()
+    }
+
+    /// Pages the driver has given the firmware through `MANAGE_PAGES`, and pages the firmware
+    /// has handed back, over the firmware's life: `(given, reclaimed)`. Equal once every page
+    /// came back. `(0, 0)` without a firmware.
+    pub fn fw_pages(&self) -> (u64, u64) {
+        let Some(fw) = self.shared().fw.get().and_then(Weak::upgrade) else { return (0, 0) };
+        let st = fw.hca().pages.stats();
+        (st.total_given, st.total_taken)
     }
 }
 
@@ -249,11 +301,18 @@ struct Regs {
 #[derive(Default)]
 struct Bell {
     pending: u32,
+    /// Slots whose doorbell rang while an EQ subscribed to command completions existed:
+    /// those complete with an EQE (and its interrupt), the others by the owner bit alone.
+    events: u32,
     stop: bool,
 }
 
 pub(crate) struct FwShared {
     hca: Mutex<Hca>,
+    /// The same table as `Hca::eqs`, reachable without the firmware's lock.
+    eqs: eq::EqTable,
+    /// The model (its MSI-X sink).
+    model: Arc<Shared>,
     regs: Mutex<Regs>,
     bell: Mutex<Bell>,
     wake: Condvar,
@@ -265,6 +324,10 @@ pub(crate) struct FwShared {
 impl FwShared {
     fn hca(&self) -> MutexGuard<'_, Hca> {
         self.hca.lock().expect("firmware state poisoned")
+    }
+
+    fn eqs(&self) -> MutexGuard<'_, std::collections::BTreeMap<u8, eq::Eq>> {
+        self.eqs.lock().expect("event queues poisoned")
     }
 
     fn regs(&self) -> MutexGuard<'_, Regs> {
@@ -295,8 +358,18 @@ impl FwShared {
         match (off, len) {
             (init_seg::CMD_DBELL, 4) => {
                 let bits = init_seg::doorbell(mem);
+                // Whether the command gets an EQE is decided when it is issued: the kernel
+                // issues the CREATE_EQ that makes its command EQ in polling mode, and only
+                // then switches to events (6.12 `eq.c` `create_async_eqs`,
+                // `mlx5_cmd_use_events`; `cmd.c` `mlx5_cmd_comp_handler`).
+                let events = self.eqs().values().any(|e| e.wants(codes::EventType::Cmd));
                 let mut b = self.bell.lock().expect("doorbell poisoned");
                 b.pending |= bits;
+                if events {
+                    b.events |= bits;
+                } else {
+                    b.events &= !bits;
+                }
                 drop(b);
                 self.wake.notify_one();
             }
@@ -312,14 +385,20 @@ impl FwShared {
         let v = u32::from_be(mem.read_u32(off));
         let (eqn, ci) = ((v >> 24) as u8, v & 0x00ff_ffff);
         let arm = off % crate::UAR_PAGE == eq::DOORBELL_ARM;
-        let mut hca = self.hca();
-        match hca.eqs.get_mut(&eqn).filter(|e| e.uar == page) {
+        let mut eqs = self.eqs();
+        match eqs.get_mut(&eqn).filter(|e| e.uar == page) {
             Some(e) => {
                 e.consumer = Some(ci);
                 e.armed = arm;
+                // Arming an EQ that holds unconsumed entries fires it at once (PRM "EQ
+                // arming"): no event is left without its interrupt.
+                let fire = (arm && e.producer & 0x00ff_ffff != ci).then(|| e.signal()).flatten();
+                if let Some(v) = fire {
+                    self.model.raise(v);
+                }
             }
             None => {
-                drop(hca);
+                drop(eqs);
                 self.regs().bad_eq_doorbells += 1;
             }
         }
@@ -335,7 +414,7 @@ impl FwShared {
     }
 
     /// Execute the command in `slot`, if the firmware can.
-    fn run_slot(&self, slot: u32) {
+    fn run_slot(&self, slot: u32, event: bool) {
         let (base, dead, initializing) = {
             let r = self.regs();
             let regs = self.registers(&r);
@@ -360,7 +439,7 @@ impl FwShared {
             Err(status) => {
                 self.regs().delivery_errors.push(DeliveryError { slot, status });
                 cmdq::complete(&*self.dma, at, status);
-                self.post_cmd_event(slot);
+                self.post_cmd_event(slot, event);
                 return;
             }
         };
@@ -380,7 +459,7 @@ impl FwShared {
         };
         if let Some(Misanswer::Refuse(status)) = misanswer {
             cmdq::complete(&*self.dma, at, status);
-            self.post_cmd_event(slot);
+            self.post_cmd_event(slot, event);
             return;
         }
         let delay = self.regs().faults.delay;
@@ -409,14 +488,22 @@ impl FwShared {
             self.dma.write(at.add(cmdq::entry::TOKEN as u64), &[token]);
         }
         cmdq::complete(&*self.dma, at, DeliveryStatus::Ok);
-        self.post_cmd_event(slot);
+        self.post_cmd_event(slot, event);
     }
 
-    fn post_cmd_event(&self, slot: u32) {
-        let mut hca = self.hca();
-        if let Some(eq) = hca.eqs.values_mut().find(|e| e.wants(codes::EventType::Cmd)) {
+    /// The command completion EQE of `slot`, if it was issued while a command EQ existed
+    /// (`event`), with the EQ's interrupt if the EQ is armed.
+    fn post_cmd_event(&self, slot: u32, event: bool) {
+        if !event {
+            return;
+        }
+        let mut eqs = self.eqs();
+        if let Some(eq) = eqs.values_mut().find(|e| e.wants(codes::EventType::Cmd)) {
             // A full EQ drops the event (counted in the EQ's overruns).
             let _ = eq.post(&*self.dma, codes::EventType::Cmd, &eq::cmd_event(1 << slot));
+            if let Some(v) = eq.signal() {
+                self.model.raise(v);
+            }
         }
     }
 
@@ -430,14 +517,46 @@ impl FwShared {
                 if b.stop {
                     return;
                 }
-                std::mem::take(&mut b.pending)
+                (std::mem::take(&mut b.pending), std::mem::take(&mut b.events))
             };
+            let (bits, events) = bits;
             for slot in 0..32 {
                 if bits & (1 << slot) != 0 {
-                    self.run_slot(slot);
+                    self.run_slot(slot, events & (1 << slot) != 0);
                 }
             }
         }
+    }
+}
+
+/// A completion event for CQ `cqn` on EQ `eqn` (the CQ's `c_eqn`): a COMP EQE (type 0, the
+/// CQ number in its data) and the EQ's vector if the EQ is armed. Called by the model when a
+/// CQE lands in an armed CQ (or the CQ is armed over waiting CQEs), with the device lock
+/// held: the EQ table's lock is a leaf. Completion events go to the CQ's EQ whatever its
+/// event mask (kernel `eq.c` `mlx5_eq_comp_int`; completion EQs ask for no async events).
+pub(crate) fn comp_event(sh: &Shared, eqn: u8, cqn: u32) {
+    let Some(fw) = sh.fw.get().and_then(Weak::upgrade) else { return };
+    let mut eqs = fw.eqs();
+    let Some(eq) = eqs.get_mut(&eqn) else { return };
+    // A full EQ drops the event (counted in the EQ's overruns).
+    let _ = eq.post(&*fw.dma, codes::EventType::Completion, &eq::comp_event(cqn));
+    if let Some(v) = eq.signal() {
+        sh.raise(v);
+    }
+}
+
+/// A CQ error event for CQ `cqn` with `syndrome` (overrun 1, access violation 2) on the EQ
+/// subscribed to CQ errors (the kernel's async EQ, `MLX5_EVENT_TYPE_CQ_ERROR`; `eq.c`
+/// `cq_err_event_notifier` reads `cq_err.cqn` and `syndrome`), with its vector if armed. Called
+/// with the device lock held: the EQ table's lock is a leaf.
+pub(crate) fn cq_error_event(sh: &Shared, cqn: u32, syndrome: u8) {
+    let Some(fw) = sh.fw.get().and_then(Weak::upgrade) else { return };
+    let t = codes::EventType::CqError;
+    let mut eqs = fw.eqs();
+    let Some(eq) = eqs.values_mut().find(|e| e.wants(t)) else { return };
+    let _ = eq.post(&*fw.dma, t, &eq::cq_error_event(cqn, syndrome));
+    if let Some(v) = eq.signal() {
+        sh.raise(v);
     }
 }
 
@@ -492,6 +611,8 @@ impl Firmware {
         let shared = model.shared().clone();
         let hca = Hca::new(cfg.clone(), shared.clone());
         let fw = Arc::new(FwShared {
+            eqs: hca.eqs.clone(),
+            model: shared.clone(),
             hca: Mutex::new(hca),
             regs: Mutex::new(Regs::default()),
             bell: Mutex::new(Bell::default()),
@@ -567,7 +688,7 @@ impl Firmware {
 
     /// Events dropped because an EQ was full, over all live EQs.
     pub fn eq_overruns(&self) -> u64 {
-        self.shared.hca().eqs.values().map(|e| e.overruns).sum()
+        self.shared.eqs().values().map(|e| e.overruns).sum()
     }
 
     /// Objects created through commands and not yet destroyed.
@@ -641,6 +762,26 @@ impl Firmware {
         self.shared.regs().faults.health = (synd, ext_synd);
     }
 
+    /// Report that port 1 went down (`up` false) or became active (`up` true) with a port
+    /// change EQE (sub-type `MLX5_PORT_CHANGE_SUBTYPE_DOWN` / `_ACTIVE`) on the EQ subscribed
+    /// to port changes, and its vector if armed: what firmware sends on a link transition
+    /// (kernel 6.12 `events.c` `port_change`, mlx5_ib's port event handling). The model's link
+    /// itself does not change; a server or test calls this when it changes the link.
+    pub fn port_change(&self, up: bool) -> Result<(), FwError> {
+        if self.shared.hca().state != HcaState::Initialized {
+            return Err(FwError::NotInitialized);
+        }
+        let t = codes::EventType::PortChange;
+        let sub = if up { codes::PORT_CHANGE_ACTIVE } else { codes::PORT_CHANGE_DOWN };
+        let mut eqs = self.shared.eqs();
+        let eq = eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
+        eq.post_sub(&*self.shared.dma, t, sub, &eq::port_event(1))?;
+        if let Some(v) = eq.signal() {
+            self.shared.model.raise(v);
+        }
+        Ok(())
+    }
+
     /// Ask the driver for `n` more pages (negative: offer `-n` back) with a page request EQE
     /// on the first EQ subscribed to page requests. The driver answers with `MANAGE_PAGES`.
     pub fn request_pages(&self, n: i32) -> Result<(), FwError> {
@@ -650,8 +791,14 @@ impl Firmware {
         }
         let t = codes::EventType::PageRequest;
         let dma = self.shared.dma.clone();
-        let eq = hca.eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
-        eq.post(&*dma, t, &eq::page_event(0, n))?;
+        {
+            let mut eqs = self.shared.eqs();
+            let eq = eqs.values_mut().find(|e| e.wants(t)).ok_or(FwError::NoEventQueue)?;
+            eq.post(&*dma, t, &eq::page_event(0, n))?;
+            if let Some(v) = eq.signal() {
+                self.shared.model.raise(v);
+            }
+        }
         hca.pages.runtime += i64::from(n);
         Ok(())
     }

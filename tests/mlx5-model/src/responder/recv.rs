@@ -108,8 +108,7 @@ pub(crate) fn scatter(
         }
         buf.clear();
         buf.extend(bytes.by_ref().take(n as usize));
-        let bus = mk.bus(addr);
-        if !sh.dma.write(BusAddr(bus), &buf) {
+        if let Err(bus) = mk.write(&*sh.dma, addr, &buf) {
             sh.note(qpn, Some(wqe.idx), Reason::RemoteDmaFault { bus, len: n });
             return Err(Reason::RecvBadLkey { qpn, lkey });
         }

@@ -313,8 +313,7 @@ fn execute(sh: &Shared, dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>, tx: &m
                         let rkey = t.rkey;
                         return fail(qp, NakCode::RemoteAccess, Reason::UnknownRkey { rkey }, tx);
                     };
-                    let bus = mk.bus(t.va);
-                    if !sh.dma.write(BusAddr(bus), pkt.payload) {
+                    if let Err(bus) = mk.write(&*sh.dma, t.va, pkt.payload) {
                         let r = Reason::RemoteDmaFault { bus, len: n as u64 };
                         return fail(qp, NakCode::RemoteAccess, r, tx);
                     }
@@ -455,10 +454,12 @@ fn read_reply(
     let len = reth.dma_len as usize;
     let mut data = vec![0u8; len];
     if len > 0 {
-        let bus = mkeys.get(&reth.rkey).map(|mk| mk.bus(reth.va));
-        let ok = bus.is_some_and(|b| sh.dma.read(BusAddr(b), &mut data));
-        if !ok {
-            let r = Reason::RemoteDmaFault { bus: bus.unwrap_or(0), len: len as u64 };
+        let r = match mkeys.get(&reth.rkey) {
+            Some(mk) => mk.read(&*sh.dma, reth.va, &mut data),
+            None => Err(0),
+        };
+        if let Err(bus) = r {
+            let r = Reason::RemoteDmaFault { bus, len: len as u64 };
             bump(&sh.stats.naks_sent);
             send_ack(sh, qp, qpn, Syndrome::Nak(NakCode::RemoteAccess), psn, tx);
             class_c(sh, qp, qpn, NakCode::RemoteAccess, r);

@@ -1,6 +1,6 @@
 //! `CREATE_CQ`, `DESTROY_CQ`.
 
-use super::{busy, contiguous_queue, limit, model_err, no_such, reachable, unsupported};
+use super::{busy, limit, model_err, no_such, queue_pages, reachable, unsupported};
 use crate::fw::codes::{syndrome as syn, CmdStatus};
 use crate::fw::decoded::{CreateCq, DestroyCq};
 use crate::fw::hca::{fail, CqObj, Hca, Res};
@@ -29,14 +29,18 @@ impl Hca {
         let Ok(eqn) = u8::try_from(c.c_eqn) else {
             return Err(fail(CmdStatus::BadIndex, syn::INDEX_RANGE));
         };
-        if !self.eqs.contains_key(&eqn) {
+        if !self.eqs().contains_key(&eqn) {
             return Err(no_such());
         }
         let shift = 12 + u32::from(c.log_page_size);
-        let buf = contiguous_queue(self, &d.pas, shift, 64u64 << log_size)?;
+        let buf = queue_pages(self, &d.pas, shift, 64u64 << log_size)?;
         let dbrec = c.dbr_addr;
         reachable(self, dbrec, 8)?;
         let cqn = self.shared.create_cq(log_size, buf, dbrec, uar).map_err(model_err)?;
+        // Its completion events go to that EQ (`comp_event`).
+        if let Some(cq) = self.shared.dev().cqs.get_mut(&cqn) {
+            cq.eqn = Some(eqn);
+        }
         self.cqs.insert(cqn, CqObj { uar, eqn });
         ifc::create_cq_out::CQN.set(out, u64::from(cqn));
         Ok(())

@@ -9,7 +9,7 @@ use crate::fw::ifc::{self, cmd_hca_cap as gen};
 
 impl Hca {
     pub(super) fn create_eq(&mut self, d: &CreateEq, out: &mut [u8]) -> Res {
-        limit(self.eqs.len(), self.cap(gen::LOG_MAX_EQ))?;
+        limit(self.eqs().len(), self.cap(gen::LOG_MAX_EQ))?;
         let c = &d.eq_context;
         let log_size = c.log_eq_size;
         if u64::from(log_size) > self.cap(gen::LOG_MAX_EQ_SZ) {
@@ -36,9 +36,9 @@ impl Hca {
             reachable(self, *p, pg.min(bytes))?;
         }
         let eqn = (0..=u8::MAX)
-            .find(|n| !self.eqs.contains_key(n))
+            .find(|n| !self.eqs().contains_key(n))
             .ok_or_else(|| fail(CmdStatus::ExceedLim, syn::OBJECT_LIMIT))?;
-        self.eqs.insert(
+        self.eqs().insert(
             eqn,
             Eq {
                 eqn,
@@ -50,6 +50,7 @@ impl Hca {
                 producer: 0,
                 consumer: None,
                 armed: false,
+                intr: c.intr,
                 overruns: 0,
             },
         );
@@ -62,13 +63,13 @@ impl Hca {
         if u64::from(eqn) >= 1u64 << self.cap(gen::LOG_MAX_EQ) {
             return Err(fail(CmdStatus::BadIndex, syn::INDEX_RANGE));
         }
-        if !self.eqs.contains_key(&eqn) {
+        if !self.eqs().contains_key(&eqn) {
             return Err(no_such());
         }
         if self.cqs.values().any(|c| c.eqn == eqn) {
             return Err(busy());
         }
-        self.eqs.remove(&eqn);
+        self.eqs().remove(&eqn);
         Ok(())
     }
 }

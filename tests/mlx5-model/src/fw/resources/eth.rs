@@ -9,17 +9,17 @@
 //! | `CREATE_TIS` | domain exists, PD exists if given (`BAD_RESOURCE`); no TLS, LAG affinity, underlay QP (`BAD_PARAM`) |
 //! | `CREATE_SQ` | state RST; one TIS (`tis_lst_sz` 1); no hairpin, UMR, SWP, multi-packet WQEs, packet pacing, cross-channel; `min_wqe_inline_mode` ≤ TCP/UDP (`BAD_PARAM`); CQ, TIS, PD, UAR exist (`BAD_RESOURCE`); the WQ as below |
 //! | `CREATE_RQ` | state RST; memory RQ, no RMP, delay drop, FCS scatter, hairpin, counter set (`BAD_PARAM`; a counter set: `BAD_RESOURCE`); CQ, PD exist; the WQ as below |
-//! | WQ (`wq`) | cyclic, no signature, no end padding, no umem, `page_offset` 0 (`BAD_PARAM`); SQ stride 64 bytes, RQ stride 16..2048 (`BAD_PARAM`); `log_wq_sz` ≤ `log_max_qp_sz` (`BAD_SIZE`); PAS covers, contiguous, translates; doorbell record 8-aligned and translates (`BAD_PARAM`) |
+//! | WQ (`wq`) | cyclic, no signature, no end padding, no umem, `page_offset` 0 (`BAD_PARAM`); SQ stride 64 bytes, RQ stride 16..2048 (`BAD_PARAM`); `log_wq_sz` ≤ `log_max_qp_sz` (`BAD_SIZE`); PAS covers, each page aligned and translating, anywhere; doorbell record 8-aligned and translates (`BAD_PARAM`) |
 //! | `MODIFY_SQ/RQ` | exists (`BAD_RESOURCE`); `*_state` is the current state (`BAD_RES_STATE`); RST→RDY, RDY→ERR, RDY/ERR→RST (`BAD_RES_STATE` otherwise); no `modify_bitmask` (`BAD_PARAM`); to RST the counter restarts at 0 |
 //! | `CREATE_TIR` | direct dispatch, no LRO, TLS, tunnel offload, hash (`BAD_PARAM`); RQ and domain exist (`BAD_RESOURCE`) |
 //! | flow steering (all) | own vport, NIC RX table type (`BAD_PARAM`); the table exists (`BAD_RESOURCE`) |
-//! | `CREATE_FLOW_TABLE` | level 0, default miss action, no reformat, decap, SW ownership, termination (`BAD_PARAM`); `log_size` ≤ `log_max_ft_size` (`BAD_PARAM`) |
+//! | `CREATE_FLOW_TABLE` | level ≤ `max_ft_level` (63), default miss action, no reformat, decap, SW ownership, termination (`BAD_PARAM`); `log_size` ≤ `log_max_ft_size` (`BAD_PARAM`) |
 //! | `CREATE_FLOW_GROUP` | TCAM group, no definer; `start ≤ end` inside the table, no overlap; only outer headers enabled and criteria only on the fields the model matches (MACs, EtherType, first VLAN, C/S-VLAN tag, IP version and protocol, UDP ports) (`BAD_PARAM`) |
 //! | `SET_FLOW_TABLE_ENTRY` | `op_mod` 0 (new entry); index inside the table, free, inside its group; action forward, one TIR destination, no counters, reformat, header rewrite, VLAN push; value only under the group's criteria (`BAD_PARAM`); group and TIR exist (`BAD_RESOURCE`) |
 //! | `DELETE_FLOW_TABLE_ENTRY` | the entry exists (`BAD_RESOURCE`) |
 //! | `SET_FLOW_TABLE_ROOT` | `op_mod` 0 sets `table_id` (which must exist), 1 disconnects; no other vport's table, no underlay QP (`BAD_PARAM`) |
 
-use super::{busy, contiguous_queue, limit, no_such, reachable, unsupported};
+use super::{busy, limit, no_such, queue_pages, reachable, unsupported};
 use crate::eth::{FlowGroup, FlowTable, Fte, Rq, Sq, Tir, Tis, WqState};
 use crate::fw::codes::{
     syndrome as syn, CmdStatus, FLOW_ACTION_FWD_DEST, FLOW_DEST_TYPE_TIR, FLOW_TABLE_TYPE_NIC_RX,
@@ -31,8 +31,9 @@ use crate::fw::hca::{fail, Fail, Hca, Res};
 use crate::fw::ifc::{
     self, cmd_hca_cap as gen, dest_format_struct as dest, fte_match_set_lyr_2_4 as m,
 };
+use crate::objects::QueueBuf;
 
-use super::eth_caps::{LOG_MAX_FT_NUM, LOG_MAX_FT_SIZE};
+use super::eth_caps::{LOG_MAX_FT_NUM, LOG_MAX_FT_SIZE, MAX_FT_LEVEL};
 
 fn wq_state(raw: u8) -> Option<WqState> {
     match raw {
@@ -109,7 +110,7 @@ fn steering_target(other_vport: bool, vport: u16, table_type: u8) -> Res {
 
 /// What the model keeps of a WQ: (buffer, doorbell record) after the common checks.
 struct WqPlace {
-    buf: u64,
+    buf: QueueBuf,
     dbrec: u64,
 }
 
@@ -137,7 +138,7 @@ impl Hca {
             return Err(no_such());
         }
         let bytes = (1u64 << stride) << wq.log_wq_sz;
-        let buf = contiguous_queue(self, pas, 12 + u32::from(wq.log_wq_pg_sz), bytes)?;
+        let buf = queue_pages(self, pas, 12 + u32::from(wq.log_wq_pg_sz), bytes)?;
         if wq.dbr_addr % 8 != 0 {
             return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
         }
@@ -383,13 +384,14 @@ impl Hca {
             || c.table_miss_action != 0
             || c.table_miss_id != 0
             || c.lag_master_next_table_id != 0
-            || c.level != 0
+            || c.level > MAX_FT_LEVEL
             || c.log_size > LOG_MAX_FT_SIZE
         {
             return Err(unsupported());
         }
         let id = dev.eth.number();
-        dev.eth.fts.insert(id, FlowTable { log_size: c.log_size, ..Default::default() });
+        let table = FlowTable { log_size: c.log_size, level: c.level, ..Default::default() };
+        dev.eth.fts.insert(id, table);
         ifc::create_flow_table_out::TABLE_ID.set(out, u64::from(id));
         Ok(())
     }

@@ -23,8 +23,17 @@ pub(crate) const LOG_MAX_FT_SIZE: u8 = 10;
 /// log2 of the number of flow tables.
 pub(crate) const LOG_MAX_FT_NUM: u8 = 6;
 
-/// Capability type 7: NIC RX flow tables (one level), 1 Ki entries, one destination per
-/// entry, the root modifiable.
+/// The deepest NIC RX flow table level. The kernel builds its NIC RX namespace tree only
+/// from the priorities whose `min_ft_level` is at most this (6.12 `fs_core.c`
+/// `init_root_tree_recursive`), and then needs the ANCHOR priority (`ANCHOR_MIN_LEVEL` =
+/// `BY_PASS_MIN_LEVEL` + 1 = 39) to create its anchor table: below that the probe fails
+/// (`create_anchor_flow_table`: "WARN_ON(!ns)"). 63 is the model's choice above it.
+pub(crate) const MAX_FT_LEVEL: u8 = 63;
+
+/// Capability type 7: NIC RX flow tables at levels up to [`MAX_FT_LEVEL`] (only the root
+/// table steers: no chaining, so the kernel's chaining priorities, which need
+/// `flow_modify_en`, stay out of its tree), 1 Ki entries, one destination per entry, the root
+/// modifiable.
 pub(crate) fn flow_table() -> Vec<u8> {
     let mut c = vec![0u8; query_hca_cap_out::SIZE - 16];
     let rx = ft::FLOW_TABLE_PROPERTIES_NIC_RECEIVE;
@@ -32,7 +41,7 @@ pub(crate) fn flow_table() -> Vec<u8> {
     prop::MODIFY_ROOT.at(rx).set(&mut c, 1);
     prop::FLOW_MODIFY_EN.at(rx).set(&mut c, 0);
     prop::LOG_MAX_FT_SIZE.at(rx).set(&mut c, u64::from(LOG_MAX_FT_SIZE));
-    prop::MAX_FT_LEVEL.at(rx).set(&mut c, 0);
+    prop::MAX_FT_LEVEL.at(rx).set(&mut c, u64::from(MAX_FT_LEVEL));
     prop::LOG_MAX_FT_NUM.at(rx).set(&mut c, u64::from(LOG_MAX_FT_NUM));
     prop::LOG_MAX_DESTINATION.at(rx).set(&mut c, 0);
     prop::LOG_MAX_FLOW.at(rx).set(&mut c, u64::from(LOG_MAX_FT_SIZE));

@@ -53,14 +53,22 @@ impl Hca {
                 }
                 // Low bits of an entry are flags (read/write present, kernel MLX5_IB_MTT_*).
                 let pages: Vec<u64> = list[..need].iter().map(|e| e & !7).collect();
-                if pages[0] % pg != 0 {
+                if pages.iter().any(|a| a % pg != 0) {
                     return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
                 }
-                if pages.iter().enumerate().any(|(k, a)| *a != pages[0] + k as u64 * pg) {
-                    return Err(fail(CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
+                // Each page anywhere (the kernel's and rdma-core's MTTs list pinned pages
+                // wherever they lie); every byte of the range must translate.
+                let first = start & (pg - 1);
+                for (k, a) in pages.iter().enumerate() {
+                    let lo = if k == 0 { first } else { 0 };
+                    let hi = (end - k as u64 * pg).min(pg);
+                    reachable(self, a + lo, hi - lo)?;
                 }
-                reachable(self, pages[0] + (start & (pg - 1)), len)?;
-                Xlate::Mtt { base: pages[0], page_shift: shift as u8 }
+                if pages.iter().enumerate().all(|(k, a)| *a == pages[0] + k as u64 * pg) {
+                    Xlate::Mtt { base: pages[0], page_shift: shift as u8 }
+                } else {
+                    Xlate::Pages { pages: pages.into(), page_shift: shift as u8 }
+                }
             }
             _ => return Err(unsupported()),
         };

@@ -10,13 +10,16 @@
 //! | `ALLOC_PD`, `CREATE_EQ/MKEY/CQ/QP` | count below `1 << log_max_*` (`EXCEED_LIM`) |
 //! | `DEALLOC_*`, `DESTROY_*` | object exists (`BAD_RESOURCE`; `BAD_INDEX` for an EQ number or UAR index beyond the table); not referenced (`RESOURCE_BUSY`) |
 //! | `CREATE_EQ` | `log_eq_size <= log_max_eq_sz` (`BAD_PARAM`); UAR allocated (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`) and translates (`BAD_PARAM`) |
-//! | `CREATE_MKEY` | PD exists (`BAD_RESOURCE`); PA or MTT mode, not free, `length64` only with PA (`BAD_PARAM`); MTT: 4 KiB ≤ page ≤ 1 GiB, enough entries (`BAD_INPUT_LEN` / `BAD_PARAM`), page aligned, contiguous, range translates (`BAD_PARAM`) |
-//! | `CREATE_CQ` | `log_cq_size <= log_max_cq_sz` (`BAD_SIZE`); 64-byte CQEs, no compression, no umem, `page_offset` 0 (`BAD_PARAM`); UAR and EQ exist (`BAD_RESOURCE`); PAS covers, contiguous, translates; doorbell record translates (`BAD_PARAM`) |
-//! | `CREATE_QP` | RC, has an SQ, regular or zero-length RQ (`BAD_PARAM`); PD, CQs, UAR exist (`BAD_RESOURCE`); queue sizes within `log_max_qp_sz` (`BAD_PARAM`); PAS as for CQs |
+//! | `CREATE_MKEY` | PD exists (`BAD_RESOURCE`); PA or MTT mode, not free, `length64` only with PA (`BAD_PARAM`); MTT: 4 KiB ≤ page ≤ 1 GiB, enough entries (`BAD_INPUT_LEN` / `BAD_PARAM`), each page aligned and anywhere, every byte of the range translates (`BAD_PARAM`) |
+//! | `CREATE_CQ` | `log_cq_size <= log_max_cq_sz` (`BAD_SIZE`); 64-byte CQEs, no compression, no umem, `page_offset` 0 (`BAD_PARAM`); UAR and EQ exist (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`), each page aligned and translating, anywhere (`BAD_PARAM`); doorbell record translates (`BAD_PARAM`) |
+//! | `CREATE_QP` | RC, UD or QP1, has an SQ, regular or zero-length RQ (`BAD_PARAM`); PD, CQs, UAR exist (`BAD_RESOURCE`); queue sizes within `log_max_qp_sz` (`BAD_PARAM`); PAS as for CQs (a page list) |
 //! | `RST2INIT/INIT2RTR/RTR2RTS_QP` | QP exists (`BAD_RESOURCE`); QP state is RST/INIT/RTR (`BAD_QP_STATE`); port 1, MTU 1..=5 (`BAD_PARAM`); a RoCE path needs `roce_en` (`BAD_PARAM`; force-loopback does not: `fl_rc_qp_when_roce_disabled`) |
 //! | `2ERR_QP`, `2RST_QP` | QP exists |
 //! | `MODIFY_NIC_VPORT_CONTEXT` | own vport only; `roce_en` only if the RoCE capability is on (`BAD_PARAM`) |
 //! | `QUERY_QP` | QP exists; reports the model's state and the creation fields |
+//! | `ALLOC_XRCD` | count below `1 << log_max_xrcd` (`EXCEED_LIM`) |
+//! | `DEALLOC_XRCD` | domain exists (`BAD_RESOURCE`) |
+//! | `QUERY_HCA_VPORT_PKEY` | own vport (`BAD_PARAM`), port 0 or 1 (`BAD_PARAM`), index below `128 << pkey_table_size` or 0xffff for all (`BAD_INDEX`), output long enough (`BAD_OUTPUT_LEN`); index 0 holds 0xffff, the rest 0 |
 //! | `QUERY_VPORT_STATE` | own vport only; always up |
 //! | `QUERY_ROCE_ADDRESS` | port 0 or 1 (`BAD_PARAM`); index below `roce_address_table_size` (`BAD_INDEX`); the model's GID table in the kernel's RoCE v2 form (an IPv4 GID as `::ffff:a.b.c.d`, L3 type IPv4), zeros past its end |
 //! | `SET_ROCE_ADDRESS` | as `QUERY_ROCE_ADDRESS`; `roce_version` one the RoCE caps list, so not 0 (v1): `BAD_PARAM`, syndrome 0x12822d as real firmware; the entry must equal the model's configured one in that form, or past the table's end be the kernel's clear (no address or MAC, version 2, L3 type IPv6) (`BAD_PARAM`) |
@@ -30,6 +33,7 @@ mod cq;
 mod eq;
 mod eth;
 pub(crate) mod eth_caps;
+mod ib;
 mod mkey;
 mod qp;
 mod uar_pd;
@@ -41,6 +45,7 @@ use super::codes::{syndrome as syn, CmdStatus, Opcode};
 use super::decoded::{decode, Entries};
 use super::hca::{fail, Fail, Hca, Res};
 use super::ifc::Field;
+use crate::objects::QueueBuf;
 
 /// A refusal by the device model, as a command status.
 fn model_err(e: Error) -> Fail {
@@ -84,23 +89,23 @@ fn pas_first(list: &Entries, n: usize) -> Result<&[u64], Fail> {
     list.first(n).ok_or(fail(CmdStatus::BadInputLen, syn::PAS_TOO_SHORT))
 }
 
-/// A queue buffer of `bytes` bytes in pages of `1 << shift` listed in `pas`: the model needs
-/// it bus-contiguous. Returns its bus address.
-fn contiguous_queue(hca: &Hca, pas: &Entries, shift: u32, bytes: u64) -> Result<u64, Fail> {
+/// A queue buffer of `bytes` bytes in pages of `1 << shift` bytes listed in `pas`: each
+/// entry one page, page aligned, anywhere in bus memory (PRM PAS; the kernel's CQ, EQ and WQ
+/// buffers are fragmented page lists). Every page must translate for the bytes the queue uses
+/// of it.
+fn queue_pages(hca: &Hca, pas: &Entries, shift: u32, bytes: u64) -> Result<QueueBuf, Fail> {
     if !(12..=30).contains(&shift) {
         return Err(unsupported());
     }
     let pg = 1u64 << shift;
     let list = pas_first(pas, bytes.div_ceil(pg) as usize)?;
-    let base = list[0];
-    if base % pg != 0 {
-        return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
+    for (k, a) in list.iter().enumerate() {
+        if a % pg != 0 {
+            return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
+        }
+        reachable(hca, *a, pg.min(bytes - k as u64 * pg))?;
     }
-    if list.iter().enumerate().any(|(k, a)| *a != base + k as u64 * pg) {
-        return Err(fail(CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
-    }
-    reachable(hca, base, bytes)?;
-    Ok(base)
+    Ok(QueueBuf::pages(list, shift))
 }
 
 fn reachable(hca: &Hca, at: u64, len: u64) -> Res {
@@ -160,6 +165,9 @@ impl Hca {
             SetFlowTableEntry => self.set_fte(ifc_op_mod(inp), &decode(inp)),
             DeleteFlowTableEntry => self.delete_fte(&decode(inp)),
             SetFlowTableRoot => self.set_flow_table_root(ifc_op_mod(inp), &decode(inp)),
+            AllocXrcd => self.alloc_xrcd(out),
+            DeallocXrcd => self.dealloc_xrcd(inp),
+            QueryHcaVportPkey => self.query_hca_vport_pkey(inp, out),
             _ => Err(fail(CmdStatus::BadOp, syn::UNKNOWN_OPCODE)),
         }
     }

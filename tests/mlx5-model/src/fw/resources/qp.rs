@@ -1,7 +1,7 @@
 //! `CREATE_QP`, `DESTROY_QP`, the state transitions (`RST2INIT_QP`, `INIT2RTR_QP`,
 //! `RTR2RTS_QP`, `2ERR_QP`, `2RST_QP`) and `QUERY_QP`.
 
-use super::{contiguous_queue, limit, model_err, no_such, reachable, unsupported};
+use super::{limit, model_err, no_such, queue_pages, reachable, unsupported};
 use crate::commands::QpCmd;
 use crate::fw::codes::{
     self, syndrome as syn, CmdStatus, ATOMIC_MODE_MAX_8B, QPC_ST_QP1, QPC_ST_RC, QPC_ST_UD,
@@ -52,7 +52,7 @@ impl Hca {
         let rq_bytes = log_rq_size.map_or(0, |l| 1u64 << (l + log_rq_stride));
         let bytes = rq_bytes + (64u64 << log_sq_size);
         let shift = 12 + u32::from(q.log_page_size);
-        let buf = contiguous_queue(self, &d.pas, shift, bytes)?;
+        let buf = queue_pages(self, &d.pas, shift, bytes)?;
         let dbrec = q.dbr_addr;
         reachable(self, dbrec, 8)?;
         let spec = QpSpec {

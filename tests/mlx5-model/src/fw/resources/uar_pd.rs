@@ -22,9 +22,11 @@ impl Hca {
         if !self.uars.contains(&idx) {
             return Err(no_such());
         }
+        // The EQ table's lock is a leaf: released before the device lock is taken.
+        let eq_uses = self.eqs().values().any(|e| e.uar == idx);
         if self.cqs.values().any(|c| c.uar == idx)
             || self.qps.values().any(|q| q.uar == idx)
-            || self.eqs.values().any(|e| e.uar == idx)
+            || eq_uses
             || self.shared.dev().eth.uses_uar(idx)
         {
             return Err(busy());

@@ -41,9 +41,14 @@ const VA: u64 = 0x7f00_0000_0000;
 /// `rkey` at `VA + 1000`, as rdma-core's `_mlx5_post_send` lays it out, and ring the doorbell
 /// through the model's BAR.
 fn write(src: &mut Side, rkey: u32, len: u32) {
+    write_at(src, rkey, len, 0);
+}
+
+/// [`write`] as send WQE `n` (the `n`-th posted on the QP).
+fn write_at(src: &mut Side, rkey: u32, len: u32, n: u16) {
     // ctrl (mlx5dv.h mlx5_wqe_ctrl_seg), raddr (mlx5_wqe_raddr_seg), data (mlx5_wqe_data_seg).
     let mut wqe = [0u8; 64];
-    wqe[0..4].copy_from_slice(&0x08u32.to_be_bytes()); // wqe index 0, RDMA WRITE
+    wqe[0..4].copy_from_slice(&(u32::from(n) << 8 | 0x08).to_be_bytes()); // index n, RDMA WRITE
     wqe[4..8].copy_from_slice(&(src.qpn << 8 | 3).to_be_bytes());
     wqe[11] = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE
     wqe[16..24].copy_from_slice(&(VA + 1000).to_be_bytes());
@@ -52,9 +57,9 @@ fn write(src: &mut Side, rkey: u32, len: u32) {
     wqe[36..40].copy_from_slice(&src.key.to_be_bytes());
     wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
     // The send queue follows the receive queue (16 WQEs of 32 bytes) in the QP buffer.
-    assert!(src.d.dma.write(BusAddr(src.qp_buf + 16 * 32), &wqe));
+    assert!(src.d.dma.write(BusAddr(src.qp_buf + 16 * 32 + 64 * u64::from(n)), &wqe));
     rdma_pmd_hal::barrier::to_device();
-    assert!(src.d.dma.write(BusAddr(src.qp_dbr + 4), &1u32.to_be_bytes()));
+    assert!(src.d.dma.write(BusAddr(src.qp_dbr + 4), &(u32::from(n) + 1).to_be_bytes()));
     rdma_pmd_hal::barrier::to_device();
     let uar_off = src.uar as usize * crate::UAR_PAGE;
     src.d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
@@ -139,4 +144,242 @@ fn roce_paths_from_init2rtr_reach_the_peer_model() {
     write(&mut c, b.key, 8);
     let cqe = first_cqe(&c);
     assert_eq!(cqe[63] >> 4, 0xd, "MLX5_CQE_REQ_ERR");
+}
+
+/// The kernel's queue buffers are page lists, not contiguous memory (6.12 `mlx5_frag_buf_alloc_node`,
+/// `mlx5_fill_page_frag_array`; mlx5_ib's CQ and QP buffers, PRM PAS): `CREATE_CQ` and
+/// `CREATE_QP` take pages anywhere, and the engine addresses each entry through the list. Here
+/// the send queue starts in the QP's second page (the receive queue fills the first) and that
+/// page lies before the first in memory; the WRITE posted there executes.
+#[test]
+fn queues_in_scattered_pages_carry_an_rdma_write() {
+    let mut d = Dev::on(Model::new(), FwConfig::default());
+    d.up();
+    let uar = d.alloc_uar();
+    let (eqn, _) = d.create_eq(uar, 4, &[EventType::Cmd]);
+    let pd = d.alloc_pd();
+    let (inp, src_buf) = d.mkey_input(pd, 4096, 0x11);
+    let key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x11;
+    let (inp, dst_buf) = d.mkey_input(pd, 4096, 0x22);
+    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x22;
+
+    // A 128-entry CQ in two pages listed in reverse order of their addresses.
+    let (c1, _gap, c0) = (d.alloc(4096, 4096), d.alloc(4096, 4096), d.alloc(4096, 4096));
+    for p in [c0, c1] {
+        for k in 0..64 {
+            assert!(d.dma.write(BusAddr(p + 64 * k + 63), &[0xf1]));
+        }
+    }
+    let mut cin = d.cq_input(uar, eqn, 7);
+    let cq_dbr = d.last_queue.1;
+    ifc::create_cq_in::PAS.index(0).set(&mut cin, c0);
+    ifc::create_cq_in::PAS.index(1).set(&mut cin, c1);
+    let cq = ifc::create_cq_out::CQN.get(&d.ok(&cin, 16)) as u32;
+    {
+        let dev = d.model.shared().dev();
+        let buf = &dev.cqs[&cq].buf;
+        assert_eq!((buf.at(0), buf.at(64 * 64), buf.at(64 * 127)), (c0, c1, c1 + 63 * 64));
+    }
+
+    // An RC QP: 128 receive WQEs of 32 bytes fill page 0; the send queue is page 1, which
+    // lies below page 0.
+    let (q1, _gap, q0) = (d.alloc(4096, 4096), d.alloc(4096, 4096), d.alloc(4096, 4096));
+    let mut qin = d.qp_input(pd, cq, uar, 6);
+    let qp_dbr = d.last_queue.1;
+    set_in(&mut qin, ifc::create_qp_in::QPC, ifc::qpc::LOG_RQ_SIZE, 7);
+    ifc::create_qp_in::PAS.index(0).set(&mut qin, q0);
+    ifc::create_qp_in::PAS.index(1).set(&mut qin, q1);
+    let qpn = ifc::create_qp_out::QPN.get(&d.ok(&qin, 16)) as u32;
+    let peer = d.create_qp(pd, cq, uar);
+    d.connect(qpn, peer);
+    d.connect(peer, qpn);
+
+    let p: Vec<u8> = (0..200u32).map(|i| (i * 5 + 1) as u8).collect();
+    assert!(d.dma.write(BusAddr(src_buf + 100), &p));
+    let mut wqe = [0u8; 64];
+    wqe[0..4].copy_from_slice(&0x08u32.to_be_bytes()); // wqe index 0, RDMA WRITE
+    wqe[4..8].copy_from_slice(&(qpn << 8 | 3).to_be_bytes());
+    wqe[11] = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE
+    wqe[16..24].copy_from_slice(&(VA + 1000).to_be_bytes());
+    wqe[24..28].copy_from_slice(&dst_key.to_be_bytes());
+    wqe[32..36].copy_from_slice(&(p.len() as u32).to_be_bytes());
+    wqe[36..40].copy_from_slice(&key.to_be_bytes());
+    wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
+    assert!(d.dma.write(BusAddr(q1), &wqe), "send WQE 0 is the first byte of page 1");
+    rdma_pmd_hal::barrier::to_device();
+    assert!(d.dma.write(BusAddr(qp_dbr + 4), &1u32.to_be_bytes()));
+    rdma_pmd_hal::barrier::to_device();
+    let uar_off = uar as usize * crate::UAR_PAGE;
+    d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
+
+    let end = Instant::now() + WAIT;
+    let mut cqe = [0u8; 64];
+    loop {
+        assert!(d.dma.read(BusAddr(c0), &mut cqe));
+        if cqe[63] >> 4 != 0xf {
+            break;
+        }
+        assert!(Instant::now() < end, "no CQE in the CQ's first page");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    assert_eq!(cqe[63], 0x00, "a successful requester CQE of the first pass");
+    assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, qpn);
+    assert!(d.dma.write(BusAddr(cq_dbr), &1u32.to_be_bytes()));
+    let mut got = vec![0u8; p.len()];
+    assert!(d.dma.read(BusAddr(dst_buf + 1000), &mut got));
+    assert_eq!(got, p);
+    assert_eq!(d.model.counters().validation_failures, 0);
+}
+
+/// Kernel 6.12 `eq.c` `mlx5_eq_comp_int` and `cq.c` `mlx5_cq_arm` (PRM CQ arming): a CQE
+/// written to an armed CQ posts a completion EQE (type 0, the CQ number in `comp_event`) to the
+/// CQ's EQ (`cqc.c_eqn`) and raises that EQ's vector if the EQ is armed; the CQ is then
+/// disarmed, so the next CQE posts nothing until the CQ is armed again, and arming it over
+/// waiting CQEs posts the event at once.
+#[test]
+fn cqes_in_an_armed_cq_post_completion_events_with_the_eqs_vector() {
+    use super::kernel::{eq_doorbell, wait_eqe, Vectors};
+    let sink = Arc::new(Vectors::default());
+    let cfg = crate::ModelConfig { interrupts: Some(sink.clone()), ..Default::default() };
+    let mut a = side(Model::with_config(cfg).unwrap(), 0x11);
+    let (pd, uar) = (a.pd, a.uar);
+    let d = &mut a.d;
+    let (inp, _dst) = d.mkey_input(pd, 4096, 0x22);
+    let out = d.ok(&inp, 16);
+    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32) << 8 | 0x22;
+    // A completion EQ (no async events) on vector 5, and a CQ and QP on it.
+    let (mut inp, eq_buf) = d.eq_input(uar, 4, &[]);
+    set_in(&mut inp, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::INTR, 5);
+    let eqn = ifc::create_eq_out::EQ_NUMBER.get(&d.ok(&inp, 16)) as u8;
+    let cq = d.create_cq(uar, eqn, 4);
+    let (cq_buf, cq_dbr) = d.last_queue;
+    let qpn = d.create_qp(pd, cq, uar);
+    let (qp_buf, qp_dbr) = d.last_queue;
+    let peer = d.create_qp(pd, a.cq, uar);
+    d.connect(qpn, peer);
+    d.connect(peer, qpn);
+    (a.cq, a.qpn, a.cq_buf, a.cq_dbr, a.qp_buf, a.qp_dbr) =
+        (cq, qpn, cq_buf, cq_dbr, qp_buf, qp_dbr);
+    let arm_cq = |s: &Side, ci: u32| {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&(1u32 << 28 | ci).to_be_bytes());
+        b[4..].copy_from_slice(&cq.to_be_bytes());
+        s.d.bar.write_bytes8(uar as usize * crate::UAR_PAGE + crate::uar::CQ_DOORBELL, b);
+    };
+    eq_doorbell(&a.d, uar, eqn, 0, true);
+    arm_cq(&a, 0);
+    assert!(sink.seen().is_empty());
+
+    let p = payload(&a);
+    write_at(&mut a, dst_key, p.len() as u32, 0);
+    let cqe = first_cqe(&a);
+    assert_eq!(cqe[63], 0x00);
+    let e = wait_eqe(&a.d, eq_buf, 4, 0);
+    assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::Completion)));
+    let data = ifc::eqe::EVENT_DATA.slice(&e);
+    assert_eq!(ifc::comp_event::CQ_NUMBER.get(data), u64::from(cq));
+    assert_eq!(sink.wait(1), vec![5], "the EQ's vector");
+
+    // Not re-armed: the second CQE posts no event.
+    write_at(&mut a, dst_key, 8, 1);
+    let end = Instant::now() + WAIT;
+    let mut b = [0u8; 1];
+    loop {
+        assert!(a.d.dma.read(BusAddr(cq_buf + 64 + 63), &mut b));
+        if b[0] >> 4 != 0xf {
+            break;
+        }
+        assert!(Instant::now() < end, "no second CQE");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(a.d.eqe(eq_buf, 4, 1)[63], 1, "EQE 1 untouched");
+    // Armed with CQE 1 waiting (consumer index 1): the event is posted at once; the EQ fired
+    // and was not re-armed, so no vector until the driver arms it.
+    arm_cq(&a, 1);
+    let e = wait_eqe(&a.d, eq_buf, 4, 1);
+    assert_eq!(ifc::comp_event::CQ_NUMBER.get(ifc::eqe::EVENT_DATA.slice(&e)), u64::from(cq));
+    assert_eq!(sink.seen(), vec![5]);
+    eq_doorbell(&a.d, uar, eqn, 1, true);
+    assert_eq!(sink.seen(), vec![5, 5], "armed over an unconsumed EQE: fires at once");
+}
+
+/// A CQ that overruns reports a CQ error event (type 0x04, `cq_error.cqn` and syndrome 1,
+/// overrun) on the EQ subscribed to CQ errors, the kernel's async EQ (6.12 `eq.c`
+/// `cq_err_event_notifier`), with that EQ's vector.
+#[test]
+fn a_cq_overrun_posts_a_cq_error_event() {
+    use super::kernel::{eq_doorbell, wait_eqe, Vectors};
+    let sink = Arc::new(Vectors::default());
+    let cfg = crate::ModelConfig { interrupts: Some(sink.clone()), ..Default::default() };
+    let mut a = side(Model::with_config(cfg).unwrap(), 0x11);
+    let (pd, uar, cmd_cq) = (a.pd, a.uar, a.cq);
+    let d = &mut a.d;
+    let (inp, _dst) = d.mkey_input(pd, 4096, 0x22);
+    let out = d.ok(&inp, 16);
+    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32) << 8 | 0x22;
+    let (mut inp, async_buf) = d.eq_input(uar, 4, &[EventType::CqError]);
+    set_in(&mut inp, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::INTR, 7);
+    let async_eqn = ifc::create_eq_out::EQ_NUMBER.get(&d.ok(&inp, 16)) as u8;
+    // A one-entry CQ: the second CQE, with the first unconsumed, overruns it.
+    let (eqn, _) = d.create_eq(uar, 4, &[]);
+    let cq = d.create_cq(uar, eqn, 0);
+    let (cq_buf, cq_dbr) = d.last_queue;
+    let qpn = d.create_qp(pd, cq, uar);
+    let (qp_buf, qp_dbr) = d.last_queue;
+    let peer = d.create_qp(pd, cmd_cq, uar);
+    d.connect(qpn, peer);
+    d.connect(peer, qpn);
+    (a.cq, a.qpn, a.cq_buf, a.cq_dbr, a.qp_buf, a.qp_dbr) =
+        (cq, qpn, cq_buf, cq_dbr, qp_buf, qp_dbr);
+    eq_doorbell(&a.d, uar, async_eqn, 0, true);
+    let _ = payload(&a);
+    write_at(&mut a, dst_key, 8, 0);
+    write_at(&mut a, dst_key, 8, 1);
+    let e = wait_eqe(&a.d, async_buf, 4, 0);
+    assert_eq!(ifc::eqe::EVENT_TYPE.get(&e), u64::from(u8::from(EventType::CqError)));
+    let data = ifc::eqe::EVENT_DATA.slice(&e);
+    assert_eq!(ifc::cq_error::CQN.get(data), u64::from(cq));
+    assert_eq!(ifc::cq_error::SYNDROME.get(data), 1, "overrun");
+    assert_eq!(sink.wait(1), vec![7]);
+}
+
+/// A memory key's MTT lists pinned pages wherever they lie (kernel `mlx5_ib` `mr.c`
+/// `mlx5_ib_populate_pas`, rdma-core's registered user memory): `CREATE_MKEY` takes such a list
+/// and every access through the key is split at page boundaries. Here a 4000-byte RDMA WRITE
+/// gathers across a page boundary of its source key and lands across one of its destination
+/// key, each key's second page lying below its first.
+#[test]
+fn memory_keys_over_scattered_pages_carry_a_write_across_page_boundaries() {
+    let mut a = side(Model::new(), 0x11);
+    let pd = a.pd;
+    let d = &mut a.d;
+    let scattered = |d: &mut Dev, variant: u8| {
+        let (mut inp, _) = d.mkey_input(pd, 8192, variant);
+        let (p1, _gap, p0) = (d.alloc(4096, 4096), d.alloc(4096, 4096), d.alloc(4096, 4096));
+        let mtt = Field::new(ifc::create_mkey_in::KLM_PAS_MTT.bit, 64);
+        mtt.index(0).set(&mut inp, p0 | 3);
+        mtt.index(1).set(&mut inp, p1 | 3);
+        let out = d.ok(&inp, 16);
+        ((ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32) << 8 | u32::from(variant), p0, p1)
+    };
+    let (src_key, s0, s1) = scattered(d, 0x33);
+    let (dst_key, t0, t1) = scattered(d, 0x44);
+    let b = d.create_qp(pd, a.cq, a.uar);
+    d.connect(a.qpn, b);
+    d.connect(b, a.qpn);
+    // Source bytes VA+100 .. VA+4100: 3996 in page 0, 4 in page 1.
+    let p: Vec<u8> = (0..4000u32).map(|i| (i * 13 + 7) as u8).collect();
+    assert!(d.dma.write(BusAddr(s0 + 100), &p[..3996]));
+    assert!(d.dma.write(BusAddr(s1), &p[3996..]));
+    a.key = src_key;
+    write(&mut a, dst_key, p.len() as u32);
+    let cqe = first_cqe(&a);
+    assert_eq!(cqe[63], 0x00, "a successful requester CQE");
+    // Destination VA+1000 .. VA+5000: 3096 in page 0, 904 in page 1.
+    let mut got = vec![0u8; 4000];
+    assert!(a.d.dma.read(BusAddr(t0 + 1000), &mut got[..3096]));
+    assert!(a.d.dma.read(BusAddr(t1), &mut got[3096..]));
+    assert_eq!(got, p);
+    assert_eq!(a.d.model.counters().validation_failures, 0);
 }

@@ -633,7 +633,7 @@ fn bad_flow_steering_inputs_are_refused() {
     let tin = Eth::ft_input(4);
     assert_eq!(with(&mut e, tin.clone(), t::TABLE_TYPE, 1), target, "NIC TX");
     assert_eq!(with(&mut e, tin.clone(), t::VPORT_NUMBER, 1), target);
-    assert_eq!(with(&mut e, tin.clone(), c::LEVEL.at(t::FLOW_TABLE_CONTEXT), 1), bad);
+    assert_eq!(with(&mut e, tin.clone(), c::LEVEL.at(t::FLOW_TABLE_CONTEXT), 64), bad);
     assert_eq!(with(&mut e, tin.clone(), c::LOG_SIZE.at(t::FLOW_TABLE_CONTEXT), 20), bad);
     assert_eq!(with(&mut e, tin.clone(), c::TABLE_MISS_ACTION.at(t::FLOW_TABLE_CONTEXT), 1), bad);
     let ft = e.create_ft();
@@ -721,4 +721,33 @@ fn bad_flow_steering_inputs_are_refused() {
     assert_eq!(e.d.status(&dft, 16), in_use, "the ip_protocol group is still there");
     let before = e.d.fw.live_objects();
     assert!(before > 0);
+}
+
+/// The flow table capabilities tell one story: NIC RX `ft_support` with a `max_ft_level` of at
+/// least the kernel's ANCHOR priority (6.12 `fs_core.c`: `ANCHOR_MIN_LEVEL` 39; priorities
+/// above `max_ft_level` are left out of the tree and the anchor table then has no namespace),
+/// and CREATE_FLOW_TABLE takes every level up to it: the kernel's anchor table (level 10 in a
+/// tree without the chaining priorities: its kernel priority's 3 + 7 levels come first) and
+/// the deepest level, but not one beyond.
+#[test]
+fn flow_table_levels_reach_the_kernels_anchor() {
+    let mut e = Eth::new();
+    let caps = e.d.query_caps(CapType::FlowTable, true);
+    let rx = ifc::flow_table_nic_cap::FLOW_TABLE_PROPERTIES_NIC_RECEIVE;
+    use ifc::flow_table_prop_layout as prop;
+    assert_eq!(prop::FT_SUPPORT.at(rx).get(&caps), 1);
+    let max = prop::MAX_FT_LEVEL.at(rx).get(&caps);
+    assert!(max >= 39, "max_ft_level {max} below the kernel's anchor");
+    // Without flow_modify_en the kernel leaves its chaining priorities out (FS_CHAINING_CAPS).
+    assert_eq!(prop::FLOW_MODIFY_EN.at(rx).get(&caps), 0);
+    use ifc::{create_flow_table_in as t, flow_table_context as c};
+    let level = c::LEVEL.at(t::FLOW_TABLE_CONTEXT);
+    for l in [10, 39, max] {
+        let mut tin = Eth::ft_input(0);
+        level.set(&mut tin, l);
+        e.d.ok(&tin, 16);
+    }
+    let mut tin = Eth::ft_input(0);
+    level.set(&mut tin, max + 1);
+    assert_eq!(e.d.status(&tin, 16), (CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
 }

@@ -400,6 +400,11 @@ fn every_code_matches_the_header() {
         &[
             ("MLX5_PCI_CMD_XPORT", PCI_CMD_XPORT as u64),
             ("MLX5_REG_HOST_ENDIANNESS", REG_HOST_ENDIANNESS as u64),
+            ("MLX5_REG_PTYS", REG_PTYS as u64),
+            ("MLX5_REG_NODE_DESC", REG_NODE_DESC as u64),
+            ("MLX5_PTYS_EN", PTYS_EN as u64),
+            ("MLX5_PORT_CHANGE_SUBTYPE_DOWN", PORT_CHANGE_DOWN as u64),
+            ("MLX5_PORT_CHANGE_SUBTYPE_ACTIVE", PORT_CHANGE_ACTIVE as u64),
             ("MLX5_CAP_PORT_TYPE_ETH", PORT_TYPE_ETH as u64),
             ("MLX5_QPC_ST_RC", QPC_ST_RC as u64),
             ("MLX5_QPC_ST_UD", QPC_ST_UD as u64),

@@ -10,6 +10,7 @@ mod eth;
 mod faults;
 mod fuzz;
 mod header;
+mod kernel;
 mod rejections;
 
 use std::sync::Arc;

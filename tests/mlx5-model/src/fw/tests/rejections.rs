@@ -220,7 +220,7 @@ fn object_checks() {
         (CmdStatus::BadIndex, syn::INDEX_RANGE)
     );
 
-    // A CQ on an EQ that does not exist; too big; 128-byte CQEs; a hole in its PAS.
+    // A CQ on an EQ that does not exist; too big; 128-byte CQEs; a bad page in its PAS.
     let mut x = d.cq_input(uar, eqn + 1, 5);
     assert_eq!(d.status(&x, 16), (CmdStatus::BadResource, syn::NO_SUCH_OBJECT));
     x = d.cq_input(uar, eqn, 5);
@@ -232,8 +232,10 @@ fn object_checks() {
     x = d.cq_input(uar, eqn, 7); // two pages
     let second = ifc::create_cq_in::PAS.index(1);
     let v = second.get(&x);
-    second.set(&mut x, v + 0x10000);
-    assert_eq!(d.status(&x, 16), (CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
+    second.set(&mut x, v + 0x800);
+    assert_eq!(d.status(&x, 16), (CmdStatus::BadParam, syn::BAD_ADDRESS), "unaligned page");
+    second.set(&mut x, 0x7000_0000_0000);
+    assert_eq!(d.status(&x, 16), (CmdStatus::BadParam, syn::BAD_ADDRESS), "unmapped page");
     x.truncate(x.len() - 8);
     assert_eq!(d.status(&x, 16), (CmdStatus::BadInputLen, syn::PAS_TOO_SHORT));
     x = d.cq_input(uar, eqn, 5);
@@ -242,7 +244,8 @@ fn object_checks() {
 
     // An EQ bigger than log_max_eq_sz, on an unknown UAR.
     let (mut e, _) = d.eq_input(uar, 4, &[]);
-    set_in(&mut e, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::LOG_EQ_SIZE, 13);
+    let too_big = FwConfig::default().log_max_eq_sz + 1;
+    set_in(&mut e, ifc::create_eq_in::EQ_CONTEXT, ifc::eqc::LOG_EQ_SIZE, too_big.into());
     assert_eq!(d.status(&e, 16), (CmdStatus::BadParam, syn::QUEUE_TOO_BIG));
     let (mut e, _) = d.eq_input(uar + 5, 4, &[]);
     assert_eq!(d.status(&e, 16), (CmdStatus::BadResource, syn::NO_SUCH_OBJECT));
@@ -250,7 +253,7 @@ fn object_checks() {
     e.truncate(e.len() - 8);
     assert_eq!(d.status(&e, 16), (CmdStatus::BadInputLen, syn::PAS_TOO_SHORT));
 
-    // Memory keys: unknown PD, too few MTT entries, non-contiguous pages, KLM mode.
+    // Memory keys: unknown PD, too few MTT entries, a bad page, KLM mode.
     let (mut m, _) = d.mkey_input(pd + 9, 8192, 1);
     assert_eq!(d.status(&m, 16), (CmdStatus::BadResource, syn::NO_SUCH_OBJECT));
     let ctx = ifc::create_mkey_in::MKEY_CONTEXT;
@@ -260,8 +263,10 @@ fn object_checks() {
     (m, _) = d.mkey_input(pd, 8192, 1);
     let mtt = Field::new(ifc::create_mkey_in::KLM_PAS_MTT.bit, 64).index(1);
     let v = mtt.get(&m);
-    mtt.set(&mut m, v + 0x4000);
-    assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::PAS_NOT_CONTIGUOUS));
+    mtt.set(&mut m, v + 0x800);
+    assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::BAD_ADDRESS), "unaligned page");
+    mtt.set(&mut m, 0x7000_0000_0000 | 3);
+    assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::BAD_ADDRESS), "unmapped page");
     (m, _) = d.mkey_input(pd, 8192, 1);
     set_in(&mut m, ctx, ifc::mkc::ACCESS_MODE_1_0, 2);
     assert_eq!(d.status(&m, 16), (CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
@@ -471,6 +476,6 @@ fn datagram_qps_and_atomic_rights() {
     let out = d.ok(&m, 16);
     let index = ifc::create_mkey_out::MKEY_INDEX.get(&out) as u32;
     let dev = d.model.shared().dev();
-    let key = dev.mkeys.iter().find(|(k, _)| *k >> 8 == index).map(|(_, m)| *m).unwrap();
+    let key = dev.mkeys.iter().find(|(k, _)| *k >> 8 == index).map(|(_, m)| m.clone()).unwrap();
     assert!(key.rights.remote_atomic);
 }
