@@ -104,6 +104,16 @@ fn main() -> ExitCode {
         dev.msix().dropped()
     );
     println!("mlx5-vfio-user: dma maps {} unmaps {}", s.dma_maps, s.dma_unmaps);
+    if let Some(live) = dev.live() {
+        for r in live.model.command_log() {
+            println!(
+                "mlx5-vfio-user: command {:?} op_mod {:#x} count {} status {:?}",
+                r.opcode, r.op_mod, r.count, r.status
+            );
+        }
+        let (given, back) = live.model.fw_pages();
+        println!("mlx5-vfio-user: fw pages given {given} returned {back}");
+    }
     println!("mlx5-vfio-user: summary end");
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

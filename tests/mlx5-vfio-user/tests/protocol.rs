@@ -641,6 +641,7 @@ fn the_binary_serves_one_client_and_prints_its_summary() {
         "mlx5-vfio-user: violations 0\n\
          mlx5-vfio-user: msix raised 0 dropped 0\n\
          mlx5-vfio-user: dma maps 2 unmaps 1\n\
+         mlx5-vfio-user: fw pages given 0 returned 0\n\
          mlx5-vfio-user: summary end\n"
     );
     let _ = std::fs::remove_dir_all(dir);
