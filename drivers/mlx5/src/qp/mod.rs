@@ -1,5 +1,6 @@
-//! An RC queue pair: the send ring with its completion queue, a small receive ring with its
-//! own, the state machine, and teardown.
+//! A queue pair (RC, UD or GSI/QP1): the send ring with its completion queue
+//! ([`send`]: WRITE, WRITE WITH IMMEDIATE, SEND and READ), the receive ring with its own
+//! ([`recv`]: SEND and WRITE WITH IMMEDIATE targets), the state machine, and teardown.
 //!
 //! [`Qp`] implements [`rdma_pmd::SendQueue`], so every posting form of [`rdma_pmd::Post`]
 //! (`post_writev`, `post_write`, `post_write_imm`, `post_write_inline`, `post_writev_raw`,
@@ -14,9 +15,9 @@
 //! * `poll`: send CQEs are copied out and turned into completions as [`crate::datapath::send`] describes
 //!   (selective signalling; error, then flush of everything outstanding, each reported once).
 //!
-//! The receive side ([`Qp::post_recv`], [`Qp::poll_recv`]) exists for the target of an RDMA
-//! WRITE WITH IMMEDIATE: each such write consumes one posted receive and completes it with
-//! [`rdma_pmd::WcOpcode::RecvRdmaWithImm`] and [`Completion::imm`].
+//! The receive side ([`rdma_pmd::RecvQueue`], in [`recv`]) takes `post_recvv` and its forms:
+//! each incoming SEND, or WRITE WITH IMMEDIATE, consumes one posted receive and completes it
+//! ([`rdma_pmd::WcOpcode::RecvRdmaWithImm`] with [`rdma_pmd::Completion::imm`] for the latter).
 //!
 //! The QP borrows its device and may read any region whose buffers it was given for `'r`; it
 //! is dropped before them. Dropping it moves it to ERR and RST, destroys it and its CQs, and
