@@ -1,4 +1,12 @@
-//! # rdma-pmd: the allocator-free core of an RDMA WRITE poll-mode driver
+//! # rdma-pmd: safe RDMA posting, in which a buffer cannot be freed or deregistered under the device
+//!
+//! The allocator-free core of an RDMA poll-mode driver. Its posting API is the librdmacm
+//! family (`post_writev`, `post_readv`, `post_sendv`, `post_recvv`, with their single,
+//! batched, inline and raw forms), and it is safe: a posted work request borrows its buffers
+//! and counts their regions in flight, so the borrow checker and [`region`] refuse to free or
+//! deregister a buffer the device may still read or write, until its completion is polled.
+//! Backends (mlx5 for ConnectX, rxe for Soft-RoCE) implement four primitives per queue;
+//! everything above them, and the connection manager ([`cm`]), is written once here.
 //!
 //! This crate holds what every backend shares and nothing that touches hardware:
 //!

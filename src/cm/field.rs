@@ -7,6 +7,10 @@
 //! the bits most significant first: every field is big-endian, including those that cross a
 //! byte (a 24-bit QPN, a 20-bit flow label) or sit only 4-byte aligned (the REP's CA GUID).
 
+/// Bytes in the MAD common header (`IB_MGMT_MAD_HDR`, `include/rdma/ib_mad.h`): CM offsets
+/// in `ibta_vol1_c12.h` count from its end.
+pub const MAD_HDR_LEN: usize = 24;
+
 /// A field: `width` bits starting at bit `bit` (0 = most significant) of byte `byte` of the
 /// MAD.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,7 +26,7 @@ pub struct Field {
 impl Field {
     /// A field at CM offset `byte` (after the MAD header), as `ibta_vol1_c12.h` writes it.
     pub const fn cm(byte: usize, bit: u8, width: u8) -> Field {
-        Field { byte: byte + super::mad::MAD_HDR_LEN, bit, width }
+        Field { byte: byte + MAD_HDR_LEN, bit, width }
     }
 
     /// One past the last byte the field touches.

@@ -12,8 +12,9 @@ use crate::addr::Gid;
 
 /// Bytes in a MAD (`IB_MGMT_MAD_SIZE`, `include/rdma/ib_mad.h`).
 pub const MAD_LEN: usize = 256;
-/// Bytes in the MAD common header (`IB_MGMT_MAD_HDR`).
-pub const MAD_HDR_LEN: usize = 24;
+/// Bytes in the MAD common header (`IB_MGMT_MAD_HDR`), stated in [`field`], which measures
+/// CM fields from the end of it.
+pub use super::field::MAD_HDR_LEN;
 /// Bytes of the global route header a UD receive carries before the MAD.
 pub const GRH_LEN: usize = 40;
 /// `IB_MGMT_BASE_VERSION`.

@@ -39,7 +39,7 @@ use rdma_pmd::{Error, Gid, Mac, Result};
 use rdma_pmd_hal::{Dma, Mmio};
 
 use crate::control::{Control, DeviceCaps, Pdn, PortMtu, Uar};
-use crate::datapath::doorbell::BF_OFFSET;
+use crate::layout::uar;
 
 /// An open mlx5 device. See the module docs.
 pub struct Mlx5<M: Mmio, D: Dma, C: Control> {
@@ -141,11 +141,7 @@ impl<M: Mmio, D: Dma, C: Control> Mlx5<M, D, C> {
 
 /// `(1 << log_bf_reg_size) / 2`; 0 when the register size is 0 or 1 byte (no BlueFlame).
 pub(crate) fn bf_half(caps: &DeviceCaps) -> usize {
-    if caps.log_bf_reg_size == 0 || caps.log_bf_reg_size >= 16 {
-        0
-    } else {
-        (1usize << caps.log_bf_reg_size) / 2
-    }
+    uar::bf_half(caps.log_bf_reg_size)
 }
 
 /// The UAR's doorbell/BlueFlame register (both halves) lies inside the BAR.
@@ -157,16 +153,9 @@ pub(crate) fn check_uar<M: Mmio + ?Sized>(mmio: &M, uar: Uar, caps: &DeviceCaps)
     }
 }
 
-/// Whether every register of UAR page `uar` that the driver touches lies inside a BAR of
-/// `bar_size` bytes: the EQ doorbells at `0x40`/`0x48` and the CQ doorbell below the
-/// BlueFlame registers, and the BlueFlame register (both halves) at [`BF_OFFSET`]. The one
-/// check for every UAR, the data path's and bring-up's EQ doorbell page.
+/// [`uar::uar_in_bar`] of UAR page `uar` on a device of `caps`.
 pub(crate) fn uar_in_bar(bar_size: usize, uar: Uar, caps: &DeviceCaps) -> bool {
-    let end = uar
-        .bar_offset
-        .checked_add(BF_OFFSET)
-        .and_then(|o| o.checked_add((2 * bf_half(caps)).max(8)));
-    matches!(end, Some(end) if end <= bar_size)
+    uar::uar_in_bar(bar_size, uar.bar_offset, caps.log_bf_reg_size)
 }
 
 impl<M: Mmio, D: Dma, C: Control> Drop for Mlx5<M, D, C> {

@@ -42,8 +42,7 @@ pub enum BlueFlame {
     Off,
 }
 
-/// Byte offset of the first BlueFlame (doorbell) register in a UAR page (`MLX5_BF_OFFSET`).
-pub const BF_OFFSET: usize = 0x800;
+pub use crate::layout::uar::BF_OFFSET;
 
 /// One send queue's doorbell: the BlueFlame register it rings and which half is next.
 #[derive(Debug)]

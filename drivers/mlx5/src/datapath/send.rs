@@ -71,7 +71,6 @@ const RUNS_PER_BB: usize = 2;
 const MAX_WQEBBS: usize = (crate::layout::codes::MAX_DS as usize).div_ceil(4);
 
 mod meta;
-mod queue;
 mod retire;
 
 use meta::{run_key, Meta, Stamp};
@@ -144,7 +143,7 @@ fn entry<T, const K: usize, const N: usize>(q: &mut [[T; K]; N], i: u32) -> &mut
 /// this ring (they check only that it cannot make the device read slots in use), which the QP
 /// that owns the ring guarantees and no other code could.
 pub(crate) struct SendRing<'r, const N: usize> {
-    sink: FixedRing<N>,
+    pub(crate) sink: FixedRing<N>,
     builder: WqeBuilder,
     /// The WQE counter after the last committed WQE.
     pi: u16,
@@ -164,7 +163,7 @@ pub(crate) struct SendRing<'r, const N: usize> {
     pending: Option<Pending>,
     /// A fault found by a poll that had already written completions: returned by the next
     /// poll, so that those completions reach the caller.
-    fault: Option<Error>,
+    pub(crate) fault: Option<Error>,
     /// The `wr_id` of the WQE starting at each slot.
     wr_ids: [u64; N],
     /// Size, signalling, ordinal and signalled count of the WQE starting at each slot;

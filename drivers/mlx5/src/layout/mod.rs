@@ -18,6 +18,7 @@
 //! | [`codes`] | send and CQE opcodes, CQE syndromes (→ [`rdma_pmd::WcStatus`]), `fm_ce_se` bits, sizes |
 //! | [`abi`] | `#[repr(C)]` mirrors of the mlx5dv.h structs, for the tests that pin the tables |
 //! | [`cmd`] | the command queue entry and the mailbox block of the command interface |
+//! | [`uar`] | the UAR page: the BlueFlame register's offset and halves, which registers must lie in the BAR |
 //! | [`ifc`] | command and context layouts, generated from `mlx5_ifc.h` by `cargo xtask ifc` |
 
 pub mod abi;
@@ -27,6 +28,7 @@ pub mod cmd;
 pub mod codes;
 pub mod cqe;
 pub mod ifc;
+pub mod uar;
 pub mod wqe;
 
 /// Big-endian fields at byte offsets of a buffer: every multi-byte field the HCA reads or

@@ -3,8 +3,8 @@
 
 use crate::control::cmd::Pas;
 use crate::control::DeviceCaps;
-use crate::datapath::doorbell::BF_OFFSET;
 use crate::layout::ifc::{self, consts, generated::*};
+use crate::layout::uar::BF_OFFSET;
 
 use super::{input, Hca, HcaError};
 

@@ -66,8 +66,8 @@ use rdma_pmd_hal::{Clock, Deadline, Dma, Mmio};
 use crate::control::cmd::{CmdConfig, CmdError, CmdQueue, Pas, SLOT_CMD};
 use crate::control::init_seg::{InitSeg, InitWaitError, CMDIF_REV};
 use crate::control::Uar;
-use crate::device::uar_in_bar;
 use crate::layout::ifc::{self, consts, generated::*};
+use crate::layout::uar::uar_in_bar;
 pub use caps::{HcaCaps, PortType};
 use eq::EventQueue;
 pub use error::HcaError;
@@ -338,7 +338,11 @@ impl<'a> Hca<'a> {
         let page = 1usize.checked_shl(12 + u32::from(self.report.caps.log_uar_page_sz));
         let bar_offset = page.and_then(|p| (index as usize).checked_mul(p)).ok_or(bad)?;
         let uar = Uar { index, bar_offset };
-        if uar_in_bar(self.bar.size(), uar, &self.report.caps.device_caps()) {
+        if uar_in_bar(
+            self.bar.size(),
+            uar.bar_offset,
+            self.report.caps.device_caps().log_bf_reg_size,
+        ) {
             Ok(uar)
         } else {
             Err(bad)

@@ -244,7 +244,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// naming the first block of an outstanding WQE with no signalled request skipped. The
     /// rest goes to `on_req`.
     #[inline(always)]
-    pub(super) fn on_success(
+    pub(crate) fn on_success(
         &mut self,
         t: u16,
         raw_op: u8,
@@ -293,7 +293,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// an error status). The rest goes to `on_req`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub(super) fn on_error(
+    pub(crate) fn on_error(
         &mut self,
         t: u16,
         status: WcStatus,

@@ -8,13 +8,13 @@ use rdma_pmd::{
 };
 use rdma_pmd_hal::{Dma, Mmio};
 
-use super::{SqCursor, Staged};
+use super::{Qp, QpState};
 use crate::control::Control;
 use crate::datapath::doorbell::Captured;
+use crate::datapath::send::{SqCursor, Staged};
 use crate::datapath::wqe::Head;
 use crate::layout::codes::{CqeOpcode, Syndrome};
 use crate::layout::cqe::Cqe;
-use crate::qp::{Qp, QpState};
 
 /// The heads [`Qp::post_sge`] writes, as its parameter (a constant, so that each head gets a
 /// copy of the path with the head's fields folded in).
@@ -257,15 +257,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         if self.sq.in_error() {
             self.state = QpState::Error;
         }
-        // Completions written before a fault are reported now, the fault with the next poll:
-        // every request's completion reaches the caller exactly once.
-        match res {
-            Err(e) if n > 0 => {
-                self.sq.fault = Some(e);
-                Ok(n)
-            }
-            res => res,
-        }
+        super::defer_fault(res, n, &mut self.sq.fault)
     }
 
     fn outstanding(&self) -> u32 {

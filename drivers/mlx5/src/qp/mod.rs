@@ -1,5 +1,6 @@
-//! An RC queue pair: the send ring with its completion queue, a small receive ring with its
-//! own, the state machine, and teardown.
+//! A queue pair (RC, UD or GSI/QP1): the send ring with its completion queue
+//! ([`send`]: WRITE, WRITE WITH IMMEDIATE, SEND and READ), the receive ring with its own
+//! ([`recv`]: SEND and WRITE WITH IMMEDIATE targets), the state machine, and teardown.
 //!
 //! [`Qp`] implements [`rdma_pmd::SendQueue`], so every posting form of [`rdma_pmd::Post`]
 //! (`post_writev`, `post_write`, `post_write_imm`, `post_write_inline`, `post_writev_raw`,
@@ -14,9 +15,9 @@
 //! * `poll`: send CQEs are copied out and turned into completions as [`crate::datapath::send`] describes
 //!   (selective signalling; error, then flush of everything outstanding, each reported once).
 //!
-//! The receive side ([`Qp::post_recv`], [`Qp::poll_recv`]) exists for the target of an RDMA
-//! WRITE WITH IMMEDIATE: each such write consumes one posted receive and completes it with
-//! [`rdma_pmd::WcOpcode::RecvRdmaWithImm`] and [`Completion::imm`].
+//! The receive side ([`rdma_pmd::RecvQueue`], in [`recv`]) takes `post_recvv` and its forms:
+//! each incoming SEND, or WRITE WITH IMMEDIATE, consumes one posted receive and completes it
+//! ([`rdma_pmd::WcOpcode::RecvRdmaWithImm`] with [`rdma_pmd::Completion::imm`] for the latter).
 //!
 //! The QP borrows its device and may read any region whose buffers it was given for `'r`; it
 //! is dropped before them. Dropping it moves it to ERR and RST, destroys it and its CQs, and
@@ -128,9 +129,7 @@
 
 use core::mem::ManuallyDrop;
 
-use rdma_pmd::{
-    Caps, Completion, Dest, Error, QpNum, QueueId, RecvCaps, RecvQueue, Result, Retired, Side,
-};
+use rdma_pmd::{Caps, Error, QpNum, QueueId, Result, Retired, Side};
 use rdma_pmd_hal::{Dma, DmaBuf, Mmio};
 
 use crate::control::{Access, Control, Cqn, Path, QpParams, Service, Transition, Uar};
@@ -647,62 +646,17 @@ unsafe impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const
     }
 }
 
-/// The receive queue: `rdma_post_recvv` (`mlx5_post_recv`) and the responder half of
-/// `mlx5_poll_one`.
-impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: usize>
-    RecvQueue<'r> for Qp<'r, M, D, C, SQ, RQ, RS>
-{
-    fn recv_caps(&self) -> RecvCaps {
-        RecvCaps { max_recv_wr: RQ as u32, max_recv_sge: RS as u32 }
-    }
-
-    fn recv_posted(&self) -> u64 {
-        self.rq.posted()
-    }
-
-    /// Allowed from INIT on ([`Error::NotConnected`] before, and in ERR).
-    unsafe fn push_recv(&mut self, wr_id: u64, dest: Dest<'_, 'r>) -> Result<()> {
-        if !matches!(self.state, QpState::Init | QpState::Rtr | QpState::Rts) {
-            return Err(Error::NotConnected);
+/// The epilogue of both polls: completions written before a fault are reported now (`Ok(n)`)
+/// and the fault is kept in `fault` for the next poll, so that every request's completion
+/// reaches the caller exactly once; with none written, `res` is returned as it is.
+#[inline(always)]
+fn defer_fault(res: Result<usize>, n: usize, fault: &mut Option<Error>) -> Result<usize> {
+    match res {
+        Err(e) if n > 0 => {
+            *fault = Some(e);
+            Ok(n)
         }
-        self.rq.post(&self.mem.wq, &self.mem.dbrec, wr_id, dest)
-    }
-
-    /// A CQE the device should not have written (for another QP, a send opcode, or with no
-    /// receive posted) is consumed and reported as an error, after the completions before it
-    /// (the next call returns it); the receive ring does not move.
-    fn poll_recv(&mut self, out: &mut [Completion]) -> Result<usize> {
-        if let Some(e) = self.recv_fault.take() {
-            return Err(e);
-        }
-        let mut n = 0;
-        let mut res = Ok(());
-        while n < out.len() {
-            let Some(raw) = self.mem.rcq.pop() else { break };
-            match self.rq.complete(&raw, self.qpn) {
-                Ok(c) => {
-                    out[n] = c;
-                    n += 1;
-                }
-                Err(e) => {
-                    res = Err(e);
-                    break;
-                }
-            }
-        }
-        self.mem.rcq.publish();
-        // As for sends: completions before a fault first, the fault with the next call.
-        match res {
-            Err(e) if n > 0 => {
-                self.recv_fault = Some(e);
-                Ok(n)
-            }
-            res => res.map(|()| n),
-        }
-    }
-
-    fn recv_outstanding(&self) -> u32 {
-        self.rq.outstanding()
+        res => res,
     }
 }
 
@@ -773,13 +727,8 @@ impl<M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS: us
     }
 }
 
-#[cfg(test)]
-mod hostile;
-#[cfg(test)]
-mod prop;
-#[cfg(test)]
-mod retire;
-#[cfg(test)]
-mod safety;
+mod recv;
+mod send;
+
 #[cfg(test)]
 mod tests;

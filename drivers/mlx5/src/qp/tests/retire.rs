@@ -13,7 +13,7 @@ use std::vec::Vec;
 use proptest::prelude::*;
 use rdma_pmd::{Completion, Error, LocalBuf, Post, SendFlags, SendQueue, WcStatus};
 
-use super::tests::{connected, rig, REMOTE};
+use super::{connected, rig, REMOTE};
 use crate::control::Access;
 use crate::layout::codes::Syndrome;
 

@@ -922,3 +922,12 @@ fn a_receive_cqe_is_matched_to_its_wqe_modulo_the_ring() {
     assert_eq!(e, DeviceFault::WrongReceive { counter: 41, expected: 40 }.into());
     assert_eq!(qp.rq_outstanding(), 2);
 }
+
+/// The hostile device and caller (a reference model run over seeds).
+mod hostile;
+/// The hostile caller's model driven by proptest.
+mod prop;
+/// Retirement order and release of regions under errors and flushes.
+mod retire;
+/// What the safe posting API guarantees about buffers under the device.
+mod safety;

@@ -23,7 +23,7 @@ use rdma_pmd::{
     Completion, Error, LocalBuf, Post, RemoteBuf, Rkey, SendFlags, SendQueue, Sge, WcStatus,
 };
 
-use super::tests::{connected, rig, REMOTE};
+use super::{connected, rig, REMOTE};
 use crate::control::Access;
 use crate::layout::codes::{CqeOpcode, SendOpcode, Syndrome};
 use crate::layout::cqe::Cqe;

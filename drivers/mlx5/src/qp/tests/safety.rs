@@ -7,7 +7,7 @@ use rdma_pmd::{
     DeviceFault, Error, Post, QpNum, RemoteBuf, Rkey, SendFlags, SendQueue, Sge, WcStatus,
 };
 
-use super::tests::{connected, poll_all, rig, REMOTE};
+use super::{connected, poll_all, rig, REMOTE};
 use crate::control::Access;
 use crate::layout::codes::CqeOpcode;
 
