@@ -220,6 +220,7 @@ ifc! {
         NUM_PORTS = "num_ports" @ 0x1b8 : 8;
         LOG_MAX_MSG = "log_max_msg" @ 0x1c3 : 5;
         CQE_VERSION = "cqe_version" @ 0x1fc : 4;
+        UMR_MODIFY_ENTITY_SIZE_DISABLED = "umr_modify_entity_size_disabled" @ 0x207 : 1;
         CMDIF_CHECKSUM = "cmdif_checksum" @ 0x210 : 2;
         ETH_NET_OFFLOADS = "eth_net_offloads" @ 0x21c : 1;
         ROCE = "roce" @ 0x21d : 1;
@@ -237,6 +238,7 @@ ifc! {
         LOG_MAX_TIS = "log_max_tis" @ 0x37b : 5;
         LOG_MAX_TIS_PER_SQ = "log_max_tis_per_sq" @ 0x39b : 5;
         LOG_UAR_PAGE_SZ = "log_uar_page_sz" @ 0x490 : 16;
+        DEVICE_FREQUENCY_KHZ = "device_frequency_khz" @ 0x4e0 : 32;
         NUM_OF_UARS_PER_PAGE = "num_of_uars_per_page" @ 0x520 : 32;
     }
     /// RoCE capabilities (capability type 4).
