@@ -244,6 +244,12 @@ fn general_caps(cfg: &FwConfig, shared: &Shared) -> Vec<u8> {
     // (`create_real_mr`): one `CREATE_MKEY` with the umem's page list, which the model
     // implements (`fw::resources::mkey`). The model has no UMR engine to load a free key.
     set(&mut c, gen::UMR_MODIFY_ENTITY_SIZE_DISABLED, 1);
+    // Per-vport counters, as a ConnectX-4 and later report: with it mlx5_ib answers the
+    // performance-management class itself (6.12 `mad.c` `mlx5_ib_process_mad` ->
+    // `process_pma_cmd`; ClassPortInfo without a command, the port counters through
+    // QUERY_VPORT_COUNTER and PPCNT) instead of passing the MAD to MAD_IFC. ib_core asks for
+    // ClassPortInfo when it registers the device (`sysfs.c` `get_counter_table`).
+    set(&mut c, gen::VPORT_COUNTERS, 1);
     set(&mut c, gen::DEVICE_FREQUENCY_KHZ, u64::from(crate::fw::init_seg::DEVICE_FREQUENCY_KHZ));
     c
 }

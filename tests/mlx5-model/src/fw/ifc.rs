@@ -212,6 +212,7 @@ ifc! {
         LOG_MAX_RA_REQ_QP = "log_max_ra_req_qp" @ 0x14a : 6;
         LOG_MAX_RA_RES_QP = "log_max_ra_res_qp" @ 0x15a : 6;
         GID_TABLE_SIZE = "gid_table_size" @ 0x170 : 16;
+        VPORT_COUNTERS = "vport_counters" @ 0x181 : 1;
         PKEY_TABLE_SIZE = "pkey_table_size" @ 0x190 : 16;
         XRC = "xrc" @ 0x23c : 1;
         LOG_MAX_XRCD = "log_max_xrcd" @ 0x33b : 5;

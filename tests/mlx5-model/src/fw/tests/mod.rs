@@ -12,6 +12,7 @@ mod faults;
 mod fuzz;
 mod header;
 mod kernel;
+mod mad;
 mod mkey;
 mod rejections;
 mod teardown;
