@@ -370,6 +370,8 @@ pub const ATOMIC_MODE_MAX_8B: u8 = 3;
 pub const MKC_ACCESS_MODE_PA: u8 = 0;
 /// `mkc.access_mode` MTT (`MLX5_MKC_ACCESS_MODE_MTT`, mlx5_ifc.h).
 pub const MKC_ACCESS_MODE_MTT: u8 = 1;
+/// `mkc.access_mode` KSM (`MLX5_MKC_ACCESS_MODE_KSM`, mlx5_ifc.h).
+pub const MKC_ACCESS_MODE_KSM: u8 = 3;
 /// `qpc.rq_type` for a QP without receive queue (`MLX5_ZERO_LEN_RQ`, kernel qp.h).
 pub const ZERO_LEN_RQ: u8 = 3;
 /// `roce_addr_layout.roce_version` for RoCE v1 (`MLX5_ROCE_VERSION_1`, device.h), which the

@@ -238,6 +238,19 @@ fn general_caps(cfg: &FwConfig, shared: &Shared) -> Vec<u8> {
     set(&mut c, gen::LOG_MAX_TIS_PER_SQ, 0);
     set(&mut c, gen::LOG_UAR_PAGE_SZ, 0);
     set(&mut c, gen::NUM_OF_UARS_PER_PAGE, 1);
+    // No UMR that changes a key's entity (page) size: mlx5_ib's `mlx5r_umr_can_load_pas`
+    // (6.12 `umr.h`) then answers false, so the MR cache keeps no pre-made `free` keys
+    // (`mlx5r_cache_create_ent_locked`: limit 0) and a user MR is made by `reg_create`
+    // (`create_real_mr`): one `CREATE_MKEY` with the umem's page list, which the model
+    // implements (`fw::resources::mkey`). The model has no UMR engine to load a free key.
+    set(&mut c, gen::UMR_MODIFY_ENTITY_SIZE_DISABLED, 1);
+    // Per-vport counters, as a ConnectX-4 and later report: with it mlx5_ib answers the
+    // performance-management class itself (6.12 `mad.c` `mlx5_ib_process_mad` ->
+    // `process_pma_cmd`; ClassPortInfo without a command, the port counters through
+    // QUERY_VPORT_COUNTER and PPCNT) instead of passing the MAD to MAD_IFC. ib_core asks for
+    // ClassPortInfo when it registers the device (`sysfs.c` `get_counter_table`).
+    set(&mut c, gen::VPORT_COUNTERS, 1);
+    set(&mut c, gen::DEVICE_FREQUENCY_KHZ, u64::from(crate::fw::init_seg::DEVICE_FREQUENCY_KHZ));
     c
 }
 

@@ -212,6 +212,7 @@ ifc! {
         LOG_MAX_RA_REQ_QP = "log_max_ra_req_qp" @ 0x14a : 6;
         LOG_MAX_RA_RES_QP = "log_max_ra_res_qp" @ 0x15a : 6;
         GID_TABLE_SIZE = "gid_table_size" @ 0x170 : 16;
+        VPORT_COUNTERS = "vport_counters" @ 0x181 : 1;
         PKEY_TABLE_SIZE = "pkey_table_size" @ 0x190 : 16;
         XRC = "xrc" @ 0x23c : 1;
         LOG_MAX_XRCD = "log_max_xrcd" @ 0x33b : 5;
@@ -220,6 +221,7 @@ ifc! {
         NUM_PORTS = "num_ports" @ 0x1b8 : 8;
         LOG_MAX_MSG = "log_max_msg" @ 0x1c3 : 5;
         CQE_VERSION = "cqe_version" @ 0x1fc : 4;
+        UMR_MODIFY_ENTITY_SIZE_DISABLED = "umr_modify_entity_size_disabled" @ 0x207 : 1;
         CMDIF_CHECKSUM = "cmdif_checksum" @ 0x210 : 2;
         ETH_NET_OFFLOADS = "eth_net_offloads" @ 0x21c : 1;
         ROCE = "roce" @ 0x21d : 1;
@@ -237,6 +239,7 @@ ifc! {
         LOG_MAX_TIS = "log_max_tis" @ 0x37b : 5;
         LOG_MAX_TIS_PER_SQ = "log_max_tis_per_sq" @ 0x39b : 5;
         LOG_UAR_PAGE_SZ = "log_uar_page_sz" @ 0x490 : 16;
+        DEVICE_FREQUENCY_KHZ = "device_frequency_khz" @ 0x4e0 : 32;
         NUM_OF_UARS_PER_PAGE = "num_of_uars_per_page" @ 0x520 : 32;
     }
     /// RoCE capabilities (capability type 4).

@@ -14,7 +14,7 @@
 //! | 0x200 | `health` | firmware | `struct health_buffer` (64 bytes); `synd` at 0x23d, `ext_synd` at 0x23e |
 //! | 0xff8 | `cmd_exec_to` | firmware | command execution timeout (ms) |
 //! | 0xffc | `cmd_q_init_to` | firmware | command queue init timeout (ms) |
-//! | 0x1000 | `internal_timer_h/l` | firmware | free-running timer (ns since start) |
+//! | 0x1000 | `internal_timer_h/l` | firmware | free-running timer: device clock cycles since start, at [`DEVICE_FREQUENCY_KHZ`] |
 //! | 0x1010 | `health_counter` | firmware | advances while the firmware is alive |
 //!
 //! The registers the firmware owns are refreshed before every load the driver makes (the
@@ -66,6 +66,18 @@ pub const HEALTH_COUNTER: usize = 0x1010;
 /// Bytes of BAR0 the firmware model owns (page 0 and the timer/health words of page 1).
 pub const FW_WINDOW_END: usize = 0x1014;
 
+/// The device clock the general capability `device_frequency_khz` reports and
+/// `internal_timer` counts: 156.25 MHz, what ConnectX parts report (`ibv_devinfo -v` prints
+/// it as `hca_core_clock: 156250kHZ`, e.g. a ConnectX-6 with firmware 20.37.1700 in a UCX
+/// issue report). The kernel's `mlx5_init_clock` (`lib/clock.c`) refuses to set up its PTP
+/// clock when the capability is 0, and converts `internal_timer` cycles to nanoseconds with it.
+pub const DEVICE_FREQUENCY_KHZ: u32 = 156_250;
+
+/// `internal_timer` after `ns` nanoseconds: cycles of a [`DEVICE_FREQUENCY_KHZ`] clock.
+pub fn timer_cycles(ns: u64) -> u64 {
+    (u128::from(ns) * u128::from(DEVICE_FREQUENCY_KHZ) / 1_000_000) as u64
+}
+
 /// Whether a BAR access at `off` of `len` bytes touches a firmware register (rather than a UAR
 /// page the device model handles).
 pub fn is_firmware_register(off: usize, len: usize) -> bool {
@@ -95,7 +107,7 @@ pub struct Registers {
     pub cmd_exec_timeout_ms: u32,
     /// `cmd_q_init_to` in milliseconds.
     pub cmd_q_init_timeout_ms: u32,
-    /// `internal_timer`: nanoseconds since the firmware started.
+    /// Nanoseconds since the firmware started (`internal_timer` shows them as cycles).
     pub timer_ns: u64,
     /// `health_counter`.
     pub health_counter: u32,
@@ -125,8 +137,9 @@ impl Registers {
         );
         be(CMD_EXEC_TO, self.cmd_exec_timeout_ms);
         be(CMD_Q_INIT_TO, self.cmd_q_init_timeout_ms);
-        be(INTERNAL_TIMER_H, (self.timer_ns >> 32) as u32);
-        be(INTERNAL_TIMER_L, self.timer_ns as u32);
+        let cycles = timer_cycles(self.timer_ns);
+        be(INTERNAL_TIMER_H, (cycles >> 32) as u32);
+        be(INTERNAL_TIMER_L, cycles as u32);
         be(HEALTH_COUNTER, self.health_counter);
     }
 }

@@ -5,7 +5,7 @@
 //! | command | checks (status) |
 //! |---|---|
 //! | `ALLOC_TRANSPORT_DOMAIN`, `CREATE_TIS/SQ/RQ/TIR/FLOW_TABLE` | count below `1 << log_max_*` (`EXCEED_LIM`) |
-//! | `DEALLOC_*`, `DESTROY_*` | object exists (`BAD_RESOURCE`); not referenced: a domain by a TIS or TIR, a TIS by an SQ, an RQ by a TIR, a TIR by an entry, a table by groups or as root, a group by entries (`RESOURCE_BUSY`) |
+//! | `DEALLOC_*`, `DESTROY_*` | object exists (`BAD_RESOURCE`); not referenced: a domain by a TIS or TIR, a TIS by an SQ, an RQ by a TIR, a TIR by an entry, a table by groups (the root table may go: the type is then rootless), a group by entries (`RESOURCE_BUSY`) |
 //! | `CREATE_TIS` | domain exists, PD exists if given (`BAD_RESOURCE`); no TLS, LAG affinity, underlay QP (`BAD_PARAM`) |
 //! | `CREATE_SQ` | state RST; one TIS (`tis_lst_sz` 1); no hairpin, UMR, SWP, multi-packet WQEs, packet pacing, cross-channel; `min_wqe_inline_mode` ≤ TCP/UDP (`BAD_PARAM`); CQ, TIS, PD, UAR exist (`BAD_RESOURCE`); the WQ as below |
 //! | `CREATE_RQ` | state RST; memory RQ, no RMP, delay drop, FCS scatter, hairpin, counter set (`BAD_PARAM`; a counter set: `BAD_RESOURCE`); CQ, PD exist; the WQ as below |
@@ -400,8 +400,14 @@ impl Hca {
         steering_target(d.other_vport, d.vport_number, d.table_type)?;
         let mut dev = self.shared.dev();
         let Some(t) = dev.eth.fts.get(&d.table_id) else { return Err(no_such()) };
-        if !t.groups.is_empty() || dev.eth.root == Some(d.table_id) {
+        if !t.groups.is_empty() {
             return Err(fail(CmdStatus::ResourceBusy, syn::TABLE_IN_USE));
+        }
+        // The root may go: when the root table has no successor the kernel destroys it
+        // without moving the root first (6.12 `fs_core.c` `update_root_ft_destroy`: no next
+        // table, `root_ft = NULL`, no command), so the firmware leaves the type rootless.
+        if dev.eth.root == Some(d.table_id) {
+            dev.eth.root = None;
         }
         dev.eth.fts.remove(&d.table_id);
         Ok(())

@@ -1,9 +1,11 @@
-//! `CREATE_MKEY` (PA or contiguous MTT), `DESTROY_MKEY`.
+//! `CREATE_MKEY` (PA, MTT, or a free key for UMR to enable), `DESTROY_MKEY`.
 
 use rdma_pmd::Error;
 
 use super::{limit, model_err, no_such, pas_first, reachable, unsupported};
-use crate::fw::codes::{syndrome as syn, CmdStatus, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA};
+use crate::fw::codes::{
+    syndrome as syn, CmdStatus, MKC_ACCESS_MODE_KSM, MKC_ACCESS_MODE_MTT, MKC_ACCESS_MODE_PA,
+};
 use crate::fw::decoded::{CreateMkey, DestroyMkey};
 use crate::fw::hca::{fail, Hca, MkeyObj, Res};
 use crate::fw::ifc::{self, cmd_hca_cap as gen};
@@ -18,9 +20,12 @@ impl Hca {
         if !self.pds.contains(&pd) {
             return Err(no_such());
         }
+        if m.free {
+            return self.create_free_mkey(d, out);
+        }
         // `length64`: the key spans every address from `start_addr` on and `len` is ignored;
         // the model takes it for PA keys only (what a kernel-style DMA key uses).
-        if m.free || (m.length64 && m.access_mode() != MKC_ACCESS_MODE_PA) {
+        if m.length64 && m.access_mode() != MKC_ACCESS_MODE_PA {
             return Err(unsupported());
         }
         let (start, len) = if m.length64 {
@@ -82,6 +87,44 @@ impl Hca {
             }
         };
         self.mkeys.insert(key >> 8, MkeyObj { key, pd });
+        ifc::create_mkey_out::MKEY_INDEX.set(out, u64::from(key >> 8));
+        Ok(())
+    }
+
+    /// A key created `free` (disabled): what mlx5_ib's MR cache makes (6.12 `mr.c`
+    /// `set_cache_mkc`: `free` 1, `umr_en` 1, access mode MTT or KSM,
+    /// `translations_octword_size` for the entries a later UMR loads, `qpn` 0xffffff, no
+    /// page list). The key exists (its index is taken, `DESTROY_MKEY` frees it) but
+    /// translates nothing until a UMR enables it; the model has no UMR, so every access
+    /// through it fails: it covers no range the data path could name but one byte at 0, with
+    /// no rights and an empty page list (a DMA fault there).
+    fn create_free_mkey(&mut self, d: &CreateMkey, out: &mut [u8]) -> Res {
+        let m = &d.mkey_context;
+        let mode = m.access_mode();
+        if (mode != MKC_ACCESS_MODE_MTT && mode != MKC_ACCESS_MODE_KSM) || m.length64 {
+            return Err(unsupported());
+        }
+        if m.translations_octword_size == 0 {
+            return Err(fail(CmdStatus::BadParam, syn::EMPTY_RANGE));
+        }
+        let key = self
+            .shared
+            .create_mkey(Mkey {
+                pd: m.pd,
+                start: 0,
+                len: 1,
+                rights: Rights::default(),
+                xlate: Xlate::Pages { pages: Vec::new().into(), page_shift: 12 },
+            })
+            .map_err(model_err)?;
+        let key = match self.shared.fw_rekey_mkey(key, m.mkey_7_0) {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = self.shared.destroy_mkey(key);
+                return Err(model_err(e));
+            }
+        };
+        self.mkeys.insert(key >> 8, MkeyObj { key, pd: m.pd });
         ifc::create_mkey_out::MKEY_INDEX.set(out, u64::from(key >> 8));
         Ok(())
     }

@@ -413,6 +413,7 @@ fn every_code_matches_the_header() {
             ("MLX5_ZERO_LEN_RQ", ZERO_LEN_RQ as u64),
             ("MLX5_MKC_ACCESS_MODE_PA", MKC_ACCESS_MODE_PA as u64),
             ("MLX5_MKC_ACCESS_MODE_MTT", MKC_ACCESS_MODE_MTT as u64),
+            ("MLX5_MKC_ACCESS_MODE_KSM", MKC_ACCESS_MODE_KSM as u64),
             ("MLX5_TEARDOWN_HCA_IN_PROFILE_GRACEFUL_CLOSE", TEARDOWN_GRACEFUL as u64),
             ("MLX5_TEARDOWN_HCA_IN_PROFILE_FORCE_CLOSE", TEARDOWN_FORCE as u64),
             ("CMD_OWNER_HW", entry::OWNER_HW as u64),

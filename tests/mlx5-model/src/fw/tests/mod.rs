@@ -5,13 +5,17 @@
 //! owner bit with a deadline, as a driver would.
 
 mod bringup;
+mod clock;
 mod datapath;
 mod eth;
 mod faults;
 mod fuzz;
 mod header;
 mod kernel;
+mod mad;
+mod mkey;
 mod rejections;
+mod teardown;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
