@@ -12,6 +12,7 @@ mod fuzz;
 mod header;
 mod kernel;
 mod rejections;
+mod srq;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
