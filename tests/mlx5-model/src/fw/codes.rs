@@ -378,6 +378,8 @@ pub const QPC_ST_RC: u8 = 0;
 pub const QPC_ST_UD: u8 = 0x2;
 /// `qpc.st` QP1, the GSI QP (`MLX5_QPC_ST_QP1`, mlx5_ifc.h).
 pub const QPC_ST_QP1: u8 = 0x8;
+/// `qpc.st` REG_UMR, the kernel's memory registration QP (`MLX5_QPC_ST_REG_UMR`, mlx5_ifc.h).
+pub const QPC_ST_REG_UMR: u8 = 0xc;
 /// `qpc.atomic_mode` for the 8-byte atomics of the IB spec (`MLX5_ATOMIC_MODE_IB_COMP`,
 /// kernel `include/linux/mlx5/driver.h`); 2 (`_CX`) and 3 (`_8B`) are 8-byte modes too,
 /// larger values name the 16..256-byte extended atomics the model does not offer.

@@ -77,6 +77,9 @@ pub(crate) struct QpObj {
     pub pd: u32,
     pub cqs: [u32; 2],
     pub uar: u32,
+    /// Created with `st` REG_UMR (`fw::resources::qp`): an RC send queue in the engine that
+    /// executes no UMR WQE.
+    pub umr: bool,
 }
 
 /// A shared receive queue: a basic SRQ (an RMP) or an XRC SRQ ([`super::resources`] `srq.rs`).

@@ -13,6 +13,7 @@ mod header;
 mod kernel;
 mod rejections;
 mod srq;
+mod umr_qp;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
