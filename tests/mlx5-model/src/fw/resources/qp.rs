@@ -39,8 +39,18 @@ impl Hca {
         if q.page_offset != 0 || d.wq_umem_valid {
             return Err(unsupported());
         }
-        let (pd, scq, rcq, uar) = (q.pd, q.cqn_snd, q.cqn_rcv, q.uar_page);
-        if !self.pds.contains(&pd) || !self.cqs.contains_key(&scq) || !self.cqs.contains_key(&rcq) {
+        let (scq, rcq, uar) = (q.cqn_snd, q.cqn_rcv, q.uar_page);
+        // The kernel gives a UMR QP no PD (6.12 `qp.c` `create_kernel_qp` sets `pd` only for
+        // other types, `latency_sensitive` instead): UMR works on the function's memory keys
+        // whatever their PD. The model's engine runs every QP in a PD, so the firmware gives
+        // the UMR QP one of its own, which no driver command names, and frees it with the QP.
+        if umr && q.pd != 0 && !self.pds.contains(&q.pd) {
+            return Err(no_such());
+        }
+        if (!umr && !self.pds.contains(&q.pd))
+            || !self.cqs.contains_key(&scq)
+            || !self.cqs.contains_key(&rcq)
+        {
             return Err(no_such());
         }
         if !self.uars.contains(&uar) {
@@ -64,6 +74,7 @@ impl Hca {
         let buf = queue_pages(self, &d.pas, shift, bytes)?;
         let dbrec = q.dbr_addr;
         reachable(self, dbrec, 8)?;
+        let pd = if umr { self.shared.alloc_pd().map_err(model_err)? } else { q.pd };
         let spec = QpSpec {
             service,
             pd,
@@ -76,7 +87,16 @@ impl Hca {
             dbrec,
             uar,
         };
-        let qpn = self.shared.create_qp(spec).map_err(model_err)?;
+        let qpn = match self.shared.create_qp(spec) {
+            Ok(n) => n,
+            Err(e) => {
+                if umr {
+                    // Best effort: the PD was made for this QP alone.
+                    let _ = self.shared.dealloc_pd(pd);
+                }
+                return Err(model_err(e));
+            }
+        };
         self.qps.insert(qpn, QpObj { pd, cqs: [scq, rcq], uar, umr });
         ifc::create_qp_out::QPN.set(out, u64::from(qpn));
         Ok(())
@@ -88,7 +108,12 @@ impl Hca {
             return Err(no_such());
         }
         self.shared.destroy_qp(qpn).map_err(model_err)?;
-        self.qps.remove(&qpn);
+        if let Some(o) = self.qps.remove(&qpn) {
+            if o.umr {
+                // The UMR QP's own PD (see `create_qp`).
+                self.shared.dealloc_pd(o.pd).map_err(model_err)?;
+            }
+        }
         Ok(())
     }
 
@@ -244,7 +269,8 @@ impl Hca {
         if q.spec.service.datagram() {
             set(qpc::Q_KEY, u64::from(q.qkey));
         }
-        set(qpc::PD, u64::from(q.spec.pd));
+        // A UMR QP's PD is the firmware's own: the driver gave none.
+        set(qpc::PD, if umr { 0 } else { u64::from(q.spec.pd) });
         set(qpc::UAR_PAGE, u64::from(q.spec.uar));
         set(qpc::LOG_SQ_SIZE, u64::from(q.spec.log_sq_size));
         match q.spec.log_rq_size {

@@ -14,6 +14,8 @@ fn umr_input(d: &mut Dev, pd: u32, cq: u32, uar: u32) -> Vec<u8> {
     set_in(&mut inp, c, qpc::RQ_TYPE, u64::from(ZERO_LEN_RQ));
     set_in(&mut inp, c, qpc::LOG_RQ_SIZE, 0);
     set_in(&mut inp, c, qpc::LOG_RQ_STRIDE, 0);
+    // No PD (`create_kernel_qp` sets `latency_sensitive` instead).
+    set_in(&mut inp, c, qpc::PD, 0);
     inp
 }
 
@@ -47,9 +49,25 @@ fn umr_qp_is_created_and_reaches_rts_as_the_kernel_moves_it() {
     assert_eq!(qpc::ST.at(c).get(&out), u64::from(QPC_ST_REG_UMR));
     assert_eq!(qpc::STATE.at(c).get(&out), u64::from(u8::from(QpState::Rts)));
     assert_eq!(qpc::RQ_TYPE.at(c).get(&out), u64::from(ZERO_LEN_RQ));
+    assert_eq!(qpc::PD.at(c).get(&out), 0, "the driver gave it no PD");
+    // The driver's PD stays free to go while the UMR QP lives.
+    let mut dp = input(Opcode::DeallocPd, 0, ifc::dealloc_pd_in::SIZE);
+    ifc::dealloc_pd_in::PD.set(&mut dp, u64::from(pd));
+    d.ok(&dp, 16);
     let mut x = input(Opcode::DestroyQp, 0, ifc::destroy_qp_in::SIZE);
     ifc::destroy_qp_in::QPN.set(&mut x, u64::from(qpn));
     d.ok(&x, 16);
+    assert_eq!(d.status(&x, 16).0, CmdStatus::BadResource);
+}
+
+/// A PD the function never allocated is refused, for a UMR QP as for any other.
+#[test]
+fn umr_qp_with_an_unknown_pd_is_refused() {
+    let mut d = up();
+    let (pd, cq, uar) = setup(&mut d);
+    let mut inp = umr_input(&mut d, pd, cq, uar);
+    set_in(&mut inp, ifc::create_qp_in::QPC, qpc::PD, u64::from(pd + 50));
+    assert_eq!(d.status(&inp, 16).0, CmdStatus::BadResource);
 }
 
 /// An RC QP still needs its MTU at RTR: the exception is the UMR QP's alone.
