@@ -96,3 +96,51 @@ fn umr_qp_with_a_receive_queue_is_refused() {
     set_in(&mut inp, c, qpc::LOG_RQ_STRIDE, 1);
     assert_eq!(d.status(&inp, 16).0, CmdStatus::BadParam);
 }
+
+/// The model executes no UMR: a UMR WQE (`MLX5_OPCODE_UMR`, 0x25) on the UMR QP completes in
+/// error (`MLX5_CQE_REQ_ERR`, syndrome `LOCAL_QP_OP_ERR`) instead of waiting forever, so a
+/// kernel that tried one would see `mlx5r_umr_post_send_wait` fail, not hang.
+#[test]
+fn a_umr_wqe_completes_in_error() {
+    let mut d = up();
+    let uar = d.alloc_uar();
+    let pd = d.alloc_pd();
+    let (eqn, _) = d.create_eq(uar, 6, &[EventType::Completion]);
+    let cq = d.create_cq(uar, eqn, 4);
+    let (cq_buf, _) = d.last_queue;
+    let inp = umr_input(&mut d, pd, cq, uar);
+    let (qp_buf, qp_dbr) = d.last_queue;
+    let qpn = ifc::create_qp_out::QPN.get(&d.ok(&inp, 16)) as u32;
+    let mut i = d.transition(Opcode::Rst2InitQp, qpn);
+    let path = qpc::PRIMARY_ADDRESS_PATH.at(ifc::rst2init_qp_in::QPC);
+    ifc::ads::VHCA_PORT_NUM.at(path).set(&mut i, 1);
+    d.ok(&i, 16);
+    d.ok(&d.transition(Opcode::Init2RtrQp, qpn), 16);
+    d.ok(&d.transition(Opcode::Rtr2RtsQp, qpn), 16);
+    // A control segment alone names the opcode: UMR, index 0, signalled.
+    let mut wqe = [0u8; 64];
+    wqe[0..4].copy_from_slice(&0x25u32.to_be_bytes());
+    wqe[4..8].copy_from_slice(&(qpn << 8 | 4).to_be_bytes());
+    wqe[11] = 0x08;
+    // No receive queue: the send queue starts the buffer.
+    assert!(d.dma.write(BusAddr(qp_buf), &wqe));
+    rdma_pmd_hal::barrier::to_device();
+    assert!(d.dma.write(BusAddr(qp_dbr + 4), &1u32.to_be_bytes()));
+    rdma_pmd_hal::barrier::to_device();
+    let uar_off = uar as usize * crate::UAR_PAGE;
+    d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
+    let end = Instant::now() + WAIT;
+    let mut cqe = [0u8; 64];
+    loop {
+        assert!(d.dma.read(BusAddr(cq_buf), &mut cqe));
+        if cqe[63] >> 4 != 0xf {
+            break;
+        }
+        assert!(Instant::now() < end, "no CQE");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    rdma_pmd_hal::barrier::from_device();
+    assert!(d.dma.read(BusAddr(cq_buf), &mut cqe));
+    // mlx5_err_cqe: opcode 0xd (requester error), syndrome at byte 0x37.
+    assert_eq!((cqe[63] >> 4, cqe[0x37]), (0xd, 0x02), "{cqe:02x?}");
+}
