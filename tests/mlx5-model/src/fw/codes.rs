@@ -100,6 +100,14 @@ fw_code! {
         QueryQp = 0x50b ("MLX5_CMD_OP_QUERY_QP"),
         /// A MAD to the port's management agent (InfiniBand ports; refused on Ethernet).
         MadIfc = 0x50d ("MLX5_CMD_OP_MAD_IFC"),
+        /// Create an XRC shared receive queue.
+        CreateXrcSrq = 0x705 ("MLX5_CMD_OP_CREATE_XRC_SRQ"),
+        /// Destroy an XRC SRQ.
+        DestroyXrcSrq = 0x706 ("MLX5_CMD_OP_DESTROY_XRC_SRQ"),
+        /// Read an XRC SRQ's context.
+        QueryXrcSrq = 0x707 ("MLX5_CMD_OP_QUERY_XRC_SRQ"),
+        /// Arm an XRC SRQ's limit event.
+        ArmXrcSrq = 0x708 ("MLX5_CMD_OP_ARM_XRC_SRQ"),
         /// Read the vport's link state.
         QueryVportState = 0x750 ("MLX5_CMD_OP_QUERY_VPORT_STATE"),
         /// Read one entry of the RoCE address (GID) table.
@@ -148,6 +156,14 @@ fw_code! {
         ModifyRq = 0x909 ("MLX5_CMD_OP_MODIFY_RQ"),
         /// Destroy an RQ.
         DestroyRq = 0x90a ("MLX5_CMD_OP_DESTROY_RQ"),
+        /// Create a receive memory pool (a basic SRQ at ISSI 1).
+        CreateRmp = 0x90c ("MLX5_CMD_OP_CREATE_RMP"),
+        /// Change an RMP (its limit watermark).
+        ModifyRmp = 0x90d ("MLX5_CMD_OP_MODIFY_RMP"),
+        /// Destroy an RMP.
+        DestroyRmp = 0x90e ("MLX5_CMD_OP_DESTROY_RMP"),
+        /// Read an RMP's context.
+        QueryRmp = 0x90f ("MLX5_CMD_OP_QUERY_RMP"),
         /// Create a transport interface send (what an SQ sends through).
         CreateTis = 0x912 ("MLX5_CMD_OP_CREATE_TIS"),
         /// Destroy a TIS.
@@ -362,6 +378,8 @@ pub const QPC_ST_RC: u8 = 0;
 pub const QPC_ST_UD: u8 = 0x2;
 /// `qpc.st` QP1, the GSI QP (`MLX5_QPC_ST_QP1`, mlx5_ifc.h).
 pub const QPC_ST_QP1: u8 = 0x8;
+/// `qpc.st` REG_UMR, the kernel's memory registration QP (`MLX5_QPC_ST_REG_UMR`, mlx5_ifc.h).
+pub const QPC_ST_REG_UMR: u8 = 0xc;
 /// `qpc.atomic_mode` for the 8-byte atomics of the IB spec (`MLX5_ATOMIC_MODE_IB_COMP`,
 /// kernel `include/linux/mlx5/driver.h`); 2 (`_CX`) and 3 (`_8B`) are 8-byte modes too,
 /// larger values name the 16..256-byte extended atomics the model does not offer.

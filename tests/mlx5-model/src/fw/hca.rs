@@ -77,6 +77,26 @@ pub(crate) struct QpObj {
     pub pd: u32,
     pub cqs: [u32; 2],
     pub uar: u32,
+    /// Created with `st` REG_UMR (`fw::resources::qp`): an RC send queue in the engine that
+    /// executes no UMR WQE.
+    pub umr: bool,
+}
+
+/// A shared receive queue: a basic SRQ (an RMP) or an XRC SRQ ([`super::resources`] `srq.rs`).
+pub(crate) struct SrqObj {
+    pub xrc: bool,
+    pub pd: u32,
+    /// The XRC domain and completion queue (XRC SRQs only; 0 for an RMP).
+    pub xrcd: u32,
+    pub cqn: u32,
+    pub user_index: u32,
+    pub log_size: u8,
+    /// log2 of the WQE stride in bytes.
+    pub log_stride: u8,
+    /// `log_page_size` as given (pages of `4096 << it`).
+    pub log_page_size: u8,
+    pub lwm: u16,
+    pub dbrec: u64,
 }
 
 pub(crate) struct MkeyObj {
@@ -108,6 +128,8 @@ pub(crate) struct Hca {
     pub mkeys: BTreeMap<u32, MkeyObj>,
     pub cqs: BTreeMap<u32, CqObj>,
     pub qps: BTreeMap<u32, QpObj>,
+    /// SRQs by number (RMPs and XRC SRQs share the number space).
+    pub srqs: BTreeMap<u32, SrqObj>,
     /// The event queues: their own lock, a leaf (taken under the device lock when a CQ's
     /// completion event is posted; nothing is locked while it is held).
     pub eqs: super::eq::EqTable,
@@ -169,6 +191,14 @@ fn sizes(op: Opcode) -> Option<(usize, usize)> {
         AllocXrcd => (alloc_xrcd_in::SIZE, alloc_xrcd_out::SIZE),
         DeallocXrcd => (dealloc_xrcd_in::SIZE, dealloc_xrcd_out::SIZE),
         QueryHcaVportPkey => (query_hca_vport_pkey_in::SIZE, query_hca_vport_pkey_out::SIZE),
+        CreateRmp => (create_rmp_in::SIZE, create_rmp_out::SIZE),
+        ModifyRmp => (modify_rmp_in::SIZE, modify_rmp_out::SIZE),
+        DestroyRmp => (destroy_rmp_in::SIZE, destroy_rmp_out::SIZE),
+        QueryRmp => (query_rmp_in::SIZE, query_rmp_out::SIZE),
+        CreateXrcSrq => (create_xrc_srq_in::SIZE, create_xrc_srq_out::SIZE),
+        DestroyXrcSrq => (destroy_xrc_srq_in::SIZE, destroy_xrc_srq_out::SIZE),
+        QueryXrcSrq => (query_xrc_srq_in::SIZE, query_xrc_srq_out::SIZE),
+        ArmXrcSrq => (arm_xrc_srq_in::SIZE, arm_xrc_srq_out::SIZE),
         // Refused in `dispatch` whatever its lengths.
         MadIfc => (16, 16),
         AllocTransportDomain => (alloc_transport_domain_in::SIZE, alloc_transport_domain_out::SIZE),
@@ -226,6 +256,13 @@ fn general_caps(cfg: &FwConfig, shared: &Shared) -> Vec<u8> {
     // mlx5_ib's device resources include two XRC domains (`mlx5_ib_dev_res_init`).
     set(&mut c, gen::XRC, 1);
     set(&mut c, gen::LOG_MAX_XRCD, 16);
+    // SRQs (`fw::resources::srq`): mlx5_ib's device resources include a basic and an XRC SRQ
+    // (`mlx5_ib_dev_res_srq_init`), and `mlx5_ib_create_srq` refuses `max_wr` at or above
+    // `1 << log_max_srq_sz`. Receive WQEs (QP RQ and SRQ) up to 512 bytes (`set_rq_size`
+    // checks `max_wqe_sz_rq`).
+    set(&mut c, gen::LOG_MAX_SRQ, 8);
+    set(&mut c, gen::LOG_MAX_SRQ_SZ, u64::from(mc.log_max_qp_sz));
+    set(&mut c, gen::MAX_WQE_SZ_RQ, 512);
     // The Ethernet path (`fw::resources::eth`): what mlx5e's `mlx5e_check_required_hca_cap`
     // and `fs_core.c` look for.
     set(&mut c, gen::ETH_NET_OFFLOADS, 1);
@@ -337,6 +374,7 @@ impl Hca {
             mkeys: BTreeMap::new(),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
+            srqs: BTreeMap::new(),
             eqs: Default::default(),
             shared,
             log: Vec::new(),
@@ -646,6 +684,7 @@ impl Hca {
             + self.mkeys.len()
             + self.cqs.len()
             + self.qps.len()
+            + self.srqs.len()
             + self.shared.dev().eth.count()
     }
 

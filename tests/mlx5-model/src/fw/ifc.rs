@@ -201,8 +201,10 @@ ifc! {
     set_hca_cap_out = "set_hca_cap_out", 16 bytes {}
     /// General device capabilities (capability type 0).
     cmd_hca_cap = "cmd_hca_cap", 256 bytes {
+        LOG_MAX_SRQ_SZ = "log_max_srq_sz" @ 0x80 : 8;
         LOG_MAX_QP_SZ = "log_max_qp_sz" @ 0x88 : 8;
         LOG_MAX_QP = "log_max_qp" @ 0x9b : 5;
+        LOG_MAX_SRQ = "log_max_srq" @ 0xab : 5;
         LOG_MAX_CQ_SZ = "log_max_cq_sz" @ 0xc8 : 8;
         LOG_MAX_CQ = "log_max_cq" @ 0xdb : 5;
         LOG_MAX_EQ_SZ = "log_max_eq_sz" @ 0xe0 : 8;
@@ -231,6 +233,7 @@ ifc! {
         LOG_PG_SZ = "log_pg_sz" @ 0x258 : 8;
         LOG_BF_REG_SIZE = "log_bf_reg_size" @ 0x26b : 5;
         MAX_WQE_SZ_SQ = "max_wqe_sz_sq" @ 0x290 : 16;
+        MAX_WQE_SZ_RQ = "max_wqe_sz_rq" @ 0x2b0 : 16;
         LOG_MAX_TRANSPORT_DOMAIN = "log_max_transport_domain" @ 0x323 : 5;
         LOG_MAX_PD = "log_max_pd" @ 0x32b : 5;
         LOG_MAX_RQ = "log_max_rq" @ 0x363 : 5;
@@ -981,4 +984,95 @@ ifc! {
     }
     /// `SET_FLOW_TABLE_ROOT` output.
     set_flow_table_root_out = "set_flow_table_root_out", 16 bytes {}
+    /// Receive memory pool context (a basic SRQ at ISSI 1: kernel `srq_cmd.c` `create_rmp_cmd`).
+    rmpc = "rmpc", 240 bytes {
+        STATE = "state" @ 0x8 : 4;
+        BASIC_CYCLIC_RCV_WQE = "basic_cyclic_rcv_wqe" @ 0x20 : 1;
+        WQ = "wq" @ 0x180 : 1536;
+    }
+    /// `CREATE_RMP` input (the PAS list is the context's `wq.pas`).
+    create_rmp_in = "create_rmp_in", 272 bytes {
+        CTX = "ctx" @ 0x100 : 1920;
+        PAS = "ctx.wq.pas" @ 0x880 : 64;
+    }
+    /// `CREATE_RMP` output.
+    create_rmp_out = "create_rmp_out", 16 bytes {
+        RMPN = "rmpn" @ 0x48 : 24;
+    }
+    /// `MODIFY_RMP` input.
+    modify_rmp_in = "modify_rmp_in", 272 bytes {
+        RMP_STATE = "rmp_state" @ 0x40 : 4;
+        RMPN = "rmpn" @ 0x48 : 24;
+        BITMASK_LWM = "bitmask.lwm" @ 0xbf : 1;
+        CTX = "ctx" @ 0x100 : 1920;
+    }
+    /// `MODIFY_RMP` output.
+    modify_rmp_out = "modify_rmp_out", 16 bytes {}
+    /// `DESTROY_RMP` input.
+    destroy_rmp_in = "destroy_rmp_in", 16 bytes {
+        RMPN = "rmpn" @ 0x48 : 24;
+    }
+    /// `DESTROY_RMP` output.
+    destroy_rmp_out = "destroy_rmp_out", 16 bytes {}
+    /// `QUERY_RMP` input.
+    query_rmp_in = "query_rmp_in", 16 bytes {
+        RMPN = "rmpn" @ 0x48 : 24;
+    }
+    /// `QUERY_RMP` output.
+    query_rmp_out = "query_rmp_out", 272 bytes {
+        RMP_CONTEXT = "rmp_context" @ 0x100 : 1920;
+    }
+    /// XRC SRQ context.
+    xrc_srqc = "xrc_srqc", 64 bytes {
+        STATE = "state" @ 0x0 : 4;
+        LOG_XRC_SRQ_SIZE = "log_xrc_srq_size" @ 0x4 : 4;
+        WQ_SIGNATURE = "wq_signature" @ 0x20 : 1;
+        CONT_SRQ = "cont_srq" @ 0x21 : 1;
+        RLKY = "rlky" @ 0x23 : 1;
+        BASIC_CYCLIC_RCV_WQE = "basic_cyclic_rcv_wqe" @ 0x24 : 1;
+        LOG_RQ_STRIDE = "log_rq_stride" @ 0x25 : 3;
+        XRCD = "xrcd" @ 0x28 : 24;
+        PAGE_OFFSET = "page_offset" @ 0x40 : 6;
+        DBR_UMEM_VALID = "dbr_umem_valid" @ 0x47 : 1;
+        CQN = "cqn" @ 0x48 : 24;
+        USER_INDEX_EQUAL_XRC_SRQN = "user_index_equal_xrc_srqn" @ 0x80 : 1;
+        LOG_PAGE_SIZE = "log_page_size" @ 0x82 : 6;
+        USER_INDEX = "user_index" @ 0x88 : 24;
+        PD = "pd" @ 0xc8 : 24;
+        LWM = "lwm" @ 0xe0 : 16;
+        WQE_CNT = "wqe_cnt" @ 0xf0 : 16;
+        DB_RECORD_ADDR_H = "db_record_addr_h" @ 0x140 : 32;
+        DB_RECORD_ADDR_L = "db_record_addr_l" @ 0x160 : 30;
+    }
+    /// `CREATE_XRC_SRQ` input.
+    create_xrc_srq_in = "create_xrc_srq_in", 272 bytes {
+        XRC_SRQ_CONTEXT_ENTRY = "xrc_srq_context_entry" @ 0x80 : 512;
+        XRC_SRQ_UMEM_VALID = "xrc_srq_umem_valid" @ 0x2e0 : 1;
+        PAS = "pas" @ 0x880 : 64;
+    }
+    /// `CREATE_XRC_SRQ` output.
+    create_xrc_srq_out = "create_xrc_srq_out", 16 bytes {
+        XRC_SRQN = "xrc_srqn" @ 0x48 : 24;
+    }
+    /// `DESTROY_XRC_SRQ` input.
+    destroy_xrc_srq_in = "destroy_xrc_srq_in", 16 bytes {
+        XRC_SRQN = "xrc_srqn" @ 0x48 : 24;
+    }
+    /// `DESTROY_XRC_SRQ` output.
+    destroy_xrc_srq_out = "destroy_xrc_srq_out", 16 bytes {}
+    /// `QUERY_XRC_SRQ` input.
+    query_xrc_srq_in = "query_xrc_srq_in", 16 bytes {
+        XRC_SRQN = "xrc_srqn" @ 0x48 : 24;
+    }
+    /// `QUERY_XRC_SRQ` output.
+    query_xrc_srq_out = "query_xrc_srq_out", 272 bytes {
+        XRC_SRQ_CONTEXT_ENTRY = "xrc_srq_context_entry" @ 0x80 : 512;
+    }
+    /// `ARM_XRC_SRQ` input.
+    arm_xrc_srq_in = "arm_xrc_srq_in", 16 bytes {
+        XRC_SRQN = "xrc_srqn" @ 0x48 : 24;
+        LWM = "lwm" @ 0x70 : 16;
+    }
+    /// `ARM_XRC_SRQ` output.
+    arm_xrc_srq_out = "arm_xrc_srq_out", 16 bytes {}
 }

@@ -51,7 +51,10 @@ impl Hca {
         if !self.cqs.contains_key(&cqn) {
             return Err(no_such());
         }
-        if self.qps.values().any(|q| q.cqs.contains(&cqn)) || self.shared.dev().eth.uses_cq(cqn) {
+        if self.qps.values().any(|q| q.cqs.contains(&cqn))
+            || self.srq_holds_cq(cqn)
+            || self.shared.dev().eth.uses_cq(cqn)
+        {
             return Err(busy());
         }
         self.shared.destroy_cq(cqn).map_err(model_err)?;

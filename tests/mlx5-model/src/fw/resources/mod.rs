@@ -12,9 +12,11 @@
 //! | `CREATE_EQ` | `log_eq_size <= log_max_eq_sz` (`BAD_PARAM`); UAR allocated (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`) and translates (`BAD_PARAM`) |
 //! | `CREATE_MKEY` | PD exists (`BAD_RESOURCE`); PA or MTT mode, not free, `length64` only with PA (`BAD_PARAM`); MTT: 4 KiB ≤ page ≤ 1 GiB, enough entries (`BAD_INPUT_LEN` / `BAD_PARAM`), each page aligned and anywhere, every byte of the range translates (`BAD_PARAM`) |
 //! | `CREATE_CQ` | `log_cq_size <= log_max_cq_sz` (`BAD_SIZE`); 64-byte CQEs, no compression, no umem, `page_offset` 0 (`BAD_PARAM`); UAR and EQ exist (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`), each page aligned and translating, anywhere (`BAD_PARAM`); doorbell record translates (`BAD_PARAM`) |
-//! | `CREATE_QP` | RC, UD or QP1, has an SQ, regular or zero-length RQ (`BAD_PARAM`); PD, CQs, UAR exist (`BAD_RESOURCE`); queue sizes within `log_max_qp_sz` (`BAD_PARAM`); PAS as for CQs (a page list) |
-//! | `RST2INIT/INIT2RTR/RTR2RTS_QP` | QP exists (`BAD_RESOURCE`); QP state is RST/INIT/RTR (`BAD_QP_STATE`); port 1, MTU 1..=5 (`BAD_PARAM`); a RoCE path needs `roce_en` (`BAD_PARAM`; force-loopback does not: `fl_rc_qp_when_roce_disabled`) |
+//! | `CREATE_QP` | RC, UD, QP1 or REG_UMR (no PD or an existing one; zero-length RQ), has an SQ, regular or zero-length RQ (`BAD_PARAM`); PD, CQs, UAR exist (`BAD_RESOURCE`); queue sizes within `log_max_qp_sz` (`BAD_PARAM`); PAS as for CQs (a page list) |
+//! | `RST2INIT/INIT2RTR/RTR2RTS_QP` | QP exists (`BAD_RESOURCE`); QP state is RST/INIT/RTR (`BAD_QP_STATE`); port 1, MTU 1..=5 (0 too for a UMR QP: no path) (`BAD_PARAM`); a RoCE path needs `roce_en` (`BAD_PARAM`; force-loopback does not: `fl_rc_qp_when_roce_disabled`) |
 //! | `2ERR_QP`, `2RST_QP` | QP exists |
+//! | `CREATE_RMP`, `CREATE_XRC_SRQ` (`srq.rs`) | count below `1 << log_max_srq` (`EXCEED_LIM`); RMP ready, linked-list WQ; XRC SRQ state good; no signature, cyclic format, page offset, umem, contiguous SRQ (`BAD_PARAM`); size within `log_max_srq_sz`, stride 16..=`max_wqe_sz_rq`, `lwm` below the size (`BAD_PARAM`); PD (and XRC domain, CQ) exist (`BAD_RESOURCE`); PAS as for CQs |
+//! | `MODIFY_RMP`, `ARM_XRC_SRQ` | SRQ of that kind exists (`BAD_RESOURCE`); RDY to RDY / op_mod 1 (`BAD_PARAM`); `lwm` below the size (`BAD_PARAM`) |
 //! | `MODIFY_NIC_VPORT_CONTEXT` | own vport only; `roce_en` only if the RoCE capability is on (`BAD_PARAM`) |
 //! | `QUERY_QP` | QP exists; reports the model's state and the creation fields |
 //! | `ALLOC_XRCD` | count below `1 << log_max_xrcd` (`EXCEED_LIM`) |
@@ -36,6 +38,7 @@ pub(crate) mod eth_caps;
 mod ib;
 mod mkey;
 mod qp;
+mod srq;
 mod uar_pd;
 mod vport;
 
@@ -44,7 +47,7 @@ use rdma_pmd::{BusAddr, Errno, Error};
 use super::codes::{syndrome as syn, CmdStatus, Opcode};
 use super::decoded::{decode, Entries};
 use super::hca::{fail, Fail, Hca, Res};
-use super::ifc::Field;
+use super::ifc::{self, Field};
 use crate::objects::QueueBuf;
 
 /// A refusal by the device model, as a command status.
@@ -168,6 +171,16 @@ impl Hca {
             AllocXrcd => self.alloc_xrcd(out),
             DeallocXrcd => self.dealloc_xrcd(inp),
             QueryHcaVportPkey => self.query_hca_vport_pkey(inp, out),
+            CreateRmp => self.create_rmp(inp, out),
+            ModifyRmp => self.modify_rmp(inp),
+            DestroyRmp => self.destroy_srq(ifc::destroy_rmp_in::RMPN.get(inp) as u32, false),
+            QueryRmp => self.query_rmp(inp, out),
+            CreateXrcSrq => self.create_xrc_srq(inp, out),
+            DestroyXrcSrq => {
+                self.destroy_srq(ifc::destroy_xrc_srq_in::XRC_SRQN.get(inp) as u32, true)
+            }
+            QueryXrcSrq => self.query_xrc_srq(inp, out),
+            ArmXrcSrq => self.arm_xrc_srq(inp),
             _ => Err(fail(CmdStatus::BadOp, syn::UNKNOWN_OPCODE)),
         }
     }

@@ -4,8 +4,8 @@
 use super::{limit, model_err, no_such, queue_pages, reachable, unsupported};
 use crate::commands::QpCmd;
 use crate::fw::codes::{
-    self, syndrome as syn, CmdStatus, ATOMIC_MODE_MAX_8B, QPC_ST_QP1, QPC_ST_RC, QPC_ST_UD,
-    ZERO_LEN_RQ,
+    self, syndrome as syn, CmdStatus, ATOMIC_MODE_MAX_8B, QPC_ST_QP1, QPC_ST_RC, QPC_ST_REG_UMR,
+    QPC_ST_UD, ZERO_LEN_RQ,
 };
 use crate::fw::decoded::{
     CreateQp, DestroyQp, Init2RtrQp, Qp2Err, Qp2Rst, QueryQp, Rst2InitQp, Rtr2RtsQp,
@@ -18,20 +18,39 @@ impl Hca {
     pub(super) fn create_qp(&mut self, d: &CreateQp, out: &mut [u8]) -> Res {
         limit(self.qps.len(), self.cap(gen::LOG_MAX_QP))?;
         let q = &d.qpc;
+        // REG_UMR: the kernel's memory registration QP (`umr.c` `mlx5r_umr_resource_init`,
+        // created before the first user MR by `mlx5_ib_reg_user_mr`): a send queue only, on
+        // the device itself. The engine runs it as a loopback RC send queue; it executes no
+        // UMR WQE (opcode 0x25 completes with `LOCAL_QP_OP_ERR`, as any opcode the model does
+        // not execute), so the kernel must register memory with `CREATE_MKEY`.
+        let umr = q.st == QPC_ST_REG_UMR;
         let service = match q.st {
-            QPC_ST_RC => Service::Rc,
+            QPC_ST_RC | QPC_ST_REG_UMR => Service::Rc,
             QPC_ST_UD => Service::Ud,
             QPC_ST_QP1 => Service::Gsi,
             _ => return Err(unsupported()),
         };
+        if umr && q.rq_type != ZERO_LEN_RQ {
+            return Err(unsupported());
+        }
         if q.no_sq {
             return Err(unsupported());
         }
         if q.page_offset != 0 || d.wq_umem_valid {
             return Err(unsupported());
         }
-        let (pd, scq, rcq, uar) = (q.pd, q.cqn_snd, q.cqn_rcv, q.uar_page);
-        if !self.pds.contains(&pd) || !self.cqs.contains_key(&scq) || !self.cqs.contains_key(&rcq) {
+        let (scq, rcq, uar) = (q.cqn_snd, q.cqn_rcv, q.uar_page);
+        // The kernel gives a UMR QP no PD (6.12 `qp.c` `create_kernel_qp` sets `pd` only for
+        // other types, `latency_sensitive` instead): UMR works on the function's memory keys
+        // whatever their PD. The model's engine runs every QP in a PD, so the firmware gives
+        // the UMR QP one of its own, which no driver command names, and frees it with the QP.
+        if umr && q.pd != 0 && !self.pds.contains(&q.pd) {
+            return Err(no_such());
+        }
+        if (!umr && !self.pds.contains(&q.pd))
+            || !self.cqs.contains_key(&scq)
+            || !self.cqs.contains_key(&rcq)
+        {
             return Err(no_such());
         }
         if !self.uars.contains(&uar) {
@@ -55,6 +74,7 @@ impl Hca {
         let buf = queue_pages(self, &d.pas, shift, bytes)?;
         let dbrec = q.dbr_addr;
         reachable(self, dbrec, 8)?;
+        let pd = if umr { self.shared.alloc_pd().map_err(model_err)? } else { q.pd };
         let spec = QpSpec {
             service,
             pd,
@@ -67,8 +87,17 @@ impl Hca {
             dbrec,
             uar,
         };
-        let qpn = self.shared.create_qp(spec).map_err(model_err)?;
-        self.qps.insert(qpn, QpObj { pd, cqs: [scq, rcq], uar });
+        let qpn = match self.shared.create_qp(spec) {
+            Ok(n) => n,
+            Err(e) => {
+                if umr {
+                    // Best effort: the PD was made for this QP alone.
+                    let _ = self.shared.dealloc_pd(pd);
+                }
+                return Err(model_err(e));
+            }
+        };
+        self.qps.insert(qpn, QpObj { pd, cqs: [scq, rcq], uar, umr });
         ifc::create_qp_out::QPN.set(out, u64::from(qpn));
         Ok(())
     }
@@ -79,7 +108,12 @@ impl Hca {
             return Err(no_such());
         }
         self.shared.destroy_qp(qpn).map_err(model_err)?;
-        self.qps.remove(&qpn);
+        if let Some(o) = self.qps.remove(&qpn) {
+            if o.umr {
+                // The UMR QP's own PD (see `create_qp`).
+                self.shared.dealloc_pd(o.pd).map_err(model_err)?;
+            }
+        }
         Ok(())
     }
 
@@ -108,6 +142,14 @@ impl Hca {
             let cmd = QpCmd::RstToInitUd { port, qkey: d.qpc.q_key };
             return self.shared.modify_qp(d.qpn, cmd).map_err(model_err);
         }
+        if self.is_umr(d.qpn) {
+            // No remote access: UMR works on the device's own keys.
+            let rights = Rights::default();
+            return self
+                .shared
+                .modify_qp(d.qpn, QpCmd::RstToInit { port, rights })
+                .map_err(model_err);
+        }
         // `rae` grants remote atomics in the mode `atomic_mode` names; the model executes the
         // 8-byte ones (IB-compatible, CX, 8B) and refuses the extended sizes.
         if d.qpc.rae && d.qpc.atomic_mode > ATOMIC_MODE_MAX_8B {
@@ -122,6 +164,11 @@ impl Hca {
         self.shared.modify_qp(d.qpn, QpCmd::RstToInit { port, rights }).map_err(model_err)
     }
 
+    /// Whether QP `qpn` was created as a REG_UMR QP.
+    fn is_umr(&self, qpn: u32) -> bool {
+        self.qps.get(&qpn).is_some_and(|q| q.umr)
+    }
+
     /// The service type QP `qpn` was created with (the caller checked it exists).
     fn service(&self, qpn: u32) -> Service {
         self.shared.dev().qps.get(&qpn).map_or(Service::Rc, |q| q.spec.service)
@@ -134,10 +181,16 @@ impl Hca {
         }
         let q = &d.qpc;
         let path = &q.primary_address_path;
-        if !(1..=5).contains(&q.mtu) {
+        // A UMR QP has no peer and sends no packet: the kernel moves it to RTR with the state
+        // alone (`umr.c` `mlx5r_umr_qp_rst2rts`, mask `IB_QP_STATE`: no path, MTU 0); it stays
+        // on the device, connected to itself, with the smallest MTU (256, code 1) the engine
+        // keeps for it.
+        let umr = self.is_umr(d.qpn);
+        let mtu = if umr && q.mtu == 0 { 1 } else { q.mtu };
+        if !(1..=5).contains(&mtu) {
             return Err(fail(CmdStatus::BadParam, syn::BAD_MTU));
         }
-        let route = if path.fl {
+        let route = if path.fl || umr {
             Route::Loopback
         } else {
             if !self.roce_en {
@@ -154,9 +207,9 @@ impl Hca {
             }
         };
         let cmd = QpCmd::InitToRtr {
-            remote_qpn: q.remote_qpn,
+            remote_qpn: if umr { d.qpn } else { q.remote_qpn },
             route,
-            mtu: q.mtu,
+            mtu,
             rq_psn: q.next_rcv_psn,
         };
         self.shared.modify_qp(d.qpn, cmd).map_err(model_err)
@@ -205,7 +258,9 @@ impl Hca {
         };
         let mut set = |f: Field, v: u64| f.at(ctx).set(out, v);
         set(qpc::STATE, u64::from(u8::from(state)));
+        let umr = self.qps.get(&qpn).is_some_and(|o| o.umr);
         let st = match q.spec.service {
+            Service::Rc if umr => QPC_ST_REG_UMR,
             Service::Rc => QPC_ST_RC,
             Service::Ud => QPC_ST_UD,
             Service::Gsi => QPC_ST_QP1,
@@ -214,7 +269,8 @@ impl Hca {
         if q.spec.service.datagram() {
             set(qpc::Q_KEY, u64::from(q.qkey));
         }
-        set(qpc::PD, u64::from(q.spec.pd));
+        // A UMR QP's PD is the firmware's own: the driver gave none.
+        set(qpc::PD, if umr { 0 } else { u64::from(q.spec.pd) });
         set(qpc::UAR_PAGE, u64::from(q.spec.uar));
         set(qpc::LOG_SQ_SIZE, u64::from(q.spec.log_sq_size));
         match q.spec.log_rq_size {

@@ -409,6 +409,7 @@ fn every_code_matches_the_header() {
             ("MLX5_QPC_ST_RC", QPC_ST_RC as u64),
             ("MLX5_QPC_ST_UD", QPC_ST_UD as u64),
             ("MLX5_QPC_ST_QP1", QPC_ST_QP1 as u64),
+            ("MLX5_QPC_ST_REG_UMR", QPC_ST_REG_UMR as u64),
             ("MLX5_ATOMIC_MODE_8B", ATOMIC_MODE_MAX_8B as u64),
             ("MLX5_ZERO_LEN_RQ", ZERO_LEN_RQ as u64),
             ("MLX5_MKC_ACCESS_MODE_PA", MKC_ACCESS_MODE_PA as u64),

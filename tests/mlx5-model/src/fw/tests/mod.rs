@@ -15,7 +15,9 @@ mod kernel;
 mod mad;
 mod mkey;
 mod rejections;
+mod srq;
 mod teardown;
+mod umr_qp;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
