@@ -1,6 +1,6 @@
 //! A queue pair (RC, UD or GSI/QP1): the send ring with its completion queue
-//! ([`send`]: WRITE, WRITE WITH IMMEDIATE, SEND and READ), the receive ring with its own
-//! ([`recv`]: SEND and WRITE WITH IMMEDIATE targets), the state machine, and teardown.
+//! (`qp/send.rs`: WRITE, WRITE WITH IMMEDIATE, SEND and READ), the receive ring with its own
+//! (`qp/recv.rs`: SEND and WRITE WITH IMMEDIATE targets), the state machine, and teardown.
 //!
 //! [`Qp`] implements [`rdma_pmd::SendQueue`], so every posting form of [`rdma_pmd::Post`]
 //! (`post_writev`, `post_write`, `post_write_imm`, `post_write_inline`, `post_writev_raw`,
@@ -15,7 +15,7 @@
 //! * `poll`: send CQEs are copied out and turned into completions as [`crate::datapath::send`] describes
 //!   (selective signalling; error, then flush of everything outstanding, each reported once).
 //!
-//! The receive side ([`rdma_pmd::RecvQueue`], in [`recv`]) takes `post_recvv` and its forms:
+//! The receive side ([`rdma_pmd::RecvQueue`], in `qp/recv.rs`) takes `post_recvv` and its forms:
 //! each incoming SEND, or WRITE WITH IMMEDIATE, consumes one posted receive and completes it
 //! ([`rdma_pmd::WcOpcode::RecvRdmaWithImm`] with [`rdma_pmd::Completion::imm`] for the latter).
 //!
@@ -557,7 +557,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
 
     /// Move the QP to ERR (`2ERR_QP`): the device flushes every request it has not executed,
     /// and each is reported once with `WrFlushErr` by [`poll`](rdma_pmd::SendQueue::poll) (receives by
-    /// [`poll_recv`](Self::poll_recv)). Requests that executed before the move and were not
+    /// [`poll_recv`](rdma_pmd::RecvQueue::poll_recv)). Requests that executed before the move and were not
     /// signalled get no CQE, as in rdma-core: they retire silently with the next CQE after
     /// them, or, when none follows (every outstanding request had executed), stay in
     /// [`outstanding`](rdma_pmd::SendQueue::outstanding), their regions busy, until the QP is dropped.
