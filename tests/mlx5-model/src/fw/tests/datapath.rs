@@ -57,28 +57,13 @@ fn write_at(src: &mut Side, rkey: u32, len: u32, n: u16) {
     wqe[36..40].copy_from_slice(&src.key.to_be_bytes());
     wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
     // The send queue follows the receive queue (16 WQEs of 32 bytes) in the QP buffer.
-    assert!(src.d.dma.write(BusAddr(src.qp_buf + 16 * 32 + 64 * u64::from(n)), &wqe));
-    rdma_pmd_hal::barrier::to_device();
-    assert!(src.d.dma.write(BusAddr(src.qp_dbr + 4), &(u32::from(n) + 1).to_be_bytes()));
-    rdma_pmd_hal::barrier::to_device();
-    let uar_off = src.uar as usize * crate::UAR_PAGE;
-    src.d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
+    let at = src.qp_buf + 16 * 32 + 64 * u64::from(n);
+    src.d.ring_send(at, &wqe, src.qp_dbr, u32::from(n) + 1, src.uar);
 }
 
 /// The first CQE of a side's CQ, once written; consumed.
 fn first_cqe(s: &Side) -> [u8; 64] {
-    let end = Instant::now() + WAIT;
-    let mut cqe = [0u8; 64];
-    loop {
-        assert!(s.d.dma.read(BusAddr(s.cq_buf + 63), &mut cqe[..1]));
-        if cqe[0] >> 4 != 0xf {
-            break;
-        }
-        assert!(Instant::now() < end, "no CQE");
-        std::thread::sleep(Duration::from_micros(50));
-    }
-    rdma_pmd_hal::barrier::from_device();
-    assert!(s.d.dma.read(BusAddr(s.cq_buf), &mut cqe));
+    let cqe = s.d.wait_cqe(s.cq_buf);
     // Consume it: the CQ doorbell record carries the consumer index.
     assert!(s.d.dma.write(BusAddr(s.cq_dbr), &1u32.to_be_bytes()));
     cqe
@@ -205,23 +190,9 @@ fn queues_in_scattered_pages_carry_an_rdma_write() {
     wqe[32..36].copy_from_slice(&(p.len() as u32).to_be_bytes());
     wqe[36..40].copy_from_slice(&key.to_be_bytes());
     wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
-    assert!(d.dma.write(BusAddr(q1), &wqe), "send WQE 0 is the first byte of page 1");
-    rdma_pmd_hal::barrier::to_device();
-    assert!(d.dma.write(BusAddr(qp_dbr + 4), &1u32.to_be_bytes()));
-    rdma_pmd_hal::barrier::to_device();
-    let uar_off = uar as usize * crate::UAR_PAGE;
-    d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
-
-    let end = Instant::now() + WAIT;
-    let mut cqe = [0u8; 64];
-    loop {
-        assert!(d.dma.read(BusAddr(c0), &mut cqe));
-        if cqe[63] >> 4 != 0xf {
-            break;
-        }
-        assert!(Instant::now() < end, "no CQE in the CQ's first page");
-        std::thread::sleep(Duration::from_micros(50));
-    }
+    // Send WQE 0 is the first byte of page 1.
+    d.ring_send(q1, &wqe, qp_dbr, 1, uar);
+    let cqe = d.wait_cqe(c0);
     assert_eq!(cqe[63], 0x00, "a successful requester CQE of the first pass");
     assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, qpn);
     assert!(d.dma.write(BusAddr(cq_dbr), &1u32.to_be_bytes()));
@@ -282,16 +253,7 @@ fn cqes_in_an_armed_cq_post_completion_events_with_the_eqs_vector() {
 
     // Not re-armed: the second CQE posts no event.
     write_at(&mut a, dst_key, 8, 1);
-    let end = Instant::now() + WAIT;
-    let mut b = [0u8; 1];
-    loop {
-        assert!(a.d.dma.read(BusAddr(cq_buf + 64 + 63), &mut b));
-        if b[0] >> 4 != 0xf {
-            break;
-        }
-        assert!(Instant::now() < end, "no second CQE");
-        std::thread::sleep(Duration::from_micros(50));
-    }
+    a.d.wait_cqe(cq_buf + 64);
     std::thread::sleep(Duration::from_millis(5));
     assert_eq!(a.d.eqe(eq_buf, 4, 1)[63], 1, "EQE 1 untouched");
     // Armed with CQE 1 waiting (consumer index 1): the event is posted at once; the EQ fired

@@ -83,6 +83,37 @@ struct Dev {
 }
 
 impl Dev {
+    /// Post one send WQE the way a driver does: the WQE at `wqe_at`, a barrier, the send
+    /// doorbell record at `dbr + 4` set to `count`, a barrier, the WQE's first 8 bytes to the
+    /// UAR page's BlueFlame register.
+    fn ring_send(&self, wqe_at: u64, wqe: &[u8; 64], dbr: u64, count: u32, uar: u32) {
+        assert!(self.dma.write(BusAddr(wqe_at), wqe));
+        rdma_pmd_hal::barrier::to_device();
+        assert!(self.dma.write(BusAddr(dbr + 4), &count.to_be_bytes()));
+        rdma_pmd_hal::barrier::to_device();
+        let uar_off = uar as usize * crate::UAR_PAGE;
+        self.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
+    }
+
+    /// The CQE at `at`, once the HCA owns it no more (its opcode nibble left 0xf; first pass),
+    /// read after the `from_device` barrier.
+    fn wait_cqe(&self, at: u64) -> [u8; 64] {
+        let end = Instant::now() + WAIT;
+        let mut own = [0u8; 1];
+        loop {
+            assert!(self.dma.read(BusAddr(at + 63), &mut own));
+            if own[0] >> 4 != 0xf {
+                break;
+            }
+            assert!(Instant::now() < end, "no CQE at {at:#x}");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        rdma_pmd_hal::barrier::from_device();
+        let mut cqe = [0u8; 64];
+        assert!(self.dma.read(BusAddr(at), &mut cqe));
+        cqe
+    }
+
     fn new(cfg: FwConfig) -> Dev {
         Dev::on(Model::new(), cfg)
     }

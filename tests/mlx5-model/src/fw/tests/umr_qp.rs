@@ -123,24 +123,8 @@ fn a_umr_wqe_completes_in_error() {
     wqe[4..8].copy_from_slice(&(qpn << 8 | 4).to_be_bytes());
     wqe[11] = 0x08;
     // No receive queue: the send queue starts the buffer.
-    assert!(d.dma.write(BusAddr(qp_buf), &wqe));
-    rdma_pmd_hal::barrier::to_device();
-    assert!(d.dma.write(BusAddr(qp_dbr + 4), &1u32.to_be_bytes()));
-    rdma_pmd_hal::barrier::to_device();
-    let uar_off = uar as usize * crate::UAR_PAGE;
-    d.bar.write_bytes8(uar_off + crate::uar::BF_BASE, wqe[..8].try_into().unwrap());
-    let end = Instant::now() + WAIT;
-    let mut cqe = [0u8; 64];
-    loop {
-        assert!(d.dma.read(BusAddr(cq_buf), &mut cqe));
-        if cqe[63] >> 4 != 0xf {
-            break;
-        }
-        assert!(Instant::now() < end, "no CQE");
-        std::thread::sleep(Duration::from_micros(50));
-    }
-    rdma_pmd_hal::barrier::from_device();
-    assert!(d.dma.read(BusAddr(cq_buf), &mut cqe));
+    d.ring_send(qp_buf, &wqe, qp_dbr, 1, uar);
+    let cqe = d.wait_cqe(cq_buf);
     // mlx5_err_cqe: opcode 0xd (requester error), syndrome at byte 0x37.
     assert_eq!((cqe[63] >> 4, cqe[0x37]), (0xd, 0x02), "{cqe:02x?}");
 }
