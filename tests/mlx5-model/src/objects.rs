@@ -161,25 +161,31 @@ impl Mkey {
 /// A queue buffer as hardware addresses it: pages of `1 << page_shift` bytes, each anywhere in
 /// bus memory, listed in queue order (a PAS list: PRM "Physical Address Structure"; the
 /// kernel's CQ, EQ and WQ buffers are `mlx5_frag_buf`s of separately allocated pages). Byte
-/// `off` of the queue is in page `off >> page_shift`. A bus-contiguous buffer is one page.
+/// `off` of the queue is at byte `start + off` of the listed pages: `start` is the context's
+/// `page_offset` in bytes (user queues start where the application's buffer starts inside the
+/// first page the kernel lists). A bus-contiguous buffer is one page.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct QueueBuf {
     pages: std::sync::Arc<[u64]>,
     page_shift: u32,
+    start: u64,
 }
 
 impl QueueBuf {
     /// A buffer that is bus-contiguous from `base`.
     pub fn contiguous(base: u64) -> QueueBuf {
-        QueueBuf { pages: std::sync::Arc::from([base]), page_shift: 63 }
+        QueueBuf { pages: std::sync::Arc::from([base]), page_shift: 63, start: 0 }
     }
 
-    /// A buffer in `pages` of `1 << page_shift` bytes each.
-    pub fn pages(pages: &[u64], page_shift: u32) -> QueueBuf {
-        QueueBuf { pages: std::sync::Arc::from(pages), page_shift: page_shift.min(63) }
+    /// A buffer in `pages` of `1 << page_shift` bytes each, starting `start` bytes into the
+    /// first (less than one page).
+    pub fn pages(pages: &[u64], page_shift: u32, start: u64) -> QueueBuf {
+        let page_shift = page_shift.min(63);
+        let start = start & ((1u64 << page_shift) - 1);
+        QueueBuf { pages: std::sync::Arc::from(pages), page_shift, start }
     }
 
-    /// Bus address of the first byte.
+    /// Bus address of the first listed page.
     pub fn base(&self) -> u64 {
         self.pages.first().copied().unwrap_or(u64::MAX)
     }
@@ -188,6 +194,7 @@ impl QueueBuf {
     /// aligned entry (CQE, EQE, WQEBB, receive WQE), which never crosses a page. An offset
     /// past the listed pages yields an address no memory answers (a DMA fault, not a panic).
     pub fn at(&self, off: u64) -> u64 {
+        let off = off.wrapping_add(self.start);
         let mask = (1u64 << self.page_shift) - 1;
         match self.pages.get((off >> self.page_shift) as usize) {
             Some(p) => p.wrapping_add(off & mask),

@@ -466,6 +466,8 @@ pub mod syndrome {
     pub const QUEUE_TOO_BIG: u32 = 0x4d46_0050;
     /// PAS entries missing for the queue's size.
     pub const PAS_TOO_SHORT: u32 = 0x4d46_0051;
+    /// A queue whose `page_offset` would split an entry across two pages.
+    pub const QUEUE_START: u32 = 0x4d46_0052;
     /// A buffer, doorbell record or page address that does not translate.
     pub const BAD_ADDRESS: u32 = 0x4d46_0053;
     /// A memory key of length 0.

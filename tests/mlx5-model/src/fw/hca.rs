@@ -95,6 +95,8 @@ pub(crate) struct SrqObj {
     pub log_stride: u8,
     /// `log_page_size` as given (pages of `4096 << it`).
     pub log_page_size: u8,
+    /// `page_offset` as given (64ths of a page into the first).
+    pub page_offset: u8,
     pub lwm: u16,
     pub dbrec: u64,
 }

@@ -1,6 +1,6 @@
 //! `CREATE_CQ`, `DESTROY_CQ`.
 
-use super::{busy, limit, model_err, no_such, queue_pages, reachable, unsupported};
+use super::{busy, limit, model_err, no_such, queue_pages, reachable, unsupported, Start};
 use crate::fw::codes::{syndrome as syn, CmdStatus};
 use crate::fw::decoded::{CreateCq, DestroyCq};
 use crate::fw::hca::{fail, CqObj, Hca, Res};
@@ -14,6 +14,9 @@ impl Hca {
         if u64::from(log_size) > self.cap(gen::LOG_MAX_CQ_SZ) {
             return Err(fail(CmdStatus::BadSize, syn::QUEUE_TOO_BIG));
         }
+        // The PRM has a CQ start at its first page's first byte: 6.12 `mlx5_ib.h`
+        // `mlx5_umem_find_best_cq_quantized_pgoff` ("PRM says page_offset must be 0 for CQ")
+        // picks pages that make it 0, where QPs, SRQs and WQs may start inside a page.
         if c.cqe_sz != 0
             || c.cqe_comp_en
             || c.page_offset != 0
@@ -33,7 +36,7 @@ impl Hca {
             return Err(no_such());
         }
         let shift = 12 + u32::from(c.log_page_size);
-        let buf = queue_pages(self, &d.pas, shift, 64u64 << log_size)?;
+        let buf = queue_pages(self, &d.pas, shift, Start::AT_PAGE, 64u64 << log_size)?;
         let dbrec = c.dbr_addr;
         reachable(self, dbrec, 8)?;
         let cqn = self.shared.create_cq(log_size, buf, dbrec, uar).map_err(model_err)?;

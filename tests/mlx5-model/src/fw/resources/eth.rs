@@ -9,7 +9,7 @@
 //! | `CREATE_TIS` | domain exists, PD exists if given (`BAD_RESOURCE`); no TLS, LAG affinity, underlay QP (`BAD_PARAM`) |
 //! | `CREATE_SQ` | state RST; one TIS (`tis_lst_sz` 1); no hairpin, UMR, SWP, multi-packet WQEs, packet pacing, cross-channel; `min_wqe_inline_mode` ≤ TCP/UDP (`BAD_PARAM`); CQ, TIS, PD, UAR exist (`BAD_RESOURCE`); the WQ as below |
 //! | `CREATE_RQ` | state RST; memory RQ, no RMP, delay drop, FCS scatter, hairpin, counter set (`BAD_PARAM`; a counter set: `BAD_RESOURCE`); CQ, PD exist; the WQ as below |
-//! | WQ (`wq`) | cyclic, no signature, no end padding, no umem, `page_offset` 0 (`BAD_PARAM`); SQ stride 64 bytes, RQ stride 16..2048 (`BAD_PARAM`); `log_wq_sz` ≤ `log_max_qp_sz` (`BAD_SIZE`); PAS covers, each page aligned and translating, anywhere; doorbell record 8-aligned and translates (`BAD_PARAM`) |
+//! | WQ (`wq`) | cyclic, no signature, no end padding, no umem (`BAD_PARAM`); `page_offset` as for QPs; SQ stride 64 bytes, RQ stride 16..2048 (`BAD_PARAM`); `log_wq_sz` ≤ `log_max_qp_sz` (`BAD_SIZE`); PAS covers, each page aligned and translating, anywhere; doorbell record 8-aligned and translates (`BAD_PARAM`) |
 //! | `MODIFY_SQ/RQ` | exists (`BAD_RESOURCE`); `*_state` is the current state (`BAD_RES_STATE`); RST→RDY, RDY→ERR, RDY/ERR→RST (`BAD_RES_STATE` otherwise); no `modify_bitmask` (`BAD_PARAM`); to RST the counter restarts at 0 |
 //! | `CREATE_TIR` | direct dispatch, no LRO, TLS, tunnel offload, hash (`BAD_PARAM`); RQ and domain exist (`BAD_RESOURCE`) |
 //! | flow steering (all) | own vport, NIC RX table type (`BAD_PARAM`); the table exists (`BAD_RESOURCE`) |
@@ -19,7 +19,7 @@
 //! | `DELETE_FLOW_TABLE_ENTRY` | the entry exists (`BAD_RESOURCE`) |
 //! | `SET_FLOW_TABLE_ROOT` | `op_mod` 0 sets `table_id` (which must exist), 1 disconnects; no other vport's table, no underlay QP (`BAD_PARAM`) |
 
-use super::{busy, limit, no_such, queue_pages, reachable, unsupported};
+use super::{busy, limit, no_such, queue_pages, reachable, unsupported, Start};
 use crate::eth::{FlowGroup, FlowTable, Fte, Rq, Sq, Tir, Tis, WqState};
 use crate::fw::codes::{
     syndrome as syn, CmdStatus, FLOW_ACTION_FWD_DEST, FLOW_DEST_TYPE_TIR, FLOW_TABLE_TYPE_NIC_RX,
@@ -125,7 +125,6 @@ impl Hca {
             || wq.wq_signature
             || wq.end_padding_mode != 0
             || wq.cd_slave
-            || wq.page_offset != 0
             || wq.dbr_umem_valid
             || wq.wq_umem_valid
         {
@@ -138,7 +137,8 @@ impl Hca {
             return Err(no_such());
         }
         let bytes = (1u64 << stride) << wq.log_wq_sz;
-        let buf = queue_pages(self, pas, 12 + u32::from(wq.log_wq_pg_sz), bytes)?;
+        let start = Start::new(wq.page_offset, 1 << stride);
+        let buf = queue_pages(self, pas, 12 + u32::from(wq.log_wq_pg_sz), start, bytes)?;
         if wq.dbr_addr % 8 != 0 {
             return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
         }

@@ -12,10 +12,10 @@
 //! | `CREATE_EQ` | `log_eq_size <= log_max_eq_sz` (`BAD_PARAM`); UAR allocated (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`) and translates (`BAD_PARAM`) |
 //! | `CREATE_MKEY` | PD exists (`BAD_RESOURCE`); PA or MTT mode, not free, `length64` only with PA (`BAD_PARAM`); MTT: 4 KiB ≤ page ≤ 1 GiB, enough entries (`BAD_INPUT_LEN` / `BAD_PARAM`), each page aligned and anywhere, every byte of the range translates (`BAD_PARAM`) |
 //! | `CREATE_CQ` | `log_cq_size <= log_max_cq_sz` (`BAD_SIZE`); 64-byte CQEs, no compression, no umem, `page_offset` 0 (`BAD_PARAM`); UAR and EQ exist (`BAD_RESOURCE`); PAS covers the ring (`BAD_INPUT_LEN`), each page aligned and translating, anywhere (`BAD_PARAM`); doorbell record translates (`BAD_PARAM`) |
-//! | `CREATE_QP` | RC, UD, QP1 or REG_UMR (no PD or an existing one; zero-length RQ), has an SQ, regular or zero-length RQ (`BAD_PARAM`); PD, CQs, UAR exist (`BAD_RESOURCE`); queue sizes within `log_max_qp_sz` (`BAD_PARAM`); PAS as for CQs (a page list) |
+//! | `CREATE_QP` | RC, UD, QP1 or REG_UMR (no PD or an existing one; zero-length RQ), has an SQ, regular or zero-length RQ (`BAD_PARAM`); PD, CQs, UAR exist (`BAD_RESOURCE`); queue sizes within `log_max_qp_sz` (`BAD_PARAM`); PAS as for CQs (a page list); the queue may start `page_offset` 64ths of a page into its first page, at an entry boundary (`BAD_PARAM`) |
 //! | `RST2INIT/INIT2RTR/RTR2RTS_QP` | QP exists (`BAD_RESOURCE`); QP state is RST/INIT/RTR (`BAD_QP_STATE`); port 1, MTU 1..=5 (0 too for a UMR QP: no path) (`BAD_PARAM`); a RoCE path needs `roce_en` (`BAD_PARAM`; force-loopback does not: `fl_rc_qp_when_roce_disabled`) |
 //! | `2ERR_QP`, `2RST_QP` | QP exists |
-//! | `CREATE_RMP`, `CREATE_XRC_SRQ` (`srq.rs`) | count below `1 << log_max_srq` (`EXCEED_LIM`); RMP ready, linked-list WQ; XRC SRQ state good; no signature, cyclic format, page offset, umem, contiguous SRQ (`BAD_PARAM`); size within `log_max_srq_sz`, stride 16..=`max_wqe_sz_rq`, `lwm` below the size (`BAD_PARAM`); PD (and XRC domain, CQ) exist (`BAD_RESOURCE`); PAS as for CQs |
+//! | `CREATE_RMP`, `CREATE_XRC_SRQ` (`srq.rs`) | count below `1 << log_max_srq` (`EXCEED_LIM`); RMP ready, linked-list WQ; XRC SRQ state good; no signature, cyclic format, umem, contiguous SRQ (`BAD_PARAM`); size within `log_max_srq_sz`, stride 16..=`max_wqe_sz_rq`, `lwm` below the size (`BAD_PARAM`); PD (and XRC domain, CQ) exist (`BAD_RESOURCE`); PAS as for CQs, `page_offset` as for QPs |
 //! | `MODIFY_RMP`, `ARM_XRC_SRQ` | SRQ of that kind exists (`BAD_RESOURCE`); RDY to RDY / op_mod 1 (`BAD_PARAM`); `lwm` below the size (`BAD_PARAM`) |
 //! | `MODIFY_NIC_VPORT_CONTEXT` | own vport only; `roce_en` only if the RoCE capability is on (`BAD_PARAM`) |
 //! | `QUERY_QP` | QP exists; reports the model's state and the creation fields |
@@ -92,23 +92,56 @@ fn pas_first(list: &Entries, n: usize) -> Result<&[u64], Fail> {
     list.first(n).ok_or(fail(CmdStatus::BadInputLen, syn::PAS_TOO_SHORT))
 }
 
-/// A queue buffer of `bytes` bytes in pages of `1 << shift` bytes listed in `pas`: each
-/// entry one page, page aligned, anywhere in bus memory (PRM PAS; the kernel's CQ, EQ and WQ
-/// buffers are fragmented page lists). Every page must translate for the bytes the queue uses
-/// of it.
-fn queue_pages(hca: &Hca, pas: &Entries, shift: u32, bytes: u64) -> Result<QueueBuf, Fail> {
+/// Where a queue starts inside the first page its PAS lists: the context's `page_offset`
+/// counts quanta of one 64th of a page (the kernel's `mlx5_umem_find_best_quantized_pgoff`
+/// with scale 64, for the user QP, SRQ and WQ buffers of `mlx5_ib`; a CQ starts at its first
+/// page's first byte). `stride` is the queue's largest entry: the model reads an entry from
+/// one page, so a start that would split an entry across two pages is refused (`BAD_PARAM`,
+/// `QUEUE_START`), a limit of the model (rdma-core's provider allocates page-aligned queue
+/// buffers; one placed by an application's allocator may start anywhere the kernel accepts).
+#[derive(Clone, Copy)]
+struct Start {
+    quanta: u64,
+    stride: u64,
+}
+
+impl Start {
+    /// The queue starts at the first byte of its first page.
+    const AT_PAGE: Start = Start { quanta: 0, stride: 1 };
+
+    fn new(page_offset: u8, stride: u64) -> Start {
+        Start { quanta: u64::from(page_offset), stride: stride.max(1) }
+    }
+}
+
+/// A queue buffer of `bytes` bytes in pages of `1 << shift` bytes listed in `pas`, starting
+/// `start` into the first: each entry one page, page aligned, anywhere in bus memory (PRM PAS;
+/// the kernel's CQ, EQ and WQ buffers are fragmented page lists). Every page must translate
+/// for the bytes the queue uses of it.
+fn queue_pages(
+    hca: &Hca,
+    pas: &Entries,
+    shift: u32,
+    start: Start,
+    bytes: u64,
+) -> Result<QueueBuf, Fail> {
     if !(12..=30).contains(&shift) {
         return Err(unsupported());
     }
     let pg = 1u64 << shift;
-    let list = pas_first(pas, bytes.div_ceil(pg) as usize)?;
+    let first = start.quanta * (pg / 64);
+    if first % start.stride != 0 {
+        return Err(fail(CmdStatus::BadParam, syn::QUEUE_START));
+    }
+    let span = first + bytes;
+    let list = pas_first(pas, span.div_ceil(pg) as usize)?;
     for (k, a) in list.iter().enumerate() {
         if a % pg != 0 {
             return Err(fail(CmdStatus::BadParam, syn::BAD_ADDRESS));
         }
-        reachable(hca, *a, pg.min(bytes - k as u64 * pg))?;
+        reachable(hca, *a, pg.min(span - k as u64 * pg))?;
     }
-    Ok(QueueBuf::pages(list, shift))
+    Ok(QueueBuf::pages(list, shift, first))
 }
 
 fn reachable(hca: &Hca, at: u64, len: u64) -> Res {

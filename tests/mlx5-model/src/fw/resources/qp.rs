@@ -1,7 +1,7 @@
 //! `CREATE_QP`, `DESTROY_QP`, the state transitions (`RST2INIT_QP`, `INIT2RTR_QP`,
 //! `RTR2RTS_QP`, `2ERR_QP`, `2RST_QP`) and `QUERY_QP`.
 
-use super::{limit, model_err, no_such, queue_pages, reachable, unsupported};
+use super::{limit, model_err, no_such, queue_pages, reachable, unsupported, Start};
 use crate::commands::QpCmd;
 use crate::fw::codes::{
     self, syndrome as syn, CmdStatus, ATOMIC_MODE_MAX_8B, QPC_ST_QP1, QPC_ST_RC, QPC_ST_REG_UMR,
@@ -36,7 +36,7 @@ impl Hca {
         if q.no_sq {
             return Err(unsupported());
         }
-        if q.page_offset != 0 || d.wq_umem_valid {
+        if d.wq_umem_valid {
             return Err(unsupported());
         }
         let (scq, rcq, uar) = (q.cqn_snd, q.cqn_rcv, q.uar_page);
@@ -71,7 +71,8 @@ impl Hca {
         let rq_bytes = log_rq_size.map_or(0, |l| 1u64 << (l + log_rq_stride));
         let bytes = rq_bytes + (64u64 << log_sq_size);
         let shift = 12 + u32::from(q.log_page_size);
-        let buf = queue_pages(self, &d.pas, shift, bytes)?;
+        let start = Start::new(q.page_offset, 64u64.max(1 << log_rq_stride));
+        let buf = queue_pages(self, &d.pas, shift, start, bytes)?;
         let dbrec = q.dbr_addr;
         reachable(self, dbrec, 8)?;
         let pd = if umr { self.shared.alloc_pd().map_err(model_err)? } else { q.pd };

@@ -10,7 +10,7 @@
 //! consume an SRQ's receive WQEs (no QP can be attached to one yet: `CREATE_QP` refuses
 //! `rq_type` SRQ), and it raises no limit event.
 
-use super::{limit, no_such, queue_pages, reachable, unsupported};
+use super::{limit, no_such, queue_pages, reachable, unsupported, Start};
 use crate::fw::codes::{syndrome as syn, CmdStatus};
 use crate::fw::hca::{fail, Hca, Res, SrqObj};
 use crate::fw::ifc::{self, cmd_hca_cap as gen, rmpc, wq, xrc_srqc as xc, Field};
@@ -45,7 +45,8 @@ impl Hca {
             return Err(no_such());
         }
         let shift = 12 + u32::from(s.log_page_size);
-        queue_pages(self, pas, shift, 1u64 << (s.log_size + s.log_stride))?;
+        let start = Start::new(s.page_offset, stride);
+        queue_pages(self, pas, shift, start, 1u64 << (s.log_size + s.log_stride))?;
         reachable(self, s.dbrec, 4)
     }
 
@@ -71,7 +72,6 @@ impl Hca {
             || wget(wq::WQ_SIGNATURE) != 0
             || wget(wq::END_PADDING_MODE) != 0
             || wget(wq::CD_SLAVE) != 0
-            || wget(wq::PAGE_OFFSET) != 0
             || wget(wq::DBR_UMEM_VALID) != 0
             || wget(wq::WQ_UMEM_VALID) != 0
         {
@@ -86,6 +86,7 @@ impl Hca {
             log_size: wget(wq::LOG_WQ_SZ) as u8,
             log_stride: wget(wq::LOG_WQ_STRIDE) as u8,
             log_page_size: wget(wq::LOG_WQ_PG_SZ) as u8,
+            page_offset: wget(wq::PAGE_OFFSET) as u8,
             lwm: wget(wq::LWM) as u16,
             dbrec: wget(wq::DBR_ADDR),
         };
@@ -104,13 +105,12 @@ impl Hca {
         if get(xc::STATE) != XRC_SRQC_STATE_GOOD {
             return Err(fail(CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
         }
-        // A contiguous SRQ (no PAS), signatures, the reserved-lkey mode, the cyclic format,
-        // page offsets and umem are not offered.
+        // A contiguous SRQ (no PAS), signatures, the reserved-lkey mode, the cyclic format
+        // and umem are not offered.
         if get(xc::CONT_SRQ) != 0
             || get(xc::WQ_SIGNATURE) != 0
             || get(xc::RLKY) != 0
             || get(xc::BASIC_CYCLIC_RCV_WQE) != 0
-            || get(xc::PAGE_OFFSET) != 0
             || get(xc::DBR_UMEM_VALID) != 0
             || get(xc::USER_INDEX_EQUAL_XRC_SRQN) != 0
             || ifc::create_xrc_srq_in::XRC_SRQ_UMEM_VALID.get(inp) != 0
@@ -127,6 +127,7 @@ impl Hca {
             // `log_rq_stride` is log2(stride) - 4 here (kernel `set_srqc`: `wqe_shift`).
             log_stride: get(xc::LOG_RQ_STRIDE) as u8 + 4,
             log_page_size: get(xc::LOG_PAGE_SIZE) as u8,
+            page_offset: get(xc::PAGE_OFFSET) as u8,
             lwm: get(xc::LWM) as u16,
             dbrec: get(xc::DB_RECORD_ADDR_H) << 32 | get(xc::DB_RECORD_ADDR_L) << 2,
         };
@@ -204,6 +205,7 @@ impl Hca {
         set(wq::DBR_ADDR, s.dbrec);
         set(wq::LOG_WQ_STRIDE, u64::from(s.log_stride));
         set(wq::LOG_WQ_PG_SZ, u64::from(s.log_page_size));
+        set(wq::PAGE_OFFSET, u64::from(s.page_offset));
         set(wq::LOG_WQ_SZ, u64::from(s.log_size));
         Ok(())
     }
@@ -219,6 +221,7 @@ impl Hca {
         set(xc::XRCD, u64::from(s.xrcd));
         set(xc::CQN, u64::from(s.cqn));
         set(xc::LOG_PAGE_SIZE, u64::from(s.log_page_size));
+        set(xc::PAGE_OFFSET, u64::from(s.page_offset));
         set(xc::USER_INDEX, u64::from(s.user_index));
         set(xc::PD, u64::from(s.pd));
         set(xc::LWM, u64::from(s.lwm));

@@ -345,3 +345,69 @@ fn memory_keys_over_scattered_pages_carry_a_write_across_page_boundaries() {
     assert_eq!(got, p);
     assert_eq!(a.d.model.counters().validation_failures, 0);
 }
+
+/// A user QP starts where the application's buffer starts. When that buffer lies in a
+/// physically contiguous region, 6.12 `mlx5_ib` lists it in pages larger than 4 KiB and says in
+/// `page_offset` how many 64ths of a page into the first one the queue begins
+/// (`create_user_qp`: `mlx5_umem_find_best_quantized_pgoff`, scale 64). Here an RC QP begins
+/// 0x3000 into a 16 KiB page (`log_page_size` 2, `page_offset` 48) and runs on into the next;
+/// the engine addresses every WQE from there, and a WRITE posted at its start completes.
+#[test]
+fn a_qp_starting_inside_its_first_page_carries_an_rdma_write() {
+    use ifc::qpc;
+    const PAGE: u64 = 16384;
+    const START: u64 = 0x3000;
+    let mut d = Dev::on(Model::new(), FwConfig::default());
+    d.up();
+    let uar = d.alloc_uar();
+    let (eqn, _) = d.create_eq(uar, 4, &[EventType::Cmd]);
+    let pd = d.alloc_pd();
+    let (inp, src_buf) = d.mkey_input(pd, 4096, 0x11);
+    let key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x11;
+    let (inp, dst_buf) = d.mkey_input(pd, 4096, 0x22);
+    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x22;
+    let cq = d.create_cq(uar, eqn, 4);
+    let (cq_buf, cq_dbr) = d.last_queue;
+
+    let qp_pages = d.alloc(2 * PAGE as usize, PAGE as usize);
+    let qp_start = qp_pages + START;
+    let mut qin = d.qp_input(pd, cq, uar, 6);
+    let qp_dbr = d.last_queue.1;
+    set_in(&mut qin, ifc::create_qp_in::QPC, qpc::LOG_PAGE_SIZE, 2);
+    set_in(&mut qin, ifc::create_qp_in::QPC, qpc::PAGE_OFFSET, START / (PAGE / 64));
+    ifc::create_qp_in::PAS.index(0).set(&mut qin, qp_pages);
+    ifc::create_qp_in::PAS.index(1).set(&mut qin, qp_pages + PAGE);
+    let qpn = ifc::create_qp_out::QPN.get(&d.ok(&qin, 16)) as u32;
+    // 16 receive WQEs of 32 bytes, then the send queue: WQEBB 56 is the second page's first.
+    let sq = qp_start + 16 * 32;
+    {
+        let dev = d.model.shared().dev();
+        let qp = &dev.qps[&qpn];
+        assert_eq!((qp.rq_slot(), qp.sq_slot(0)), (qp_start, sq));
+        assert_eq!(qp.sq_slot(56), qp_pages + PAGE);
+    }
+    let peer = d.create_qp(pd, cq, uar);
+    d.connect(qpn, peer);
+    d.connect(peer, qpn);
+
+    let p: Vec<u8> = (0..200u32).map(|i| (i * 3 + 7) as u8).collect();
+    assert!(d.dma.write(BusAddr(src_buf + 100), &p));
+    let mut wqe = [0u8; 64];
+    wqe[0..4].copy_from_slice(&0x08u32.to_be_bytes()); // wqe index 0, RDMA WRITE
+    wqe[4..8].copy_from_slice(&(qpn << 8 | 3).to_be_bytes());
+    wqe[11] = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE
+    wqe[16..24].copy_from_slice(&(VA + 1000).to_be_bytes());
+    wqe[24..28].copy_from_slice(&dst_key.to_be_bytes());
+    wqe[32..36].copy_from_slice(&(p.len() as u32).to_be_bytes());
+    wqe[36..40].copy_from_slice(&key.to_be_bytes());
+    wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
+    d.ring_send(sq, &wqe, qp_dbr, 1, uar);
+    let cqe = d.wait_cqe(cq_buf);
+    assert_eq!(cqe[63], 0x00, "a successful requester CQE of the first pass");
+    assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, qpn);
+    assert!(d.dma.write(BusAddr(cq_dbr), &1u32.to_be_bytes()));
+    let mut got = vec![0u8; p.len()];
+    assert!(d.dma.read(BusAddr(dst_buf + 1000), &mut got));
+    assert_eq!(got, p);
+    assert_eq!(d.model.counters().validation_failures, 0);
+}

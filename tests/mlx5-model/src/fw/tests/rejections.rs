@@ -479,3 +479,33 @@ fn datagram_qps_and_atomic_rights() {
     let key = dev.mkeys.iter().find(|(k, _)| *k >> 8 == index).map(|(_, m)| m.clone()).unwrap();
     assert!(key.rights.remote_atomic);
 }
+
+/// A QP's `page_offset` is taken (see the data-path test that runs a QP from one), but the
+/// model reads each entry from one page: a start that would split a 128-byte receive WQE
+/// across two 4 KiB pages (one quantum, 64 bytes, in) is `BAD_PARAM` `QUEUE_START`, and a
+/// start that pushes the queue past its listed pages is `BAD_INPUT_LEN`. A CQ starts on its
+/// page (PRM, as 6.12 `mlx5_ib.h` quotes it for `mlx5_umem_find_best_cq_quantized_pgoff`).
+#[test]
+fn queue_starts_inside_a_page() {
+    use ifc::qpc;
+    let mut d = Dev::new(FwConfig::default());
+    d.up();
+    let uar = d.alloc_uar();
+    let (eqn, _) = d.create_eq(uar, 4, &[EventType::Cmd]);
+    let pd = d.alloc_pd();
+    let cq = d.create_cq(uar, eqn, 4);
+    let qp = |d: &mut Dev, stride_log: u64, offset: u64| {
+        let mut q = d.qp_input(pd, cq, uar, 6);
+        set_in(&mut q, ifc::create_qp_in::QPC, qpc::LOG_RQ_STRIDE, stride_log - 4);
+        set_in(&mut q, ifc::create_qp_in::QPC, qpc::PAGE_OFFSET, offset);
+        d.status(&q, 16)
+    };
+    assert_eq!(qp(&mut d, 7, 1), (CmdStatus::BadParam, syn::QUEUE_START));
+    assert_eq!(qp(&mut d, 7, 2).0, CmdStatus::Ok, "128 bytes in: whole receive WQEs");
+    // 16 × 32-byte receive WQEs and 64 WQEBBs need 4608 bytes: two 4 KiB pages from the start,
+    // three once the queue begins 3968 bytes (62 quanta) in; the input lists two.
+    assert_eq!(qp(&mut d, 5, 62), (CmdStatus::BadInputLen, syn::PAS_TOO_SHORT));
+    let mut c = d.cq_input(uar, eqn, 4);
+    set_in(&mut c, ifc::create_cq_in::CQ_CONTEXT, ifc::cqc::PAGE_OFFSET, 16);
+    assert_eq!(d.status(&c, 16), (CmdStatus::BadParam, syn::UNSUPPORTED_CONTEXT));
+}
