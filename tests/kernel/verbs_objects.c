@@ -9,6 +9,7 @@
  * dynamically; the guest runs bookworm's rdma-core userspace. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,115 @@ static void check_destroy(const char *step, int rc)
 		failed(step, rc);
 	else
 		ok(step, "");
+}
+
+/* A QP buffer that does not start on a page: the parent domain's allocator below hands the
+ * provider its QP buffer OFFSET_IN_PAGE bytes into a page-aligned block, as an application's
+ * own allocator may place it. mlx5_ib then lists the buffer from its first page and tells the
+ * device where the queue starts in `page_offset` (64ths of a page;
+ * mlx5_umem_find_best_quantized_pgoff), the field a page-aligned buffer leaves 0. (A buffer in
+ * a physically contiguous region can get the same from the kernel's choice of a larger page:
+ * that is how a plain ibv_create_qp met it, by chance.) CQs must start on a page (the kernel
+ * refuses an offset CQ buffer with EINVAL before any command), so they keep the default. */
+#define OFFSET_IN_PAGE 0x400
+#define MAX_OFFSET_BUFS 4
+
+static struct {
+	void *block;
+	void *given;
+} offset_bufs[MAX_OFFSET_BUFS];
+static unsigned offset_allocs;
+
+static void *offset_alloc(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
+			  uint64_t resource_type)
+{
+	(void)pd;
+	(void)pd_context;
+	(void)alignment;
+	if (resource_type != MLX5DV_RES_TYPE_QP)
+		return IBV_ALLOCATOR_USE_DEFAULT;
+	for (int i = 0; i < MAX_OFFSET_BUFS; i++) {
+		void *block;
+
+		if (offset_bufs[i].block)
+			continue;
+		if (posix_memalign(&block, 4096, size + OFFSET_IN_PAGE))
+			return NULL;
+		memset(block, 0, size + OFFSET_IN_PAGE);
+		offset_bufs[i].block = block;
+		offset_bufs[i].given = (char *)block + OFFSET_IN_PAGE;
+		offset_allocs++;
+		return offset_bufs[i].given;
+	}
+	return NULL;
+}
+
+static void offset_free(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type)
+{
+	(void)pd;
+	(void)pd_context;
+	(void)resource_type;
+	for (int i = 0; i < MAX_OFFSET_BUFS; i++)
+		if (offset_bufs[i].given == ptr) {
+			free(offset_bufs[i].block);
+			offset_bufs[i].block = NULL;
+			offset_bufs[i].given = NULL;
+		}
+}
+
+/* An RC QP whose buffer starts OFFSET_IN_PAGE into a page, through a parent domain of `pd`,
+ * on a CQ of its own; created, checked and destroyed. */
+static void offset_qp(struct ibv_context *ctx, struct ibv_pd *pd)
+{
+	struct ibv_parent_domain_init_attr pda = {
+		.pd = pd,
+		.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS,
+		.alloc = offset_alloc,
+		.free = offset_free,
+	};
+	struct ibv_pd *parent = ibv_alloc_parent_domain(ctx, &pda);
+	struct ibv_cq *cq = NULL;
+	struct ibv_qp *qp = NULL;
+
+	if (!parent) {
+		failed("offset parent_domain", errno);
+		return;
+	}
+	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	if (!cq) {
+		failed("offset create_cq", errno);
+		goto out;
+	}
+	ok("offset create_cq", "cqe %d", cq->cqe);
+	struct ibv_qp_init_attr_ex qia = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = parent,
+	};
+	qp = ibv_create_qp_ex(ctx, &qia);
+	if (!qp) {
+		failed("offset create_qp rc", errno);
+		goto out;
+	}
+	ok("offset create_qp rc", "qpn 0x%x", qp->qp_num);
+	/* The QP's buffer came from the allocator, so it started inside a page. */
+	if (offset_allocs != 1) {
+		printf("verbs: offset buffer FAILED: %u allocated (the QP's buffer expected)\n",
+		       offset_allocs);
+		failures++;
+	} else {
+		ok("offset buffer", "the QP starts 0x%x into a page", OFFSET_IN_PAGE);
+	}
+out:
+	if (qp)
+		check_destroy("offset destroy_qp", ibv_destroy_qp(qp));
+	if (cq)
+		check_destroy("offset destroy_cq", ibv_destroy_cq(cq));
+	check_destroy("offset dealloc_parent_domain", ibv_dealloc_pd(parent));
 }
 
 int main(void)
@@ -148,6 +258,7 @@ int main(void)
 		       qp->qp_type, qp->state);
 		failures++;
 	}
+	offset_qp(ctx, pd);
 
 out:
 	if (qp)

@@ -16,7 +16,8 @@
 //!   0x02c9, vendor_part_id 4119 and the model's firmware version;
 //! * `verbs`: `tests/kernel/verbs_objects.c` allocates a PD, registers an MR, creates two CQs
 //!   and an RC QP through the mlx5 provider (user rings in guest memory, doorbells through the
-//!   mapped UAR), destroys them, each step checked;
+//!   mapped UAR), then a QP whose buffer a parent domain's allocator places 1 KiB into a page
+//!   (the kernel sends `page_offset`), destroys them, each step checked;
 //! * `unbind`: unbinding `mlx5_core` removes the IB device and the driver link;
 //! * `dmesg`: no mlx5 error or warning, no `WARNING:` and no `BUG` beyond the committed
 //!   allow-list `tests/kernel/dmesg-allow.txt` (each regex with its reason above it).
