@@ -46,19 +46,73 @@ fn write(src: &mut Side, rkey: u32, len: u32) {
 
 /// [`write`] as send WQE `n` (the `n`-th posted on the QP).
 fn write_at(src: &mut Side, rkey: u32, len: u32, n: u16) {
-    // ctrl (mlx5dv.h mlx5_wqe_ctrl_seg), raddr (mlx5_wqe_raddr_seg), data (mlx5_wqe_data_seg).
+    let wqe = write_wqe(n, src.qpn, src.key, rkey, len);
+    // The send queue follows the receive queue (16 WQEs of 32 bytes) in the QP buffer.
+    let at = src.qp_buf + 16 * 32 + 64 * u64::from(n);
+    src.d.ring_send(at, &wqe, src.qp_dbr, u32::from(n) + 1, src.uar);
+}
+
+/// Send WQE `n` of QP `qpn`: a signalled RDMA WRITE of `len` bytes from `lkey` at `VA + 100`
+/// to `rkey` at `VA + 1000`: ctrl (mlx5dv.h `mlx5_wqe_ctrl_seg`), raddr
+/// (`mlx5_wqe_raddr_seg`), data (`mlx5_wqe_data_seg`).
+fn write_wqe(n: u16, qpn: u32, lkey: u32, rkey: u32, len: u32) -> [u8; 64] {
     let mut wqe = [0u8; 64];
     wqe[0..4].copy_from_slice(&(u32::from(n) << 8 | 0x08).to_be_bytes()); // index n, RDMA WRITE
-    wqe[4..8].copy_from_slice(&(src.qpn << 8 | 3).to_be_bytes());
+    wqe[4..8].copy_from_slice(&(qpn << 8 | 3).to_be_bytes());
     wqe[11] = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE
     wqe[16..24].copy_from_slice(&(VA + 1000).to_be_bytes());
     wqe[24..28].copy_from_slice(&rkey.to_be_bytes());
     wqe[32..36].copy_from_slice(&len.to_be_bytes());
-    wqe[36..40].copy_from_slice(&src.key.to_be_bytes());
+    wqe[36..40].copy_from_slice(&lkey.to_be_bytes());
     wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
-    // The send queue follows the receive queue (16 WQEs of 32 bytes) in the QP buffer.
-    let at = src.qp_buf + 16 * 32 + 64 * u64::from(n);
-    src.d.ring_send(at, &wqe, src.qp_dbr, u32::from(n) + 1, src.uar);
+    wqe
+}
+
+/// One device up with a UAR, a command EQ, a PD and two 4 KiB keys on it: the source (index
+/// variant 0x11) and the destination (0x22) of the WRITEs the queue-placement tests post.
+struct TwoKeys {
+    d: Dev,
+    uar: u32,
+    eqn: u8,
+    pd: u32,
+    src: (u32, u64),
+    dst: (u32, u64),
+}
+
+fn two_keys() -> TwoKeys {
+    let mut d = Dev::on(Model::new(), FwConfig::default());
+    d.up();
+    let uar = d.alloc_uar();
+    let (eqn, _) = d.create_eq(uar, 4, &[EventType::Cmd]);
+    let pd = d.alloc_pd();
+    let key = |d: &mut Dev, variant: u8| {
+        let (inp, buf) = d.mkey_input(pd, 4096, variant);
+        let index = ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32;
+        (index << 8 | u32::from(variant), buf)
+    };
+    let src = key(&mut d, 0x11);
+    let dst = key(&mut d, 0x22);
+    TwoKeys { d, uar, eqn, pd, src, dst }
+}
+
+impl TwoKeys {
+    /// Post a 200-byte WRITE as send WQE 0 of `qpn` (at `wqe_at`), wait for its CQE at
+    /// `cqe_at`, consume it, and check it and the bytes that arrived.
+    fn write_and_check(&mut self, qpn: u32, wqe_at: u64, qp_dbr: u64, cqe_at: u64, cq_dbr: u64) {
+        let d = &mut self.d;
+        let p: Vec<u8> = (0..200u32).map(|i| (i * 5 + 1) as u8).collect();
+        assert!(d.dma.write(BusAddr(self.src.1 + 100), &p));
+        let wqe = write_wqe(0, qpn, self.src.0, self.dst.0, p.len() as u32);
+        d.ring_send(wqe_at, &wqe, qp_dbr, 1, self.uar);
+        let cqe = d.wait_cqe(cqe_at);
+        assert_eq!(cqe[63], 0x00, "a successful requester CQE of the first pass");
+        assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, qpn);
+        assert!(d.dma.write(BusAddr(cq_dbr), &1u32.to_be_bytes()));
+        let mut got = vec![0u8; p.len()];
+        assert!(d.dma.read(BusAddr(self.dst.1 + 1000), &mut got));
+        assert_eq!(got, p);
+        assert_eq!(d.model.counters().validation_failures, 0);
+    }
 }
 
 /// The first CQE of a side's CQ, once written; consumed.
@@ -138,16 +192,9 @@ fn roce_paths_from_init2rtr_reach_the_peer_model() {
 /// page lies before the first in memory; the WRITE posted there executes.
 #[test]
 fn queues_in_scattered_pages_carry_an_rdma_write() {
-    let mut d = Dev::on(Model::new(), FwConfig::default());
-    d.up();
-    let uar = d.alloc_uar();
-    let (eqn, _) = d.create_eq(uar, 4, &[EventType::Cmd]);
-    let pd = d.alloc_pd();
-    let (inp, src_buf) = d.mkey_input(pd, 4096, 0x11);
-    let key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x11;
-    let (inp, dst_buf) = d.mkey_input(pd, 4096, 0x22);
-    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x22;
-
+    let mut k = two_keys();
+    let (uar, eqn, pd) = (k.uar, k.eqn, k.pd);
+    let d = &mut k.d;
     // A 128-entry CQ in two pages listed in reverse order of their addresses.
     let (c1, _gap, c0) = (d.alloc(4096, 4096), d.alloc(4096, 4096), d.alloc(4096, 4096));
     for p in [c0, c1] {
@@ -178,28 +225,8 @@ fn queues_in_scattered_pages_carry_an_rdma_write() {
     let peer = d.create_qp(pd, cq, uar);
     d.connect(qpn, peer);
     d.connect(peer, qpn);
-
-    let p: Vec<u8> = (0..200u32).map(|i| (i * 5 + 1) as u8).collect();
-    assert!(d.dma.write(BusAddr(src_buf + 100), &p));
-    let mut wqe = [0u8; 64];
-    wqe[0..4].copy_from_slice(&0x08u32.to_be_bytes()); // wqe index 0, RDMA WRITE
-    wqe[4..8].copy_from_slice(&(qpn << 8 | 3).to_be_bytes());
-    wqe[11] = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE
-    wqe[16..24].copy_from_slice(&(VA + 1000).to_be_bytes());
-    wqe[24..28].copy_from_slice(&dst_key.to_be_bytes());
-    wqe[32..36].copy_from_slice(&(p.len() as u32).to_be_bytes());
-    wqe[36..40].copy_from_slice(&key.to_be_bytes());
-    wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
     // Send WQE 0 is the first byte of page 1.
-    d.ring_send(q1, &wqe, qp_dbr, 1, uar);
-    let cqe = d.wait_cqe(c0);
-    assert_eq!(cqe[63], 0x00, "a successful requester CQE of the first pass");
-    assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, qpn);
-    assert!(d.dma.write(BusAddr(cq_dbr), &1u32.to_be_bytes()));
-    let mut got = vec![0u8; p.len()];
-    assert!(d.dma.read(BusAddr(dst_buf + 1000), &mut got));
-    assert_eq!(got, p);
-    assert_eq!(d.model.counters().validation_failures, 0);
+    k.write_and_check(qpn, q1, qp_dbr, c0, cq_dbr);
 }
 
 /// Kernel 6.12 `eq.c` `mlx5_eq_comp_int` and `cq.c` `mlx5_cq_arm` (PRM CQ arming): a CQE
@@ -357,15 +384,9 @@ fn a_qp_starting_inside_its_first_page_carries_an_rdma_write() {
     use ifc::qpc;
     const PAGE: u64 = 16384;
     const START: u64 = 0x3000;
-    let mut d = Dev::on(Model::new(), FwConfig::default());
-    d.up();
-    let uar = d.alloc_uar();
-    let (eqn, _) = d.create_eq(uar, 4, &[EventType::Cmd]);
-    let pd = d.alloc_pd();
-    let (inp, src_buf) = d.mkey_input(pd, 4096, 0x11);
-    let key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x11;
-    let (inp, dst_buf) = d.mkey_input(pd, 4096, 0x22);
-    let dst_key = (ifc::create_mkey_out::MKEY_INDEX.get(&d.ok(&inp, 16)) as u32) << 8 | 0x22;
+    let mut k = two_keys();
+    let (uar, eqn, pd) = (k.uar, k.eqn, k.pd);
+    let d = &mut k.d;
     let cq = d.create_cq(uar, eqn, 4);
     let (cq_buf, cq_dbr) = d.last_queue;
 
@@ -389,25 +410,5 @@ fn a_qp_starting_inside_its_first_page_carries_an_rdma_write() {
     let peer = d.create_qp(pd, cq, uar);
     d.connect(qpn, peer);
     d.connect(peer, qpn);
-
-    let p: Vec<u8> = (0..200u32).map(|i| (i * 3 + 7) as u8).collect();
-    assert!(d.dma.write(BusAddr(src_buf + 100), &p));
-    let mut wqe = [0u8; 64];
-    wqe[0..4].copy_from_slice(&0x08u32.to_be_bytes()); // wqe index 0, RDMA WRITE
-    wqe[4..8].copy_from_slice(&(qpn << 8 | 3).to_be_bytes());
-    wqe[11] = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE
-    wqe[16..24].copy_from_slice(&(VA + 1000).to_be_bytes());
-    wqe[24..28].copy_from_slice(&dst_key.to_be_bytes());
-    wqe[32..36].copy_from_slice(&(p.len() as u32).to_be_bytes());
-    wqe[36..40].copy_from_slice(&key.to_be_bytes());
-    wqe[40..48].copy_from_slice(&(VA + 100).to_be_bytes());
-    d.ring_send(sq, &wqe, qp_dbr, 1, uar);
-    let cqe = d.wait_cqe(cq_buf);
-    assert_eq!(cqe[63], 0x00, "a successful requester CQE of the first pass");
-    assert_eq!(u32::from_be_bytes(cqe[56..60].try_into().unwrap()) & 0xff_ffff, qpn);
-    assert!(d.dma.write(BusAddr(cq_dbr), &1u32.to_be_bytes()));
-    let mut got = vec![0u8; p.len()];
-    assert!(d.dma.read(BusAddr(dst_buf + 1000), &mut got));
-    assert_eq!(got, p);
-    assert_eq!(d.model.counters().validation_failures, 0);
+    k.write_and_check(qpn, sq, qp_dbr, cq_buf, cq_dbr);
 }
