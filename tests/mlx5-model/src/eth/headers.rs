@@ -12,33 +12,38 @@
 //! * [`Headers::cqe_hdr_type`] is the CQE's `l4_l3_hdr_type` byte (kernel `device.h`
 //!   `get_cqe_l4_hdr_type`, `cqe_has_vlan`; rdma-core `cq.c` `get_cqe_l3_hdr_type`).
 //!
-//! Byte positions: Ethernet II (`struct ethhdr`), 802.1Q/802.1ad tag (`struct vlan_ethhdr`),
-//! IPv4 (RFC 791: version/IHL 0, protocol 9), IPv6 (RFC 8200: next header 6, 40 bytes), UDP
-//! (RFC 768, 8 bytes), TCP (RFC 9293: data offset in byte 12, flags in byte 13).
+//! Byte positions are the packet layer's views ([`crate::roce`]: Ethernet and its tags, IPv4,
+//! IPv6, UDP), so each header's layout is stated once in the model; only TCP (RFC 9293: data
+//! offset in byte 12, flags in byte 13), which RoCE never carries, is read here. The views are
+//! used unchecked behind this parser's own bounds: the NIC parses as far as a frame holds
+//! headers, where the RoCE receive path refuses anything malformed.
 
 use crate::fw::ifc::fte_match_set_lyr_2_4 as m;
+use crate::roce::ethernet::{EtherType, Frame, HEADER_LEN as ETH_HEADER};
+use crate::roce::ipv4::{self, Ipv4Packet};
+use crate::roce::ipv6::{self, Ipv6Packet};
+use crate::roce::udp::{self, UdpPacket};
+pub use crate::roce::ROCE_V2_PORT;
 
 /// EtherType of IPv4.
-pub const ETH_P_IP: u16 = 0x0800;
+pub const ETH_P_IP: u16 = EtherType::Ipv4.raw();
 /// EtherType of ARP.
-pub const ETH_P_ARP: u16 = 0x0806;
+pub const ETH_P_ARP: u16 = EtherType::Arp.raw();
 /// EtherType of IPv6.
-pub const ETH_P_IPV6: u16 = 0x86dd;
+pub const ETH_P_IPV6: u16 = EtherType::Ipv6.raw();
 /// TPID of a customer VLAN tag (802.1Q).
-pub const ETH_P_8021Q: u16 = 0x8100;
+pub const ETH_P_8021Q: u16 = EtherType::Vlan.raw();
 /// TPID of a service VLAN tag (802.1ad).
-pub const ETH_P_8021AD: u16 = 0x88a8;
+pub const ETH_P_8021AD: u16 = EtherType::ServiceVlan.raw();
 /// IP protocol of UDP.
-pub const IPPROTO_UDP: u8 = 17;
+pub const IPPROTO_UDP: u8 = ipv4::PROTO_UDP;
 /// IP protocol of TCP.
 pub const IPPROTO_TCP: u8 = 6;
-/// The RoCE v2 UDP destination port (IANA).
-pub const ROCE_V2_PORT: u16 = 4791;
 
 /// Bytes of an Ethernet header without a tag.
-pub const ETH_HLEN: usize = 14;
+pub const ETH_HLEN: usize = ETH_HEADER;
 /// Bytes of one VLAN tag.
-pub const VLAN_HLEN: usize = 4;
+pub const VLAN_HLEN: usize = crate::roce::ethernet::VLAN_TAG_LEN;
 
 /// A VLAN tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,22 +110,18 @@ impl Headers {
         if frame.len() < ETH_HLEN {
             return None;
         }
-        let mut dmac = [0u8; 6];
-        let mut smac = [0u8; 6];
-        dmac.copy_from_slice(&frame[0..6]);
-        smac.copy_from_slice(&frame[6..12]);
-        let first = be16(frame, 12);
-        let (tag, ethertype, l2_len) = if first == ETH_P_8021Q || first == ETH_P_8021AD {
-            if frame.len() < ETH_HLEN + VLAN_HLEN {
-                return None;
+        let f = Frame::new_unchecked(frame);
+        let outer = f.outer_type();
+        let (tag, ethertype, l2_len) = match outer {
+            EtherType::Vlan | EtherType::ServiceVlan => {
+                let (tci, inner) = f.any_tag()?;
+                (Some(Tag { tpid: outer.raw(), tci }), inner.raw(), ETH_HLEN + VLAN_HLEN)
             }
-            (Some(Tag { tpid: first, tci: be16(frame, 14) }), be16(frame, 16), 18)
-        } else {
-            (None, first, ETH_HLEN)
+            _ => (None, outer.raw(), ETH_HLEN),
         };
         let mut h = Headers {
-            dmac,
-            smac,
+            dmac: f.dst_addr().0,
+            smac: f.src_addr().0,
             tag,
             ethertype,
             l2_len,
@@ -131,17 +132,26 @@ impl Headers {
         };
         let ip = &frame[l2_len..];
         let (proto, l3_len, ip_total) = match ethertype {
-            ETH_P_IP if ip.len() >= 20 && ip[0] >> 4 == 4 => {
-                let ihl = usize::from(ip[0] & 0xf) * 4;
-                if ihl < 20 || ip.len() < ihl {
+            ETH_P_IP if ip.len() >= ipv4::HEADER_LEN => {
+                let v4 = Ipv4Packet::new_unchecked(ip);
+                let ihl = usize::from(v4.ihl()) * 4;
+                if v4.version() != 4 || ihl < ipv4::HEADER_LEN || ip.len() < ihl {
                     return Some(h);
                 }
-                h.ip = Some((4, ip[9]));
-                (ip[9], ihl, usize::from(be16(ip, 2)))
+                h.ip = Some((4, v4.protocol()));
+                (v4.protocol(), ihl, usize::from(v4.total_len()))
             }
-            ETH_P_IPV6 if ip.len() >= 40 && ip[0] >> 4 == 6 => {
-                h.ip = Some((6, ip[6]));
-                (ip[6], 40, 40 + usize::from(be16(ip, 4)))
+            ETH_P_IPV6 if ip.len() >= ipv6::HEADER_LEN => {
+                let v6 = Ipv6Packet::new_unchecked(ip);
+                if v6.version() != 6 {
+                    return Some(h);
+                }
+                h.ip = Some((6, v6.next_header()));
+                (
+                    v6.next_header(),
+                    ipv6::HEADER_LEN,
+                    ipv6::HEADER_LEN + usize::from(v6.payload_len()),
+                )
             }
             _ => return Some(h),
         };
@@ -149,9 +159,10 @@ impl Headers {
         h.l4_end = h.l3_end;
         let l4 = &frame[h.l3_end..];
         match proto {
-            IPPROTO_UDP if l4.len() >= 8 => {
-                h.l4 = Some(L4::Udp { sport: be16(l4, 0), dport: be16(l4, 2) });
-                h.l4_end = h.l3_end + 8;
+            IPPROTO_UDP if l4.len() >= udp::HEADER_LEN => {
+                let u = UdpPacket::new_unchecked(l4);
+                h.l4 = Some(L4::Udp { sport: u.src_port(), dport: u.dst_port() });
+                h.l4_end = h.l3_end + udp::HEADER_LEN;
             }
             IPPROTO_TCP if l4.len() >= 20 => {
                 let off = usize::from(l4[12] >> 4) * 4;

@@ -23,6 +23,9 @@ code_enum! {
         Vlan = 0x8100,
         /// `ETH_P_IPV6`.
         Ipv6 = 0x86dd,
+        /// `ETH_P_8021AD`: an 802.1ad service tag follows (same layout as 802.1Q). The NIC's
+        /// parser takes it ([`crate::eth`]); a RoCE frame ([`super::packet`]) may not carry it.
+        ServiceVlan = 0x88a8,
     }
 }
 
@@ -106,6 +109,21 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// The buffer.
     pub fn into_inner(self) -> T {
         self.buffer
+    }
+
+    /// The EtherType or TPID at 12, as it stands (big-endian).
+    pub fn outer_type(&self) -> EtherType {
+        EtherType::from(get16(self.buffer.as_ref(), field::TYPE))
+    }
+
+    /// The TCI and inner EtherType of a tag of either kind ([`EtherType::Vlan`] or
+    /// [`EtherType::ServiceVlan`] at 12), if the buffer holds them; the NIC's parser reads
+    /// both kinds, where [`Frame::vlan`] is the 802.1Q tag a RoCE frame may carry.
+    pub fn any_tag(&self) -> Option<(u16, EtherType)> {
+        let b = self.buffer.as_ref();
+        let tagged = matches!(self.outer_type(), EtherType::Vlan | EtherType::ServiceVlan);
+        (tagged && b.len() >= HEADER_LEN + VLAN_TAG_LEN)
+            .then(|| (get16(b, field::TCI), EtherType::from(get16(b, field::INNER_TYPE))))
     }
 
     /// Destination MAC.
