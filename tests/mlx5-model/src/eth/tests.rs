@@ -95,3 +95,18 @@ fn runts_and_cut_headers_parse_as_far_as_they_go() {
     let h = Headers::parse(cut).unwrap();
     assert_eq!((h.ip, h.l4), (None, None), "an IPv4 header cut short");
 }
+
+#[test]
+fn a_service_tag_is_parsed_and_matched_as_svlan() {
+    let mut f = tagged_udp(4791);
+    f[12..14].copy_from_slice(&[0x88, 0xa8]);
+    let h = Headers::parse(&f).unwrap();
+    assert_eq!(h.tag, Some(Tag { tpid: ETH_P_8021AD, tci: 0xa123 }));
+    assert_eq!((h.ethertype, h.l2_len, h.l4_end), (ETH_P_IP, 18, 46));
+    let s = h.match_set();
+    // svlan_tag is bit 6 of byte 18, beside cvlan_tag (bit 7), which stays clear.
+    assert_eq!(s[18], 0x40 | 4 << 1);
+    let mut cut = vec![0u8; 12];
+    cut.extend_from_slice(&[0x88, 0xa8, 0, 1]);
+    assert_eq!(Headers::parse(&cut), None, "a service tag without its EtherType");
+}
