@@ -17,13 +17,9 @@
 
 mod common;
 
-use std::fs::OpenOptions;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::Child;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::wire::*;
@@ -33,17 +29,11 @@ use rdma_pmd::{
     SendQueue, WcOpcode, WcStatus,
 };
 use rdma_pmd_hal::mem::MemBar;
-use rdma_pmd_hal::{Clock, StdClock};
 use rdma_pmd_mlx5::control::{Access, Control};
 use rdma_pmd_mlx5::{ConnectOpts, Qp, QpConfig};
 use rdma_pmd_mlx5_model::peers::guest::{connect_ctl, env, gid_index, ip, peer_mac, PATIENCE};
 use rdma_pmd_mlx5_model::peers::{pingpong, wire_peer};
-use rdma_pmd_mlx5_model::roce::pcap::SharedPcap;
-use rdma_pmd_mlx5_model::roce::port::PacketSocket;
-use rdma_pmd_mlx5_model::roce::{
-    Exempt, FaultPlan, FaultPort, Malformed, PcapTap, Port, PortError, RocePacket,
-};
-use rdma_pmd_mlx5_model::{Model, ModelConfig};
+use rdma_pmd_mlx5_model::roce::FaultPlan;
 
 const SIG: SendFlags = SendFlags::SIGNALED;
 /// `ibv_mtu` 3: 1024 bytes, as the peers use.
@@ -58,52 +48,6 @@ type Q<'r, C> = Qp<'r, MemBar, D, C, 64, 16, 4>;
 /// The peer's GID index for its IPv4 address.
 fn peer_gidx() -> u32 {
     gid_index(&env("WIRE_PEER_DEV"), &mapped(theirs()))
-}
-
-/// The driver's Ethernet port on the wire, answering ARP for our address, and the clock its
-/// timers run on. Every wait of the tests polls it.
-struct Net<'d> {
-    eth: Eth<'d>,
-    clock: StdClock,
-}
-
-impl<'d> Net<'d> {
-    fn new(dev: &'d Dev) -> Net<'d> {
-        Net { eth: our_eth_port(dev), clock: StdClock::default() }
-    }
-
-    /// One pass: answer ARP, learn, retire sends.
-    fn poll(&mut self) {
-        self.eth.poll_eth(self.clock.now_ns()).expect("poll_eth");
-    }
-
-    /// The peer's MAC, by ARP (or from the table, if the peer asked for ours first).
-    fn peer_mac(&mut self) -> Mac {
-        self.eth.resolve(theirs(), &self.clock).expect("ARP for the peer")
-    }
-
-    /// The kernel learned our MAC for our address by ARP (not a permanent entry), and we
-    /// learned the peer's real MAC; `reachable`: the kernel's entry is confirmed (REACHABLE),
-    /// as after it resolved us itself and we answered.
-    fn check_learned(&mut self, reachable: bool) {
-        let (mac, states) = kernel_neighbour().expect("the kernel has a neighbour entry for us");
-        assert_eq!(mac, mac_text(OUR_MAC), "the kernel's entry for us: {states:?}");
-        assert!(!states.iter().any(|s| s == "PERMANENT" || s == "NOARP"), "{states:?}");
-        assert!(!states.iter().any(|s| s == "FAILED" || s == "INCOMPLETE"), "{states:?}");
-        let s = self.eth.arp_stats();
-        if reachable {
-            assert!(states.iter().any(|s| s == "REACHABLE"), "{states:?}");
-            assert!(s.replied >= 1, "we answered the kernel's ARP: {s:?}");
-        } else {
-            // Learned from our request (STALE, then confirmed if rxe sent long enough for
-            // the kernel to probe us: we answer those too), or from its own request.
-            assert!(s.requests_sent + s.replied >= 1, "{s:?}");
-        }
-        assert_eq!((s.malformed, s.conflicts, s.unreachable), (0, 0, 0), "{s:?}");
-        assert_eq!(self.peer_mac(), peer_mac("wp"), "the MAC ARP gave is the peer's interface's");
-        let e = self.eth.stats();
-        assert_eq!((e.rx_errors, e.tx_errors, e.tx_dropped), (0, 0, 0), "{e:?}");
-    }
 }
 
 fn wait_send<'r, S: SendQueue<'r>>(q: &mut S, n: usize, net: &mut Net<'_>) -> Vec<Completion> {
@@ -202,145 +146,6 @@ fn accept(l: &TcpListener, net: &mut Net<'_>) -> Ctl {
 fn finish(child: Child, what: &str, net: &mut Net<'_>) {
     let (ok, out) = await_exit(child, what, 2 * PATIENCE, || net.poll());
     assert!(ok, "{what} failed: {out}");
-}
-
-/// A RoCE v2 frame (UDP port 4791, parsed to its ICRC) and whether its ICRC is right.
-fn roce_icrc(frame: &[u8]) -> Option<bool> {
-    match RocePacket::parse(frame) {
-        Ok(_) => Some(true),
-        Err(Malformed::Icrc { .. }) => Some(false),
-        Err(_) => None,
-    }
-}
-
-/// Between the fault schedule and the capture, so that the capture holds what is really on
-/// the wire: each RoCE frame that goes out with a bad ICRC gets its capture frame number (as
-/// tshark counts, from 1) appended to `<pcap>.injected`. Every frame the model hands to the
-/// schedule is checked first ([`Faults::bad_from_model`] must stay 0), so the frames noted
-/// here are exactly those the schedule corrupted; the `wire` tier tolerates those numbers,
-/// and only those, failing to dissect.
-struct Marked {
-    inner: PcapTap<PacketSocket>,
-    pcap: SharedPcap,
-    injected: PathBuf,
-}
-
-impl Port for Marked {
-    fn send(&mut self, frame: &[u8]) -> Result<(), PortError> {
-        if roce_icrc(frame) == Some(false) {
-            let n = self.pcap.lock().unwrap_or_else(|e| e.into_inner()).frames() + 1;
-            let mut f = OpenOptions::new().create(true).append(true).open(&self.injected).unwrap();
-            writeln!(f, "{n}").unwrap();
-        }
-        self.inner.send(frame)
-    }
-
-    fn recv(&mut self) -> Result<Option<Vec<u8>>, PortError> {
-        self.inner.recv()
-    }
-}
-
-/// Our port under a seeded fault schedule ([`FaultPort`]: drops, duplicates, reordering,
-/// ICRC corruption) on what we send and, with its own plan and stream, on what we receive
-/// (taken from the socket after the capture: the capture shows the wire, the model sees the
-/// faults). The schedule applies to RoCE v2 frames only: ARP passes untouched both ways (a
-/// corrupted ARP reply would teach the kernel a wrong MAC, which tests the kernel, not our
-/// transport). The test keeps a handle to read and change the schedule.
-#[derive(Clone)]
-struct Faults {
-    port: Arc<Mutex<FaultPort<Marked>>>,
-    bad_from_model: Arc<AtomicU64>,
-    sched: Schedule,
-}
-
-impl Faults {
-    fn lock(&self) -> std::sync::MutexGuard<'_, FaultPort<Marked>> {
-        self.port.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Port for Faults {
-    fn send(&mut self, frame: &[u8]) -> Result<(), PortError> {
-        let mut p = self.lock();
-        match roce_icrc(frame) {
-            None => p.inner_mut().send(frame),
-            Some(good) => {
-                if !good {
-                    self.bad_from_model.fetch_add(1, Ordering::Relaxed);
-                }
-                p.send(frame)
-            }
-        }
-    }
-
-    fn recv(&mut self) -> Result<Option<Vec<u8>>, PortError> {
-        self.lock().recv()
-    }
-}
-
-/// A fault schedule for our side of the wire: what we send, what we receive, the seed (the
-/// receive stream is drawn from the seed's successor, so the two differ).
-#[derive(Clone, Copy, Debug)]
-struct Schedule {
-    send: FaultPlan,
-    recv: FaultPlan,
-    seed: u64,
-}
-
-impl Schedule {
-    /// 1% of each fault on what we send.
-    fn sends(seed: u64) -> Schedule {
-        Schedule { send: FaultPlan::uniform(10_000), recv: FaultPlan::none(), seed }
-    }
-
-    /// 1% of each fault on what we send and on what we receive.
-    fn both_ways(seed: u64) -> Schedule {
-        Schedule { recv: FaultPlan::uniform(10_000), ..Schedule::sends(seed) }
-    }
-}
-
-/// The model on our end of the wire, its frames recorded, under `sched`.
-fn model_with_faults(name: &str, sched: Schedule) -> (Model, Faults) {
-    let (sock, pcap, path) = wire_port(name);
-    let mut injected = path.into_os_string();
-    injected.push(".injected");
-    let injected = PathBuf::from(injected);
-    let _ = std::fs::remove_file(&injected);
-    let marked = Marked { inner: PcapTap::new(sock, pcap.clone()), pcap, injected };
-    let faults = Faults {
-        port: Arc::new(Mutex::new(
-            FaultPort::new(marked, sched.send, sched.seed)
-                .with_recv_plan(sched.recv, sched.seed.wrapping_add(1))
-                .exempt_received(Exempt::NonRoce),
-        )),
-        bad_from_model: Arc::new(AtomicU64::new(0)),
-        sched,
-    };
-    let model = model_with_port(ModelConfig::default(), faults.clone());
-    (model, faults)
-}
-
-/// The rig of every test here: the model on our end of the wire (its frames recorded to
-/// `<WIRE_PCAP_DIR>/<name>.pcap`; under `sched`, if given), the driver on it with our address,
-/// and its Ethernet port; after `body`, the fault schedule is checked ([`check_faults`]).
-fn on_wire(
-    name: &str,
-    sched: Option<Schedule>,
-    body: impl FnOnce(&Dev, &mut Net<'_>, Option<&Faults>),
-) {
-    let (model, faults) = match sched {
-        None => (model_on_wire(name, ModelConfig::default()), None),
-        Some(sched) => {
-            let (m, f) = model_with_faults(name, sched);
-            (m, Some(f))
-        }
-    };
-    let dev = driver(&model);
-    let mut net = Net::new(&dev);
-    body(&dev, &mut net, faults.as_ref());
-    if let Some(f) = &faults {
-        check_faults(f);
-    }
 }
 
 /// The peers' connection parameters: every remote right, a 1024-byte path MTU.
@@ -485,23 +290,6 @@ fn pingpong_server(dev: &Dev, net: &mut Net<'_>, _: Option<&Faults>) {
 
 fn be_u64(d: &DestBuf<'_>) -> u64 {
     u64::from_be_bytes(contents(d, 8).try_into().unwrap())
-}
-
-/// After a test under faults: the schedule did act, and every bad ICRC on the wire was its own.
-fn check_faults(f: &Faults) {
-    let (c, r) = {
-        let p = f.lock();
-        (p.counts(), p.recv_counts())
-    };
-    eprintln!("fault schedule {:?}: sent {c:?}, received {r:?}", f.sched);
-    for (plan, c) in [(f.sched.send, c), (f.sched.recv, r)] {
-        if plan != FaultPlan::none() {
-            assert!(c.frames > 0 && c.forwarded > 0, "{c:?}");
-            let n = c.dropped + c.corrupted + c.duplicated + c.reordered;
-            assert!(n > 0, "no fault happened: {c:?}");
-        }
-    }
-    assert_eq!(f.bad_from_model.load(Ordering::Relaxed), 0, "the model sent a bad ICRC itself");
 }
 
 /// The C peer's command line (`examples/c/wire_peer.c`) on the peer's device as `role`, its
