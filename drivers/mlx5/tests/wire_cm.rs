@@ -114,11 +114,7 @@ fn on_wire_cm_client_pings_rping_server_and_disconnects() {
                 send.write(0, &rping_adv(at.addr, at.rkey.0, RPING_SIZE as u32)).unwrap();
                 qp.post_send(1, send.slice(0, 16).unwrap(), SIG).unwrap();
                 wait_send(&mut qp, 1, WcOpcode::Send, 16);
-                let c = wait_recv(&mut qp);
-                assert_eq!(
-                    (c.status, c.opcode, c.byte_len),
-                    (WcStatus::Success, WcOpcode::Recv, 16)
-                );
+                recv_ok(&mut qp, 16);
                 let d = r.reclaim(&qp).unwrap_or_else(|_| panic!("ping {n}: receive handed back"));
                 // The server's go-ahead is its zeroed send buffer.
                 assert_eq!(contents(&d, 16), [0u8; 16], "ping {n} go-ahead {k}");
@@ -199,20 +195,12 @@ fn rping_server_side(name: &'static str, delay_accept: bool) {
             assert_eq!((s.duplicates, s.sent), (1, 1), "the kernel waited on the MRA: {s:?}");
             eprintln!("repeated REQ after {first_repeat:?}; accepting {:?} later", t1.elapsed());
         }
-        let mut qp: RcQp = dev.create_qp(&QpConfig::default()).unwrap();
-        rig.cm.accept(id, &mut qp, &AcceptParams::default(), rig.now()).unwrap();
-        let mut r = qp.post_recv(0, recv.dest().unwrap()).map_err(|r| r.error).unwrap();
-        let e = rig.pump(std::slice::from_mut(&mut qp));
-        assert_eq!(e, Event { id, kind: EventKind::Established });
+        let (mut qp, mut r) = rig.accept(id, &[], recv.dest().unwrap());
         let mut dest = Some(rd.dest().unwrap());
         for n in 0..RPING_COUNT {
             let msg = rping_msg(n, RPING_SIZE);
             for k in 0..2 {
-                let c = wait_recv(&mut qp);
-                assert_eq!(
-                    (c.status, c.opcode, c.byte_len),
-                    (WcStatus::Success, WcOpcode::Recv, 16)
-                );
+                recv_ok(&mut qp, 16);
                 let d = r.reclaim(&qp).unwrap_or_else(|_| panic!("ping {n}: receive handed back"));
                 let (addr, rkey, len) = parse_adv(&contents(&d, 16));
                 assert_eq!(len as usize, RPING_SIZE, "ping {n} advertisement {k}");
@@ -273,8 +261,7 @@ fn on_wire_cm_client_talks_to_rdma_server_which_disconnects() {
         let r = qp.post_recv(0, recv.dest().unwrap()).map_err(|r| r.error).unwrap();
         qp.post_send(1, send.slice(0, 16).unwrap(), SIG).unwrap();
         wait_send(&mut qp, 1, WcOpcode::Send, 16);
-        let c = wait_recv(&mut qp);
-        assert_eq!((c.status, c.opcode, c.byte_len), (WcStatus::Success, WcOpcode::Recv, 16));
+        recv_ok(&mut qp, 16);
         let d = r.reclaim(&qp).unwrap_or_else(|_| panic!("receive handed back"));
         assert_eq!(contents(&d, 16), [0u8; 16], "rdma_server's reply");
         let e = rig.pump(std::slice::from_mut(&mut qp));
@@ -326,13 +313,8 @@ fn rdma_client_side(name: &'static str, peer_knows_us: bool) {
         } else {
             assert_eq!((s.received, s.unresolved), (1, 0), "{s:?}");
         }
-        let mut qp: RcQp = dev.create_qp(&QpConfig::default()).unwrap();
-        rig.cm.accept(id, &mut qp, &AcceptParams::default(), rig.now()).unwrap();
-        let r = qp.post_recv(0, recv.dest().unwrap()).map_err(|r| r.error).unwrap();
-        let e = rig.pump(std::slice::from_mut(&mut qp));
-        assert_eq!(e, Event { id, kind: EventKind::Established });
-        let c = wait_recv(&mut qp);
-        assert_eq!((c.status, c.opcode, c.byte_len), (WcStatus::Success, WcOpcode::Recv, 16));
+        let (mut qp, r) = rig.accept(id, &[], recv.dest().unwrap());
+        recv_ok(&mut qp, 16);
         let d = r.reclaim(&qp).unwrap_or_else(|_| panic!("receive handed back"));
         assert_eq!(contents(&d, 16), [0u8; 16], "rdma_client's message");
         qp.post_send(1, send.slice(0, 16).unwrap(), SIG).unwrap();
@@ -478,18 +460,7 @@ fn on_wire_cm_writev_client_writes_into_cm_listener() {
         let id = rig.await_request(PORT);
         let at = region.remote(0);
         let adv = rping_adv(at.addr, at.rkey.0, REGION_LEN as u32);
-        let mut qp: RcQp = dev.create_qp(&QpConfig::default()).unwrap();
-        rig.cm
-            .accept(
-                id,
-                &mut qp,
-                &AcceptParams { private_data: &adv, ..Default::default() },
-                rig.now(),
-            )
-            .unwrap();
-        let r = qp.post_recv(0, done.dest().unwrap()).map_err(|r| r.error).unwrap();
-        let e = rig.pump(std::slice::from_mut(&mut qp));
-        assert_eq!(e, Event { id, kind: EventKind::Established });
+        let (mut qp, r) = rig.accept(id, &adv, done.dest().unwrap());
         let c = wait_recv(&mut qp);
         assert_eq!((c.status, c.byte_len as usize), (WcStatus::Success, MSG_LEN), "{c:?}");
         let m = contents(&r.reclaim(&qp).unwrap_or_else(|_| panic!("done handed back")), MSG_LEN);

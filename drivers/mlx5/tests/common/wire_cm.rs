@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use rdma_pmd::cm::mad::RejReason;
 use rdma_pmd::cm::{
-    Cm, CmConfig, ConnId, ConnectParams, Event, EventKind, Micros, QpParams, QpSet,
+    AcceptParams, Cm, CmConfig, ConnId, ConnectParams, Event, EventKind, Micros, QpParams, QpSet,
 };
-use rdma_pmd::{Completion, Gid, Mac, RecvQueue, SendQueue, WcOpcode, WcStatus};
+use rdma_pmd::{Completion, DestBuf, Gid, Mac, Pending, RecvQueue, SendQueue, WcOpcode, WcStatus};
 use rdma_pmd_hal::mem::MemBar;
 use rdma_pmd_hal::StdClock;
 use rdma_pmd_mlx5::cm::{ArpGsiPort, GsiPort, GSI_RQ, RX_SLOT};
@@ -186,6 +186,27 @@ impl<'r, const N: usize, const E: usize> Rig<'r, N, E> {
         e.id
     }
 
+    /// Accept `id` on a fresh QP (`pd` in the REP), post `recv` on it before the peer can
+    /// send, and wait until the connection is established.
+    pub fn accept<'q>(
+        &mut self,
+        id: ConnId,
+        pd: &[u8],
+        recv: DestBuf<'q>,
+    ) -> (RcQp<'q>, Pending<DestBuf<'q>>)
+    where
+        'r: 'q,
+    {
+        let dev: &'q Dev = self.dev;
+        let mut qp: RcQp = dev.create_qp(&QpConfig::default()).unwrap();
+        let params = AcceptParams { private_data: pd, ..AcceptParams::default() };
+        self.cm.accept(id, &mut qp, &params, self.now()).unwrap();
+        let r = qp.post_recv(0, recv).map_err(|r| r.error).unwrap();
+        let e = self.pump(std::slice::from_mut(&mut qp));
+        assert_eq!(e, Event { id, kind: EventKind::Established });
+        (qp, r)
+    }
+
     /// Every event until `n` of kind `kind` came (one per connection), lending `qps`.
     pub fn await_each(&mut self, qps: &mut [RcQp<'_>], n: usize, kind: EventKind) {
         let mut seen = Vec::new();
@@ -279,6 +300,13 @@ pub fn wait_send<'r, S: SendQueue<'r>>(q: &mut S, wr_id: u64, op: WcOpcode, len:
 /// The next receive completion, failing after [`EXCHANGE`].
 pub fn wait_recv<'r, R: RecvQueue<'r>>(q: &mut R) -> Completion {
     super::wire::recv_one(q, EXCHANGE, || {})
+}
+
+/// The next receive completion, checked: a successful receive of `len` bytes.
+pub fn recv_ok<'r, R: RecvQueue<'r>>(q: &mut R, len: u32) -> Completion {
+    let c = wait_recv(q);
+    assert_eq!((c.status, c.opcode, c.byte_len), (WcStatus::Success, WcOpcode::Recv, len), "{c:?}");
+    c
 }
 
 /// Wait for a peer program for up to [`EXCHANGE`] (killed then); its success and output.
