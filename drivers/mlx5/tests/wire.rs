@@ -17,39 +17,25 @@
 
 mod common;
 
-use std::fs::OpenOptions;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{TcpListener, TcpStream};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
+use common::wire::*;
 use common::*;
 use rdma_pmd::{
     Completion, DestBuf, Mac, Post, PsnGen, QpNum, RecvQueue, RemoteBuf, Rkey, SendFlags,
     SendQueue, WcOpcode, WcStatus,
 };
-use rdma_pmd_hal::mem::{HeapDma, MemBar};
-use rdma_pmd_hal::{Clock, StdClock};
-use rdma_pmd_mlx5::control::fw::FwControl;
+use rdma_pmd_hal::mem::MemBar;
 use rdma_pmd_mlx5::control::{Access, Control};
-use rdma_pmd_mlx5::{ConnectOpts, EthConfig, EthPort, Qp, QpConfig, SharedDma};
-use rdma_pmd_mlx5_model::peers::guest::{
-    connect_ctl, env, gid_index, ip, netns, peer_mac, spawn_in_peer, PATIENCE,
-};
+use rdma_pmd_mlx5::{ConnectOpts, Qp, QpConfig};
+use rdma_pmd_mlx5_model::peers::guest::{connect_ctl, env, gid_index, ip, peer_mac, PATIENCE};
 use rdma_pmd_mlx5_model::peers::{pingpong, wire_peer};
-use rdma_pmd_mlx5_model::roce::pcap::SharedPcap;
-use rdma_pmd_mlx5_model::roce::port::PacketSocket;
-use rdma_pmd_mlx5_model::roce::{
-    Exempt, FaultPlan, FaultPort, Malformed, PcapTap, Port, PortError, RocePacket,
-};
-use rdma_pmd_mlx5_model::{Gid, Model, ModelConfig};
+use rdma_pmd_mlx5_model::roce::FaultPlan;
 
 const SIG: SendFlags = SendFlags::SIGNALED;
-/// The model's MAC on the wire (locally administered).
-const OUR_MAC: Mac = Mac([0x02, 0x4d, 0x4c, 0x35, 0x00, 0x02]);
 /// `ibv_mtu` 3: 1024 bytes, as the peers use.
 const MTU_1024: u8 = 3;
 const ALL: Access = Access::LOCAL_WRITE
@@ -57,102 +43,11 @@ const ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_READ)
     .union(Access::REMOTE_ATOMIC);
 
-type D = SharedDma<Arc<HeapDma>>;
 type Q<'r, C> = Qp<'r, MemBar, D, C, 64, 16, 4>;
-type Eth<'d> = EthPort<'d, MemBar, D, FwControl<'static, 'static>>;
-
-fn mapped(a: Ipv4Addr) -> [u8; 16] {
-    a.to_ipv6_mapped().octets()
-}
 
 /// The peer's GID index for its IPv4 address.
 fn peer_gidx() -> u32 {
-    gid_index(&env("WIRE_PEER_DEV"), &mapped(ip("WIRE_PEER")))
-}
-
-fn mac_text(m: Mac) -> String {
-    let b: Vec<String> = m.0.iter().map(|b| format!("{b:02x}")).collect();
-    b.join(":")
-}
-
-/// Our MAC as the peer's static neighbour for our address (the user-given neighbour).
-fn static_neighbour() {
-    let st = Command::new("ip")
-        .args(["-n", &netns(), "neigh", "replace", &env("WIRE_ADDR"), "lladdr"])
-        .args([&mac_text(OUR_MAC), "dev", "wp", "nud", "permanent"])
-        .status()
-        .unwrap();
-    assert!(st.success(), "ip neigh replace");
-}
-
-/// The peer kernel's neighbour entry for our address: `(lladdr, states)` from `ip neigh`.
-fn kernel_neighbour() -> Option<(String, Vec<String>)> {
-    let out = Command::new("ip")
-        .args(["-n", &netns(), "neigh", "show", &env("WIRE_ADDR"), "dev", "wp"])
-        .output()
-        .expect("ip neigh show");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let w: Vec<&str> = text.split_whitespace().collect();
-    let mac = w.iter().position(|x| *x == "lladdr").and_then(|i| w.get(i + 1))?.to_string();
-    let states =
-        w.iter().filter(|x| x.chars().all(|c| c.is_ascii_uppercase())).map(|x| x.to_string());
-    Some((mac, states.collect()))
-}
-
-/// The driver's Ethernet port on the wire, answering ARP for our address, and the clock its
-/// timers run on. Every wait of the tests polls it.
-struct Net<'d> {
-    eth: Eth<'d>,
-    clock: StdClock,
-}
-
-impl<'d> Net<'d> {
-    fn new(dev: &'d Dev) -> Net<'d> {
-        // Each test is a new station with our address (the model's packet-layer tests used
-        // another MAC for it): the kernel forgets what it knew, as it would after the entry
-        // failed, so that it learns our MAC by ARP.
-        let _ = Command::new("ip")
-            .args(["-n", &netns(), "neigh", "del", &env("WIRE_ADDR"), "dev", "wp"])
-            .stderr(std::process::Stdio::null())
-            .status();
-        let mut eth = dev.eth_port(&EthConfig::default()).expect("the Ethernet port");
-        assert_eq!(eth.mac(), OUR_MAC);
-        eth.add_address(ip("WIRE_ADDR")).unwrap();
-        Net { eth, clock: StdClock::default() }
-    }
-
-    /// One pass: answer ARP, learn, retire sends.
-    fn poll(&mut self) {
-        self.eth.poll_eth(self.clock.now_ns()).expect("poll_eth");
-    }
-
-    /// The peer's MAC, by ARP (or from the table, if the peer asked for ours first).
-    fn peer_mac(&mut self) -> Mac {
-        self.eth.resolve(ip("WIRE_PEER"), &self.clock).expect("ARP for the peer")
-    }
-
-    /// The kernel learned our MAC for our address by ARP (not a permanent entry), and we
-    /// learned the peer's real MAC; `reachable`: the kernel's entry is confirmed (REACHABLE),
-    /// as after it resolved us itself and we answered.
-    fn check_learned(&mut self, reachable: bool) {
-        let (mac, states) = kernel_neighbour().expect("the kernel has a neighbour entry for us");
-        assert_eq!(mac, mac_text(OUR_MAC), "the kernel's entry for us: {states:?}");
-        assert!(!states.iter().any(|s| s == "PERMANENT" || s == "NOARP"), "{states:?}");
-        assert!(!states.iter().any(|s| s == "FAILED" || s == "INCOMPLETE"), "{states:?}");
-        let s = self.eth.arp_stats();
-        if reachable {
-            assert!(states.iter().any(|s| s == "REACHABLE"), "{states:?}");
-            assert!(s.replied >= 1, "we answered the kernel's ARP: {s:?}");
-        } else {
-            // Learned from our request (STALE, then confirmed if rxe sent long enough for
-            // the kernel to probe us: we answer those too), or from its own request.
-            assert!(s.requests_sent + s.replied >= 1, "{s:?}");
-        }
-        assert_eq!((s.malformed, s.conflicts, s.unreachable), (0, 0, 0), "{s:?}");
-        assert_eq!(self.peer_mac(), peer_mac("wp"), "the MAC ARP gave is the peer's interface's");
-        let e = self.eth.stats();
-        assert_eq!((e.rx_errors, e.tx_errors, e.tx_dropped), (0, 0, 0), "{e:?}");
-    }
+    gid_index(&env("WIRE_PEER_DEV"), &mapped(theirs()))
 }
 
 fn wait_send<'r, S: SendQueue<'r>>(q: &mut S, n: usize, net: &mut Net<'_>) -> Vec<Completion> {
@@ -169,13 +64,7 @@ fn wait_send<'r, S: SendQueue<'r>>(q: &mut S, n: usize, net: &mut Net<'_>) -> Ve
 }
 
 fn wait_recv<'r, R: RecvQueue<'r>>(q: &mut R, net: &mut Net<'_>) -> Completion {
-    let mut out = [Completion::default(); 1];
-    let start = Instant::now();
-    while q.poll_recv(&mut out).expect("poll_recv") == 0 {
-        net.poll();
-        assert!(start.elapsed() < PATIENCE, "no receive completion");
-    }
-    out[0]
+    recv_one(q, PATIENCE, || net.poll())
 }
 
 /// A TCP control stream read in short slices, the Ethernet port polled between them (the
@@ -254,166 +143,9 @@ fn accept(l: &TcpListener, net: &mut Net<'_>) -> Ctl {
 }
 
 /// Wait for a peer program, polling the port; fail unless it exited 0 (its output shown).
-fn finish(mut child: Child, what: &str, net: &mut Net<'_>) {
-    let start = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
-        net.poll();
-        assert!(start.elapsed() < 2 * PATIENCE, "{what} did not exit");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    rdma_pmd_mlx5_model::peers::guest::finish(child, what);
-}
-
-fn contents(d: &DestBuf<'_>, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    d.read(0, &mut v).unwrap();
-    v
-}
-
-/// Our side: the model on our end of the wire (its frames recorded to
-/// `<WIRE_PCAP_DIR>/<name>.pcap`), the driver on it with our address programmed as GID 0.
-fn model_on_wire(name: &str) -> Model {
-    let (sock, pcap, _) = wire_port(name);
-    Model::with_config(model_config().with_port(PcapTap::new(sock, pcap))).expect("model")
-}
-
-fn model_config() -> ModelConfig {
-    let gids = vec![Gid { gid: mapped(ip("WIRE_ADDR")), mac: OUR_MAC.0 }];
-    ModelConfig { gids, ..ModelConfig::default() }
-}
-
-/// The socket on our end of the wire, the capture `<WIRE_PCAP_DIR>/<name>.pcap` and its path.
-fn wire_port(name: &str) -> (PacketSocket, SharedPcap, PathBuf) {
-    let sock = PacketSocket::open(&env("WIRE_IF"), None).expect("AF_PACKET socket");
-    let dir = PathBuf::from(env("WIRE_PCAP_DIR"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.pcap"));
-    let pcap = PcapTap::<PacketSocket>::shared(&path).unwrap();
-    (sock, pcap, path)
-}
-
-/// A RoCE v2 frame (UDP port 4791, parsed to its ICRC) and whether its ICRC is right.
-fn roce_icrc(frame: &[u8]) -> Option<bool> {
-    match RocePacket::parse(frame) {
-        Ok(_) => Some(true),
-        Err(Malformed::Icrc { .. }) => Some(false),
-        Err(_) => None,
-    }
-}
-
-/// Between the fault schedule and the capture, so that the capture holds what is really on
-/// the wire: each RoCE frame that goes out with a bad ICRC gets its capture frame number (as
-/// tshark counts, from 1) appended to `<pcap>.injected`. Every frame the model hands to the
-/// schedule is checked first ([`Faults::bad_from_model`] must stay 0), so the frames noted
-/// here are exactly those the schedule corrupted; the `wire` tier tolerates those numbers,
-/// and only those, failing to dissect.
-struct Marked {
-    inner: PcapTap<PacketSocket>,
-    pcap: SharedPcap,
-    injected: PathBuf,
-}
-
-impl Port for Marked {
-    fn send(&mut self, frame: &[u8]) -> Result<(), PortError> {
-        if roce_icrc(frame) == Some(false) {
-            let n = self.pcap.lock().unwrap_or_else(|e| e.into_inner()).frames() + 1;
-            let mut f = OpenOptions::new().create(true).append(true).open(&self.injected).unwrap();
-            writeln!(f, "{n}").unwrap();
-        }
-        self.inner.send(frame)
-    }
-
-    fn recv(&mut self) -> Result<Option<Vec<u8>>, PortError> {
-        self.inner.recv()
-    }
-}
-
-/// Our port under a seeded fault schedule ([`FaultPort`]: drops, duplicates, reordering,
-/// ICRC corruption) on what we send and, with its own plan and stream, on what we receive
-/// (taken from the socket after the capture: the capture shows the wire, the model sees the
-/// faults). The schedule applies to RoCE v2 frames only: ARP passes untouched both ways (a
-/// corrupted ARP reply would teach the kernel a wrong MAC, which tests the kernel, not our
-/// transport). The test keeps a handle to read and change the schedule.
-#[derive(Clone)]
-struct Faults {
-    port: Arc<Mutex<FaultPort<Marked>>>,
-    bad_from_model: Arc<AtomicU64>,
-    sched: Schedule,
-}
-
-impl Faults {
-    fn lock(&self) -> std::sync::MutexGuard<'_, FaultPort<Marked>> {
-        self.port.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Port for Faults {
-    fn send(&mut self, frame: &[u8]) -> Result<(), PortError> {
-        let mut p = self.lock();
-        match roce_icrc(frame) {
-            None => p.inner_mut().send(frame),
-            Some(good) => {
-                if !good {
-                    self.bad_from_model.fetch_add(1, Ordering::Relaxed);
-                }
-                p.send(frame)
-            }
-        }
-    }
-
-    fn recv(&mut self) -> Result<Option<Vec<u8>>, PortError> {
-        self.lock().recv()
-    }
-}
-
-/// A fault schedule for our side of the wire: what we send, what we receive, the seed (the
-/// receive stream is drawn from the seed's successor, so the two differ).
-#[derive(Clone, Copy, Debug)]
-struct Schedule {
-    send: FaultPlan,
-    recv: FaultPlan,
-    seed: u64,
-}
-
-impl Schedule {
-    /// 1% of each fault on what we send.
-    fn sends(seed: u64) -> Schedule {
-        Schedule { send: FaultPlan::uniform(10_000), recv: FaultPlan::none(), seed }
-    }
-
-    /// 1% of each fault on what we send and on what we receive.
-    fn both_ways(seed: u64) -> Schedule {
-        Schedule { recv: FaultPlan::uniform(10_000), ..Schedule::sends(seed) }
-    }
-}
-
-/// [`model_on_wire`] with our side of the wire under `sched`.
-fn model_with_faults(name: &str, sched: Schedule) -> (Model, Faults) {
-    let (sock, pcap, path) = wire_port(name);
-    let mut injected = path.into_os_string();
-    injected.push(".injected");
-    let injected = PathBuf::from(injected);
-    let _ = std::fs::remove_file(&injected);
-    let marked = Marked { inner: PcapTap::new(sock, pcap.clone()), pcap, injected };
-    let faults = Faults {
-        port: Arc::new(Mutex::new(
-            FaultPort::new(marked, sched.send, sched.seed)
-                .with_recv_plan(sched.recv, sched.seed.wrapping_add(1))
-                .exempt_received(Exempt::NonRoce),
-        )),
-        bad_from_model: Arc::new(AtomicU64::new(0)),
-        sched,
-    };
-    let model = Model::with_config(model_config().with_port(faults.clone())).expect("model");
-    (model, faults)
-}
-
-/// Open the driver on `model` and give the port our address.
-fn driver(model: &Model) -> Dev {
-    let dev = open(model);
-    dev.set_gid(0, IpAddr::V4(ip("WIRE_ADDR"))).expect("SET_ROCE_ADDRESS");
-    assert_eq!(dev.mac().expect("the port's MAC"), OUR_MAC);
-    dev
+fn finish(child: Child, what: &str, net: &mut Net<'_>) {
+    let (ok, out) = await_exit(child, what, 2 * PATIENCE, || net.poll());
+    assert!(ok, "{what} failed: {out}");
 }
 
 /// The peers' connection parameters: every remote right, a 1024-byte path MTU.
@@ -455,25 +187,11 @@ const PP_ITERS: u32 = 100;
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
 fn on_wire_ibv_rc_pingpong_server_echoes_the_driver() {
-    let model = model_on_wire("ibv_rc_pingpong_server_echoes_the_driver");
-    let dev = driver(&model);
-    let mut net = Net::new(&dev);
-    let gidx = peer_gidx();
-    let (gidx, size, iters) = (gidx.to_string(), PP_SIZE.to_string(), PP_ITERS.to_string());
-    let peer_dev = env("WIRE_PEER_DEV");
-    let server = spawn_in_peer(&[
-        "ibv_rc_pingpong",
-        "-d",
-        &peer_dev,
-        "-g",
-        &gidx,
-        "-s",
-        &size,
-        "-n",
-        &iters,
-        "-p",
-        "18520",
-    ]);
+    on_wire("ibv_rc_pingpong_server_echoes_the_driver", None, pingpong_client);
+}
+
+fn pingpong_client(dev: &Dev, net: &mut Net<'_>, _: Option<&Faults>) {
+    let server = peer_runs(&pingpong_cmd(18520));
     let tx = dev.reg(PP_SIZE, Access::LOCAL_WRITE).unwrap();
     let mut rx = dev.reg(PP_SIZE, Access::LOCAL_WRITE).unwrap();
     let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
@@ -483,7 +201,7 @@ fn on_wire_ibv_rc_pingpong_server_echoes_the_driver() {
     ctl.write_all(&ours.to_msg());
     // The server moves its QP to RTR before it answers: its kernel resolves our MAC now, and
     // we learn the server's from its request.
-    let m = ctl.read_exact(pingpong::MSG_LEN, &mut net);
+    let m = ctl.read_exact(pingpong::MSG_LEN, net);
     let theirs =
         pingpong::Dest::parse(m.as_slice().try_into().unwrap()).expect("the server's address");
     let peer = net.peer_mac();
@@ -499,8 +217,8 @@ fn on_wire_ibv_rc_pingpong_server_echoes_the_driver() {
         tx.write(0, &msg).unwrap();
         let p = qp.post_recv(u64::from(i), d).map_err(|r| r.error).unwrap();
         qp.post_sendv(u64::from(i), &[tx.slice(0, PP_SIZE).unwrap()], SIG).unwrap();
-        ok_send(&mut qp, u64::from(i), &mut net);
-        let c = wait_recv(&mut qp, &mut net);
+        ok_send(&mut qp, u64::from(i), net);
+        let c = wait_recv(&mut qp, net);
         assert_eq!(
             (c.wr_id, c.status, c.opcode, c.byte_len as usize),
             (u64::from(i), WcStatus::Success, WcOpcode::Recv, PP_SIZE)
@@ -508,7 +226,7 @@ fn on_wire_ibv_rc_pingpong_server_echoes_the_driver() {
         d = p.reclaim(&qp).unwrap_or_else(|_| panic!("receive {i} handed back"));
         assert!(contents(&d, PP_SIZE) == msg, "reply {i} is our message byte for byte");
     }
-    finish(server, "ibv_rc_pingpong (server)", &mut net);
+    finish(server, "ibv_rc_pingpong (server)", net);
     net.check_learned(false);
 }
 
@@ -517,31 +235,22 @@ fn on_wire_ibv_rc_pingpong_server_echoes_the_driver() {
 #[test]
 #[ignore = "needs the wire tier's veth pair and an rxe peer"]
 fn on_wire_ibv_rc_pingpong_client_is_echoed_by_the_driver() {
-    let model = model_on_wire("ibv_rc_pingpong_client_is_echoed_by_the_driver");
-    let dev = driver(&model);
-    let mut net = Net::new(&dev);
+    on_wire("ibv_rc_pingpong_client_is_echoed_by_the_driver", None, pingpong_server);
+}
+
+/// `ibv_rc_pingpong`'s command line on the peer's device, the control link on `port`.
+fn pingpong_cmd(port: u16) -> String {
+    let (d, g) = (env("WIRE_PEER_DEV"), peer_gidx());
+    format!("ibv_rc_pingpong -d {d} -g {g} -s {PP_SIZE} -n {PP_ITERS} -p {port}")
+}
+
+fn pingpong_server(dev: &Dev, net: &mut Net<'_>, _: Option<&Faults>) {
     // We ask first: the client's kernel learns our MAC from our request.
     let peer = net.peer_mac();
     assert_eq!(net.eth.arp_stats().requests_sent, 1);
-    let gidx = peer_gidx();
-    let (gidx, size, iters) = (gidx.to_string(), PP_SIZE.to_string(), PP_ITERS.to_string());
-    let peer_dev = env("WIRE_PEER_DEV");
     let listener = TcpListener::bind(("0.0.0.0", 18521)).expect("listen");
-    let client = spawn_in_peer(&[
-        "ibv_rc_pingpong",
-        "-d",
-        &peer_dev,
-        "-g",
-        &gidx,
-        "-s",
-        &size,
-        "-n",
-        &iters,
-        "-p",
-        "18521",
-        &ip_str("WIRE_CTL_ADDR"),
-    ]);
-    let mut ctl = accept(&listener, &mut net);
+    let client = peer_runs(&format!("{} {}", pingpong_cmd(18521), ip("WIRE_CTL_ADDR")));
+    let mut ctl = accept(&listener, net);
     let tx = dev.reg(PP_SIZE, Access::LOCAL_WRITE).unwrap();
     let mut rx = dev.reg(PP_SIZE, Access::LOCAL_WRITE).unwrap();
     let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
@@ -550,17 +259,17 @@ fn on_wire_ibv_rc_pingpong_client_is_echoed_by_the_driver() {
     qp.init(&opts(0, 0)).unwrap();
     let mut d = rx.dest().unwrap();
     let mut p = qp.post_recv(0, d).map_err(|r| r.error).unwrap();
-    let m = ctl.read_exact(pingpong::MSG_LEN, &mut net);
+    let m = ctl.read_exact(pingpong::MSG_LEN, net);
     let theirs =
         pingpong::Dest::parse(m.as_slice().try_into().unwrap()).expect("the client's address");
     let psn = first_psn();
     connect(&mut qp, (theirs.qpn, theirs.psn, theirs.gid), peer, psn);
     let ours = pingpong::Dest { lid: 0, qpn: qp.qp_num().0, psn, gid: mapped(ip("WIRE_ADDR")) };
     ctl.write_all(&ours.to_msg());
-    let done = ctl.read_exact(pingpong::DONE.len(), &mut net);
+    let done = ctl.read_exact(pingpong::DONE.len(), net);
     assert_eq!(&done[..], pingpong::DONE);
     for i in 0..PP_ITERS {
-        let c = wait_recv(&mut qp, &mut net);
+        let c = wait_recv(&mut qp, net);
         assert_eq!(
             (c.wr_id, c.status, c.byte_len as usize),
             (u64::from(i), WcStatus::Success, PP_SIZE),
@@ -572,48 +281,22 @@ fn on_wire_ibv_rc_pingpong_client_is_echoed_by_the_driver() {
         tx.write(0, &got).unwrap();
         p = qp.post_recv(u64::from(i + 1), d).map_err(|r| r.error).unwrap();
         qp.post_sendv(u64::from(i), &[tx.slice(0, PP_SIZE).unwrap()], SIG).unwrap();
-        ok_send(&mut qp, u64::from(i), &mut net);
+        ok_send(&mut qp, u64::from(i), net);
     }
-    finish(client, "ibv_rc_pingpong (client)", &mut net);
+    finish(client, "ibv_rc_pingpong (client)", net);
     drop(p);
     net.check_learned(false);
-}
-
-fn ip_str(k: &str) -> String {
-    ip(k).to_string()
 }
 
 fn be_u64(d: &DestBuf<'_>) -> u64 {
     u64::from_be_bytes(contents(d, 8).try_into().unwrap())
 }
 
-/// Our side of a C peer test: the model on the wire (with our sends under a fault schedule, if
-/// given), the driver on it, its Ethernet port.
-fn our_side(name: &str, faults: Option<Schedule>) -> (Model, Option<Faults>) {
-    match faults {
-        None => (model_on_wire(name), None),
-        Some(sched) => {
-            let (m, f) = model_with_faults(name, sched);
-            (m, Some(f))
-        }
-    }
-}
-
-/// After a test under faults: the schedule did act, and every bad ICRC on the wire was its own.
-fn check_faults(f: &Faults) {
-    let (c, r) = {
-        let p = f.lock();
-        (p.counts(), p.recv_counts())
-    };
-    eprintln!("fault schedule {:?}: sent {c:?}, received {r:?}", f.sched);
-    for (plan, c) in [(f.sched.send, c), (f.sched.recv, r)] {
-        if plan != FaultPlan::none() {
-            assert!(c.frames > 0 && c.forwarded > 0, "{c:?}");
-            let n = c.dropped + c.corrupted + c.duplicated + c.reordered;
-            assert!(n > 0, "no fault happened: {c:?}");
-        }
-    }
-    assert_eq!(f.bad_from_model.load(Ordering::Relaxed), 0, "the model sent a bad ICRC itself");
+/// The C peer's command line (`examples/c/wire_peer.c`) on the peer's device as `role`, its
+/// control link on `port`, then `rest`.
+fn wire_peer_cmd(role: &str, port: u16, rest: &str) -> String {
+    let (d, g) = (env("WIRE_PEER_DEV"), peer_gidx());
+    format!("/t/wire_peer -d {d} -g {g} -r {role} -p {port} {rest}")
 }
 
 /// Poll a while longer: no completion may come twice (or late).
@@ -662,113 +345,102 @@ fn on_wire_the_plan_survives_faults_both_ways() {
     );
 }
 
-fn initiator_side(name: &str, port: u16, faults: Option<Schedule>) {
+fn initiator_side(name: &str, port: u16, sched: Option<Schedule>) {
     use wire_peer::*;
-    let (model, faults) = our_side(name, faults);
-    let dev = driver(&model);
-    let mut net = Net::new(&dev);
-    // We ask first: the target's kernel learns our MAC from our request.
-    let peer = net.peer_mac();
-    let gidx = peer_gidx();
-    let (gidx, peer_dev, port_s) = (gidx.to_string(), env("WIRE_PEER_DEV"), port.to_string());
-    // The C peer's -s: both sides derive the plan's bytes from it.
-    let seed = 3u32;
-    let seed_s = seed.to_string();
-    let target = spawn_in_peer(&[
-        "/t/wire_peer",
-        "-d",
-        &peer_dev,
-        "-g",
-        &gidx,
-        "-r",
-        "target",
-        "-p",
-        &port_s,
-        "-s",
-        &seed_s,
-    ]);
-    let local = dev.reg(DATA_LEN, Access::LOCAL_WRITE).unwrap();
-    let mut rd = dev.reg(DATA_LEN + 64, Access::LOCAL_WRITE).unwrap();
-    let data: Vec<u8> = (0..DATA_LEN as u64).map(|i| pattern(seed, i)).collect();
-    local.write(0, &data).unwrap();
-    let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
-    let psn = first_psn();
-    let mut ctl = Ctl::new(connect_ctl(port));
-    let ours =
-        Dest { qpn: qp.qp_num().0, psn, gid: mapped(ip("WIRE_ADDR")), addr: 0, rkey: 0, len: 0 };
-    ctl.write_all(ours.line().as_bytes());
-    let theirs = Dest::parse(&ctl.read_line(&mut net)).expect("the target's line");
-    connect(&mut qp, (theirs.qpn, theirs.psn, theirs.gid), peer, psn);
-    let remote = RemoteBuf::new(theirs.addr, Rkey(theirs.rkey));
-    for (k, (off, len)) in pieces().into_iter().enumerate() {
-        let id = 10 + k as u64;
-        qp.post_writev(id, &[local.slice(off, len).unwrap()], SIG, remote.offset(off as u64))
-            .unwrap();
-        ok_send(&mut qp, id, &mut net);
-    }
-    let mut rest = rd.dest().unwrap();
-    for (k, (off, len)) in pieces().into_iter().enumerate() {
-        let tail = rest.split_off(len).unwrap();
-        let id = 100 + k as u64;
-        let p =
-            qp.post_read(id, rest, SIG, remote.offset(off as u64)).map_err(|r| r.error).unwrap();
-        let c = ok_send(&mut qp, id, &mut net);
-        assert_eq!((c.opcode, c.byte_len as usize), (WcOpcode::RdmaRead, len));
-        let back = p.reclaim(&qp).unwrap_or_else(|_| panic!("READ {k} handed back"));
-        assert!(
-            contents(&back, len) == data[off..off + len],
-            "READ of piece {k} ({len} bytes at {off})"
-        );
-        rest = tail;
-    }
-    for (k, &len) in SENDS.iter().enumerate() {
-        let msg: Vec<u8> = (0..len as u64).map(|i| pattern(seed + 1 + k as u32, i)).collect();
-        local.write(0, &msg).unwrap();
-        let id = 200 + k as u64;
-        qp.post_sendv(id, &[local.slice(0, len).unwrap()], SIG).unwrap();
-        ok_send(&mut qp, id, &mut net);
-    }
-    local.write(0, &data[..IMM_WRITE.0 + IMM_WRITE.1]).unwrap();
-    let (off, len) = IMM_WRITE;
-    qp.post_write_imm(
-        300,
-        &[local.slice(off, len).unwrap()],
-        SIG,
-        remote.offset(off as u64),
-        IMM_VALUE,
-    )
-    .unwrap();
-    ok_send(&mut qp, 300, &mut net);
-    let at = remote.offset(ATOMIC_OFF as u64);
-    let mut results = [0u64; 3];
-    for (k, r) in results.iter_mut().enumerate() {
-        let tail = rest.split_off(8).unwrap();
-        let id = 900 + k as u64;
-        let p = match k {
-            0 => qp.post_faa(id, rest, SIG, at, 5),
-            1 => qp.post_cas(id, rest, SIG, at, ATOMIC_INIT + 5, 0xdead_beef),
-            _ => qp.post_faa(id, rest, SIG, at, 1),
+    on_wire(name, sched, |dev, net, _| {
+        // We ask first: the target's kernel learns our MAC from our request.
+        let peer = net.peer_mac();
+        // The C peer's -s: both sides derive the plan's bytes from it.
+        let seed = 3u32;
+        let target = peer_runs(&wire_peer_cmd("target", port, &format!("-s {seed}")));
+        let local = dev.reg(DATA_LEN, Access::LOCAL_WRITE).unwrap();
+        let mut rd = dev.reg(DATA_LEN + 64, Access::LOCAL_WRITE).unwrap();
+        let data: Vec<u8> = (0..DATA_LEN as u64).map(|i| pattern(seed, i)).collect();
+        local.write(0, &data).unwrap();
+        let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
+        let psn = first_psn();
+        let mut ctl = Ctl::new(connect_ctl(port));
+        let ours = Dest {
+            qpn: qp.qp_num().0,
+            psn,
+            gid: mapped(ip("WIRE_ADDR")),
+            addr: 0,
+            rkey: 0,
+            len: 0,
+        };
+        ctl.write_all(ours.line().as_bytes());
+        let theirs = Dest::parse(&ctl.read_line(net)).expect("the target's line");
+        connect(&mut qp, (theirs.qpn, theirs.psn, theirs.gid), peer, psn);
+        let remote = RemoteBuf::new(theirs.addr, Rkey(theirs.rkey));
+        for (k, (off, len)) in pieces().into_iter().enumerate() {
+            let id = 10 + k as u64;
+            qp.post_writev(id, &[local.slice(off, len).unwrap()], SIG, remote.offset(off as u64))
+                .unwrap();
+            ok_send(&mut qp, id, net);
         }
-        .map_err(|r| r.error)
+        let mut rest = rd.dest().unwrap();
+        for (k, (off, len)) in pieces().into_iter().enumerate() {
+            let tail = rest.split_off(len).unwrap();
+            let id = 100 + k as u64;
+            let p = qp
+                .post_read(id, rest, SIG, remote.offset(off as u64))
+                .map_err(|r| r.error)
+                .unwrap();
+            let c = ok_send(&mut qp, id, net);
+            assert_eq!((c.opcode, c.byte_len as usize), (WcOpcode::RdmaRead, len));
+            let back = p.reclaim(&qp).unwrap_or_else(|_| panic!("READ {k} handed back"));
+            assert!(
+                contents(&back, len) == data[off..off + len],
+                "READ of piece {k} ({len} bytes at {off})"
+            );
+            rest = tail;
+        }
+        for (k, &len) in SENDS.iter().enumerate() {
+            let msg: Vec<u8> = (0..len as u64).map(|i| pattern(seed + 1 + k as u32, i)).collect();
+            local.write(0, &msg).unwrap();
+            let id = 200 + k as u64;
+            qp.post_sendv(id, &[local.slice(0, len).unwrap()], SIG).unwrap();
+            ok_send(&mut qp, id, net);
+        }
+        local.write(0, &data[..IMM_WRITE.0 + IMM_WRITE.1]).unwrap();
+        let (off, len) = IMM_WRITE;
+        qp.post_write_imm(
+            300,
+            &[local.slice(off, len).unwrap()],
+            SIG,
+            remote.offset(off as u64),
+            IMM_VALUE,
+        )
         .unwrap();
-        ok_send(&mut qp, id, &mut net);
-        *r = be_u64(&p.reclaim(&qp).unwrap_or_else(|_| panic!("atomic {k} handed back")));
-        rest = tail;
-    }
-    assert_eq!(
-        results,
-        [ATOMIC_INIT, ATOMIC_INIT + 5, 0xdead_beef],
-        "the atomics' original values (each executed once)"
-    );
-    no_more(&mut qp, &mut net);
-    ctl.write_all(b"done\n");
-    let verdict = ctl.read_line(&mut net);
-    finish(target, "wire_peer (target)", &mut net);
-    assert_eq!(verdict.trim(), "ok", "the C peer checked its side");
-    net.check_learned(false);
-    if let Some(f) = &faults {
-        check_faults(f);
-    }
+        ok_send(&mut qp, 300, net);
+        let at = remote.offset(ATOMIC_OFF as u64);
+        let mut results = [0u64; 3];
+        for (k, r) in results.iter_mut().enumerate() {
+            let tail = rest.split_off(8).unwrap();
+            let id = 900 + k as u64;
+            let p = match k {
+                0 => qp.post_faa(id, rest, SIG, at, 5),
+                1 => qp.post_cas(id, rest, SIG, at, ATOMIC_INIT + 5, 0xdead_beef),
+                _ => qp.post_faa(id, rest, SIG, at, 1),
+            }
+            .map_err(|r| r.error)
+            .unwrap();
+            ok_send(&mut qp, id, net);
+            *r = be_u64(&p.reclaim(&qp).unwrap_or_else(|_| panic!("atomic {k} handed back")));
+            rest = tail;
+        }
+        assert_eq!(
+            results,
+            [ATOMIC_INIT, ATOMIC_INIT + 5, 0xdead_beef],
+            "the atomics' original values (each executed once)"
+        );
+        no_more(&mut qp, net);
+        ctl.write_all(b"done\n");
+        let verdict = ctl.read_line(net);
+        finish(target, "wire_peer (target)", net);
+        assert_eq!(verdict.trim(), "ok", "the C peer checked its side");
+        net.check_learned(false);
+    });
 }
 
 /// The driver's region as the target of the C peer's plan (the mirror of the test above): the
@@ -824,137 +496,111 @@ struct Target {
 
 fn target_side(name: &str, port: u16, t: Target) {
     use wire_peer::*;
-    let (model, faults) = our_side(name, t.faults);
-    let dev = driver(&model);
-    let mut net = Net::new(&dev);
-    if t.static_neighbours {
-        static_neighbour();
-        net.eth.set_static(ip("WIRE_PEER"), peer_mac("wp")).unwrap();
-    }
-    let gidx = peer_gidx();
-    let seed = 5u32;
-    let seed_s = seed.to_string();
-    let region = dev.reg(REGION_LEN, ALL).unwrap();
-    // The HCA keeps an atomic's operand big-endian.
-    region.write(ATOMIC_OFF, &ATOMIC_INIT.to_be_bytes()).unwrap();
-    let mut rx = dev.reg(RECV_SLOT * (SENDS.len() + 1), Access::LOCAL_WRITE).unwrap();
-    let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
-    qp.init(&opts(0, 0)).unwrap();
-    let mut rest = rx.dest().unwrap();
-    let mut posted = Vec::new();
-    for k in 0..=SENDS.len() {
-        let tail = if k < SENDS.len() { Some(rest.split_off(RECV_SLOT).unwrap()) } else { None };
-        posted.push(qp.post_recv(500 + k as u64, rest).map_err(|r| r.error).unwrap());
-        match tail {
-            Some(t) => rest = t,
-            None => break,
+    on_wire(name, t.faults, |dev, net, _| {
+        if t.static_neighbours {
+            peer_knows_us();
+            net.eth.set_static(ip("WIRE_PEER"), peer_mac("wp")).unwrap();
         }
-    }
-    let listener = TcpListener::bind(("0.0.0.0", port)).expect("listen");
-    let (gidx, peer_dev, port_s, host) =
-        (gidx.to_string(), env("WIRE_PEER_DEV"), port.to_string(), ip_str("WIRE_CTL_ADDR"));
-    let mut args = vec![
-        "/t/wire_peer",
-        "-d",
-        &peer_dev,
-        "-g",
-        &gidx,
-        "-r",
-        "initiator",
-        "-p",
-        &port_s,
-        "-s",
-        &seed_s,
-    ];
-    if t.bad_rkey {
-        args.push("--bad-rkey");
-    }
-    args.push(&host);
-    let initiator = spawn_in_peer(&args);
-    let mut ctl = accept(&listener, &mut net);
-    let theirs = Dest::parse(&ctl.read_line(&mut net)).expect("the initiator's line");
-    let psn = first_psn();
-    // The peer's MAC: the static entry, or by ARP (the initiator moves its QP to RTR only
-    // after our line, so we ask first).
-    let peer = net.peer_mac();
-    connect(&mut qp, (theirs.qpn, theirs.psn, theirs.gid), peer, psn);
-    let remote = region.remote(0);
-    let ours = Dest {
-        qpn: qp.qp_num().0,
-        psn,
-        gid: mapped(ip("WIRE_ADDR")),
-        addr: remote.addr,
-        rkey: remote.rkey.0,
-        len: REGION_LEN as u32,
-    };
-    ctl.write_all(ours.line().as_bytes());
-    let said = ctl.read_line(&mut net);
-    let mut data = vec![0u8; DATA_LEN];
-    region.read(0, &mut data).unwrap();
-    let verdict: Result<(), String> = if t.bad_rkey {
-        assert_eq!(said.trim(), "badkey");
-        match data.iter().position(|&b| b != 0) {
-            None => Ok(()),
-            Some(i) => Err(format!("byte {i} written under a wrong rkey")),
-        }
-    } else {
-        assert_eq!(said.trim(), "done", "the initiator finished its plan");
-        let mut why = None;
-        for (k, &len) in SENDS.iter().enumerate() {
-            let c = wait_recv(&mut qp, &mut net);
-            assert_eq!((c.wr_id, c.status), (500 + k as u64, WcStatus::Success), "{c:?}");
-            assert_eq!(c.byte_len as usize, len, "{c:?}");
-        }
-        let c = wait_recv(&mut qp, &mut net);
-        let k = SENDS.len() as u64;
-        assert_eq!((c.wr_id, c.status), (500 + k, WcStatus::Success), "{c:?}");
-        assert_eq!((c.opcode, c.imm), (WcOpcode::RecvRdmaWithImm, Some(IMM_VALUE)), "{c:?}");
-        for (k, p) in posted.drain(..).enumerate() {
-            let slot = p.reclaim(&qp).unwrap_or_else(|_| panic!("receive {k} handed back"));
-            if k < SENDS.len() {
-                let want: Vec<u8> =
-                    (0..SENDS[k] as u64).map(|i| pattern(seed + 1 + k as u32, i)).collect();
-                if contents(&slot, SENDS[k]) != want {
-                    why.get_or_insert(format!("receive {k}"));
-                }
+        let seed = 5u32;
+        let region = dev.reg(REGION_LEN, ALL).unwrap();
+        // The HCA keeps an atomic's operand big-endian.
+        region.write(ATOMIC_OFF, &ATOMIC_INIT.to_be_bytes()).unwrap();
+        let mut rx = dev.reg(RECV_SLOT * (SENDS.len() + 1), Access::LOCAL_WRITE).unwrap();
+        let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
+        qp.init(&opts(0, 0)).unwrap();
+        let mut rest = rx.dest().unwrap();
+        let mut posted = Vec::new();
+        for k in 0..=SENDS.len() {
+            let tail =
+                if k < SENDS.len() { Some(rest.split_off(RECV_SLOT).unwrap()) } else { None };
+            posted.push(qp.post_recv(500 + k as u64, rest).map_err(|r| r.error).unwrap());
+            match tail {
+                Some(t) => rest = t,
+                None => break,
             }
         }
-        if let Some(i) = (0..DATA_LEN).find(|&i| data[i] != pattern(seed, i as u64)) {
-            why.get_or_insert(format!("region byte {i}"));
+        let listener = TcpListener::bind(("0.0.0.0", port)).expect("listen");
+        let bad_rkey = if t.bad_rkey { " --bad-rkey" } else { "" };
+        let rest = format!("-s {seed}{bad_rkey} {}", ip("WIRE_CTL_ADDR"));
+        let initiator = peer_runs(&wire_peer_cmd("initiator", port, &rest));
+        let mut ctl = accept(&listener, net);
+        let theirs = Dest::parse(&ctl.read_line(net)).expect("the initiator's line");
+        let psn = first_psn();
+        // The peer's MAC: the static entry, or by ARP (the initiator moves its QP to RTR only
+        // after our line, so we ask first).
+        let peer = net.peer_mac();
+        connect(&mut qp, (theirs.qpn, theirs.psn, theirs.gid), peer, psn);
+        let remote = region.remote(0);
+        let ours = Dest {
+            qpn: qp.qp_num().0,
+            psn,
+            gid: mapped(ip("WIRE_ADDR")),
+            addr: remote.addr,
+            rkey: remote.rkey.0,
+            len: REGION_LEN as u32,
+        };
+        ctl.write_all(ours.line().as_bytes());
+        let said = ctl.read_line(net);
+        let mut data = vec![0u8; DATA_LEN];
+        region.read(0, &mut data).unwrap();
+        let verdict: Result<(), String> = if t.bad_rkey {
+            assert_eq!(said.trim(), "badkey");
+            match data.iter().position(|&b| b != 0) {
+                None => Ok(()),
+                Some(i) => Err(format!("byte {i} written under a wrong rkey")),
+            }
+        } else {
+            assert_eq!(said.trim(), "done", "the initiator finished its plan");
+            let mut why = None;
+            for (k, &len) in SENDS.iter().enumerate() {
+                let c = wait_recv(&mut qp, net);
+                assert_eq!((c.wr_id, c.status), (500 + k as u64, WcStatus::Success), "{c:?}");
+                assert_eq!(c.byte_len as usize, len, "{c:?}");
+            }
+            let c = wait_recv(&mut qp, net);
+            let k = SENDS.len() as u64;
+            assert_eq!((c.wr_id, c.status), (500 + k, WcStatus::Success), "{c:?}");
+            assert_eq!((c.opcode, c.imm), (WcOpcode::RecvRdmaWithImm, Some(IMM_VALUE)), "{c:?}");
+            for (k, p) in posted.drain(..).enumerate() {
+                let slot = p.reclaim(&qp).unwrap_or_else(|_| panic!("receive {k} handed back"));
+                if k < SENDS.len() {
+                    let want: Vec<u8> =
+                        (0..SENDS[k] as u64).map(|i| pattern(seed + 1 + k as u32, i)).collect();
+                    if contents(&slot, SENDS[k]) != want {
+                        why.get_or_insert(format!("receive {k}"));
+                    }
+                }
+            }
+            if let Some(i) = (0..DATA_LEN).find(|&i| data[i] != pattern(seed, i as u64)) {
+                why.get_or_insert(format!("region byte {i}"));
+            }
+            let mut w = [0u8; 8];
+            region.read(ATOMIC_OFF, &mut w).unwrap();
+            if u64::from_be_bytes(w) != ATOMIC_FINAL {
+                why.get_or_insert(format!("atomic word {:#x}", u64::from_be_bytes(w)));
+            }
+            why.map_or(Ok(()), Err)
+        };
+        let reply = match &verdict {
+            Ok(()) => "ok\n".to_string(),
+            Err(e) => format!("bad {e}\n"),
+        };
+        ctl.write_all(reply.as_bytes());
+        finish(initiator, "wire_peer (initiator)", net);
+        verdict.unwrap();
+        if t.static_neighbours {
+            let (mac, states) = kernel_neighbour().expect("the permanent entry");
+            assert_eq!(mac, mac_text(OUR_MAC));
+            assert!(states.iter().any(|s| s == "PERMANENT"), "{states:?}");
+            let s = net.eth.arp_stats();
+            assert_eq!((s.requests_sent, s.replied), (0, 0), "no ARP from us: {s:?}");
+            assert_eq!(net.eth.stats().tx_frames, 0, "{:?}", net.eth.stats());
+            // The next tests learn our MAC by ARP again.
+            peer_forgets_us();
+        } else {
+            net.check_learned(false);
         }
-        let mut w = [0u8; 8];
-        region.read(ATOMIC_OFF, &mut w).unwrap();
-        if u64::from_be_bytes(w) != ATOMIC_FINAL {
-            why.get_or_insert(format!("atomic word {:#x}", u64::from_be_bytes(w)));
-        }
-        why.map_or(Ok(()), Err)
-    };
-    let reply = match &verdict {
-        Ok(()) => "ok\n".to_string(),
-        Err(e) => format!("bad {e}\n"),
-    };
-    ctl.write_all(reply.as_bytes());
-    finish(initiator, "wire_peer (initiator)", &mut net);
-    verdict.unwrap();
-    if t.static_neighbours {
-        let (mac, states) = kernel_neighbour().expect("the permanent entry");
-        assert_eq!(mac, mac_text(OUR_MAC));
-        assert!(states.iter().any(|s| s == "PERMANENT"), "{states:?}");
-        let s = net.eth.arp_stats();
-        assert_eq!((s.requests_sent, s.replied), (0, 0), "no ARP from us: {s:?}");
-        assert_eq!(net.eth.stats().tx_frames, 0, "{:?}", net.eth.stats());
-        // The next tests learn our MAC by ARP again.
-        let st = Command::new("ip")
-            .args(["-n", &netns(), "neigh", "del", &env("WIRE_ADDR"), "dev", "wp"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip neigh del");
-    } else {
-        net.check_learned(false);
-    }
-    if let Some(f) = &faults {
-        check_faults(f);
-    }
+    });
 }
 
 /// The peer cut off: after one WRITE completes, every frame we send towards the peer is
@@ -966,77 +612,73 @@ fn target_side(name: &str, port: u16, t: Target) {
 fn on_wire_a_peer_cut_off_ends_in_retry_exceeded_and_flushes_the_rest() {
     use wire_peer::*;
     let none = Schedule { send: FaultPlan::none(), recv: FaultPlan::none(), seed: 0x5eed_0003 };
-    let (model, faults) = model_with_faults("a_peer_cut_off", none);
-    let dev = driver(&model);
-    let mut net = Net::new(&dev);
-    let peer = net.peer_mac();
-    let (gidx, peer_dev) = (peer_gidx().to_string(), env("WIRE_PEER_DEV"));
-    let target = spawn_in_peer(&[
-        "/t/wire_peer",
-        "-d",
-        &peer_dev,
-        "-g",
-        &gidx,
-        "-r",
-        "target",
-        "-p",
-        "18615",
-    ]);
-    let local = dev.reg(RECV_SLOT, Access::LOCAL_WRITE).unwrap();
-    let mut rd = dev.reg(RECV_SLOT + 8, Access::LOCAL_WRITE).unwrap();
-    let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
-    let psn = first_psn();
-    let mut ctl = Ctl::new(connect_ctl(18615));
-    let ours =
-        Dest { qpn: qp.qp_num().0, psn, gid: mapped(ip("WIRE_ADDR")), addr: 0, rkey: 0, len: 0 };
-    ctl.write_all(ours.line().as_bytes());
-    let theirs = Dest::parse(&ctl.read_line(&mut net)).expect("the target's line");
-    assert_eq!(theirs.gid, mapped(ip("WIRE_PEER")));
-    // 4.096 µs × 2^10 ≈ 4 ms (the model bounds it to 10..100 ms), 2 retries.
-    let o = ConnectOpts { timeout: 10, retry_cnt: 2, ..opts(theirs.psn, psn) };
-    let flow = 0xc000 | (theirs.qpn as u16 & 0x3fff);
-    qp.connect_roce_v2(QpNum(theirs.qpn), theirs.gid, peer.0, 0, flow, &o).expect("connect");
-    let remote = RemoteBuf::new(theirs.addr, Rkey(theirs.rkey));
-    qp.post_writev(1, &[local.slice(0, RECV_SLOT).unwrap()], SIG, remote).unwrap();
-    ok_send(&mut qp, 1, &mut net);
-    faults.lock().set_plan(FaultPlan { drop: 1_000_000, ..FaultPlan::none() });
-    let dropped_before = faults.lock().counts().dropped;
-    let start = Instant::now();
-    qp.post_writev(10, &[local.slice(0, RECV_SLOT).unwrap()], SIG, remote).unwrap();
-    let (rd_dest, atomic_dest) = {
-        let mut d = rd.dest().unwrap();
-        let a = d.split_off(RECV_SLOT).unwrap();
-        (d, a)
-    };
-    let pr = qp.post_read(11, rd_dest, SIG, remote).map_err(|r| r.error).unwrap();
-    qp.post_sendv(12, &[local.slice(0, 100).unwrap()], SIG).unwrap();
-    let pa = qp
-        .post_faa(13, atomic_dest, SIG, remote.offset(ATOMIC_OFF as u64), 1)
-        .map_err(|r| r.error)
-        .unwrap();
-    let got = wait_send(&mut qp, 4, &mut net);
-    let took = start.elapsed();
-    let seen: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
-    assert_eq!(
-        seen,
-        [
-            (10, WcStatus::RetryExcErr),
-            (11, WcStatus::WrFlushErr),
-            (12, WcStatus::WrFlushErr),
-            (13, WcStatus::WrFlushErr)
-        ],
-        "{got:?}"
-    );
-    // Three tries (the first and two retries) of at most the model's 100 ms timeout each.
-    assert!(took < Duration::from_secs(3), "retry exceeded only after {took:?}");
-    let dropped = faults.lock().counts().dropped - dropped_before;
-    assert!(dropped >= 3, "the WRITE was sent and retried twice: {dropped} frames dropped");
-    no_more(&mut qp, &mut net);
-    assert!(pr.reclaim(&qp).is_ok(), "the flushed READ's buffer handed back");
-    assert!(pa.reclaim(&qp).is_ok(), "the flushed atomic's buffer handed back");
-    let mut target = target;
-    let _ = target.kill();
-    let _ = target.wait();
-    net.check_learned(false);
-    assert_eq!(faults.bad_from_model.load(Ordering::Relaxed), 0);
+    // The schedule's plans start empty: its check at the end is that the model sent no bad
+    // ICRC of its own.
+    on_wire("a_peer_cut_off", Some(none), |dev, net, faults| {
+        let faults = faults.expect("the test's schedule");
+        let peer = net.peer_mac();
+        let target = peer_runs(&wire_peer_cmd("target", 18615, ""));
+        let local = dev.reg(RECV_SLOT, Access::LOCAL_WRITE).unwrap();
+        let mut rd = dev.reg(RECV_SLOT + 8, Access::LOCAL_WRITE).unwrap();
+        let mut qp: Q<'_, _> = dev.create_qp_with::<64, 16, 4>(&QpConfig::default()).unwrap();
+        let psn = first_psn();
+        let mut ctl = Ctl::new(connect_ctl(18615));
+        let ours = Dest {
+            qpn: qp.qp_num().0,
+            psn,
+            gid: mapped(ip("WIRE_ADDR")),
+            addr: 0,
+            rkey: 0,
+            len: 0,
+        };
+        ctl.write_all(ours.line().as_bytes());
+        let theirs = Dest::parse(&ctl.read_line(net)).expect("the target's line");
+        assert_eq!(theirs.gid, mapped(ip("WIRE_PEER")));
+        // 4.096 µs × 2^10 ≈ 4 ms (the model bounds it to 10..100 ms), 2 retries.
+        let o = ConnectOpts { timeout: 10, retry_cnt: 2, ..opts(theirs.psn, psn) };
+        let flow = 0xc000 | (theirs.qpn as u16 & 0x3fff);
+        qp.connect_roce_v2(QpNum(theirs.qpn), theirs.gid, peer.0, 0, flow, &o).expect("connect");
+        let remote = RemoteBuf::new(theirs.addr, Rkey(theirs.rkey));
+        qp.post_writev(1, &[local.slice(0, RECV_SLOT).unwrap()], SIG, remote).unwrap();
+        ok_send(&mut qp, 1, net);
+        faults.lock().set_plan(FaultPlan { drop: 1_000_000, ..FaultPlan::none() });
+        let dropped_before = faults.lock().counts().dropped;
+        let start = Instant::now();
+        qp.post_writev(10, &[local.slice(0, RECV_SLOT).unwrap()], SIG, remote).unwrap();
+        let (rd_dest, atomic_dest) = {
+            let mut d = rd.dest().unwrap();
+            let a = d.split_off(RECV_SLOT).unwrap();
+            (d, a)
+        };
+        let pr = qp.post_read(11, rd_dest, SIG, remote).map_err(|r| r.error).unwrap();
+        qp.post_sendv(12, &[local.slice(0, 100).unwrap()], SIG).unwrap();
+        let pa = qp
+            .post_faa(13, atomic_dest, SIG, remote.offset(ATOMIC_OFF as u64), 1)
+            .map_err(|r| r.error)
+            .unwrap();
+        let got = wait_send(&mut qp, 4, net);
+        let took = start.elapsed();
+        let seen: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(
+            seen,
+            [
+                (10, WcStatus::RetryExcErr),
+                (11, WcStatus::WrFlushErr),
+                (12, WcStatus::WrFlushErr),
+                (13, WcStatus::WrFlushErr)
+            ],
+            "{got:?}"
+        );
+        // Three tries (the first and two retries) of at most the model's 100 ms timeout each.
+        assert!(took < Duration::from_secs(3), "retry exceeded only after {took:?}");
+        let dropped = faults.lock().counts().dropped - dropped_before;
+        assert!(dropped >= 3, "the WRITE was sent and retried twice: {dropped} frames dropped");
+        no_more(&mut qp, net);
+        assert!(pr.reclaim(&qp).is_ok(), "the flushed READ's buffer handed back");
+        assert!(pa.reclaim(&qp).is_ok(), "the flushed atomic's buffer handed back");
+        let mut target = target;
+        let _ = target.kill();
+        let _ = target.wait();
+        net.check_learned(false);
+    });
 }

@@ -19,6 +19,9 @@ use rdma_pmd_mlx5::{Mlx5, Qp, QpConfig, Region, SharedDma};
 use rdma_pmd_mlx5_model::fw::{Firmware, FwConfig};
 use rdma_pmd_mlx5_model::Model;
 
+pub mod wire;
+pub mod wire_cm;
+
 /// How long any wait for the model may take before a test fails.
 pub const WAIT: Duration = Duration::from_secs(20);
 
