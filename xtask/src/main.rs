@@ -8,8 +8,6 @@
 //! * `bench post|poll|rxe` — side-by-side benchmarks;
 //! * `ifc [--header PATH] [--check]` — regenerate the mlx5 command layouts from `mlx5_ifc.h`.
 
-#![allow(dead_code)] // helpers shared by tiers that are added over time
-
 mod ifc;
 mod tiers;
 mod util;
