@@ -120,17 +120,8 @@ fn build_tests() -> Result<std::path::PathBuf, String> {
     if !out.status.success() {
         return Err("building the rxe tests failed".into());
     }
-    executable_of(&String::from_utf8_lossy(&out.stdout), "rxe")
+    util::executable_of(&String::from_utf8_lossy(&out.stdout), "rxe")
         .ok_or_else(|| "cargo reported no rxe test executable".into())
-}
-
-/// The `"executable"` of the artifact whose target is named `name`, from cargo's JSON lines.
-pub(super) fn executable_of(json: &str, name: &str) -> Option<std::path::PathBuf> {
-    let target = format!("\"name\":\"{name}\"");
-    json.lines().filter(|l| l.contains(&target)).find_map(|l| {
-        let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
-        Some(rest[..rest.find('"')?].into())
-    })
 }
 
 /// Shell that runs every ignored test of `bin` one at a time (soft-RoCE drops completions
@@ -270,7 +261,7 @@ fn build_example(name: &str) -> Result<std::path::PathBuf, String> {
     if !out.status.success() {
         return Err(format!("building example {name} failed"));
     }
-    executable_of(&String::from_utf8_lossy(&out.stdout), name)
+    util::executable_of(&String::from_utf8_lossy(&out.stdout), name)
         .ok_or_else(|| format!("cargo reported no executable for {name}"))
 }
 
@@ -603,7 +594,7 @@ pub(super) fn build_examples_bin(name: &str) -> Result<std::path::PathBuf, Strin
     if !out.status.success() {
         return Err(format!("building {name} failed"));
     }
-    executable_of(&String::from_utf8_lossy(&out.stdout), name)
+    util::executable_of(&String::from_utf8_lossy(&out.stdout), name)
         .ok_or_else(|| format!("cargo reported no executable for {name}"))
 }
 

@@ -184,7 +184,7 @@ fn build_cm_rping() -> Result<PathBuf, String> {
     if !out.status.success() {
         return Err("building cm_rping failed".into());
     }
-    rxe::executable_of(&String::from_utf8_lossy(&out.stdout), "cm_rping")
+    util::executable_of(&String::from_utf8_lossy(&out.stdout), "cm_rping")
         .ok_or_else(|| "cargo reported no cm_rping executable".into())
 }
 
@@ -243,7 +243,7 @@ fn build_tests() -> Result<Vec<PathBuf>, String> {
     ["wire_rxe", "wire", CM_TESTS]
         .iter()
         .map(|t| {
-            rxe::executable_of(&json, t)
+            util::executable_of(&json, t)
                 .ok_or_else(|| format!("cargo reported no {t} test executable"))
         })
         .collect()
