@@ -7,7 +7,7 @@ mod kernel;
 mod lint;
 mod miri;
 mod nostd;
-mod prereq;
+pub mod prereq;
 mod rxe;
 mod tsan;
 mod unit;

@@ -1,7 +1,7 @@
 //! Tier `wire`: the project's RoCE v2 frames on a real Ethernet wire, judged by the Linux
 //! kernel's rdma_rxe and rdma-core's unmodified programs.
 //!
-//! The guest (the rxe tier's packages and kernel, see [`super::rxe`]) has two veth pairs into a
+//! The guest (the rxe tier's packages and kernel, see [`crate::guests::rxe`]) has two veth pairs into a
 //! network namespace `peer`: the wire, `wm` (ours, in the initial namespace, with no address:
 //! what arrives on it belongs to the model's `AF_PACKET` socket, MAC and IPv4 address 10.3.0.1
 //! included) to `wp` (10.3.0.2, with the rxe device `rxep`); and a control link `cm` (10.9.0.1)
@@ -36,10 +36,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::rxe;
 use super::Outcome;
 
 mod icrc;
+use crate::guests::{self, rxe};
 use crate::util;
 use crate::vm::GuestFile;
 
@@ -218,7 +218,7 @@ fn cm_self_check(out: &str) -> (u32, u32) {
 fn with_cm_tests(script: String) -> String {
     let cm = format!(
         "{CM_WRITEV_SELF_CHECK}{}{CM_RPING_WALKTHROUGH}",
-        rxe::per_test_script("/t/wire-cm-tests", "")
+        guests::per_test_script("/t/wire-cm-tests", "")
     );
     match script.rfind(DUMP_PCAPS) {
         Some(i) => format!("{}{cm}{}", &script[..i], &script[i..]),
@@ -469,8 +469,8 @@ pub fn run() -> Outcome {
     };
     let script = format!(
         "{NET_SETUP}\n{C_PEER_SELF_CHECK}\n{TEST_ENV}\n{}{}{DUMP_PCAPS}",
-        rxe::per_test_script("/t/wire-model-tests", ""),
-        rxe::per_test_script("/t/wire-driver-tests", "")
+        guests::per_test_script("/t/wire-model-tests", ""),
+        guests::per_test_script("/t/wire-driver-tests", "")
     );
     let script = with_cm_tests(script);
     let files = vec![
@@ -490,7 +490,7 @@ pub fn run() -> Outcome {
         }
     };
     let out = serial.script_output();
-    let (mut passed, mut failed) = rxe::count(out);
+    let (mut passed, mut failed) = guests::count(out);
     let self_checks: Vec<&str> =
         out.lines().filter(|l| l.starts_with("XTASK-WIRE-PEER-SELF ")).collect();
     for l in &self_checks {
@@ -574,7 +574,7 @@ pub fn demo(args: &[String]) -> bool {
             return false;
         }
     };
-    let bin = match rxe::build_examples_bin("demo_wire") {
+    let bin = match super::rxe::build_examples_bin("demo_wire") {
         Ok(b) => b,
         Err(e) => {
             eprintln!("xtask: demo wire: {e}");
