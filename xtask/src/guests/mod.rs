@@ -2,6 +2,7 @@
 //! and running a test binary in one: every ignored test one at a time, each under a time limit.
 
 pub mod rxe;
+pub mod wire;
 
 use crate::util;
 
