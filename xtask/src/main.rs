@@ -10,6 +10,7 @@
 
 mod guests;
 mod ifc;
+mod pcap;
 mod tiers;
 mod util;
 mod vm;

@@ -22,7 +22,7 @@
 //! corrupted) and write the capture numbers of the frames they corrupted next to it
 //! (`<name>.pcap.injected`, checked against the model's own ICRCs first); those, and only
 //! those, may fail to dissect. `tshark` checks no ICRC, so the tier checks every RoCE v2
-//! frame's itself ([`icrc`]): the bad ones must be exactly the listed ones.
+//! frame's itself ([`crate::pcap`]): the bad ones must be exactly the listed ones.
 //!
 //! Not run natively on a host with rxe: the tier needs a namespace and a veth pair it owns.
 //!
@@ -31,16 +31,16 @@
 //! (`rping`, `rdma_server`/`rdma_client`, `ucmatose`, `cm_writev`, REJ, MRA, timeout), and the
 //! README's `cm_rping` walkthrough as written.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use super::Outcome;
 
-mod icrc;
 use crate::guests::wire::{build_c_peer, NET_SETUP};
 use crate::guests::{self, rxe};
+use crate::pcap::{self, DUMP_PCAPS};
 use crate::util;
 use crate::vm::GuestFile;
 
@@ -65,19 +65,6 @@ done
 const TEST_ENV: &str = "export WIRE_IF=wm WIRE_ADDR=10.3.0.1 WIRE_PEER=10.3.0.2 \
                         WIRE_PEER_NETNS=/run/netns/peer WIRE_PEER_DEV=rxep \
                         WIRE_CTL_PEER=10.9.0.2 WIRE_CTL_ADDR=10.9.0.1 WIRE_PCAP_DIR=/t/pcap RUST_BACKTRACE=1";
-
-/// After the tests: each pcap between markers, gzipped and in base64, with the kernel's console
-/// messages off so that none lands inside one.
-const DUMP_PCAPS: &str = r#"
-dmesg -n 1
-for f in /t/pcap/*.pcap; do
-  [ -f "$f" ] || continue
-  echo "XTASK-PCAP-BEGIN ${f##*/}"
-  gzip -c "$f" | base64
-  echo "XTASK-PCAP-END"
-  [ -f "$f.injected" ] && echo "XTASK-PCAP-INJECTED ${f##*/}" $(cat "$f.injected")
-done
-"#;
 
 /// The connection manager against the kernel's rdma_cm and librdmacm's programs
 /// (`drivers/mlx5/tests/wire_cm.rs`): its test target.
@@ -204,168 +191,6 @@ fn build_tests() -> Result<Vec<PathBuf>, String> {
         .collect()
 }
 
-/// The capture frame numbers (from 1) a test's fault schedule corrupted on purpose, by pcap
-/// name: the guest prints `XTASK-PCAP-INJECTED <name> <n>...` from the `<name>.injected` file
-/// the test wrote next to its capture (`drivers/mlx5/tests/wire.rs`, `Marked`).
-fn injected(out: &str) -> BTreeMap<String, BTreeSet<u64>> {
-    let mut m = BTreeMap::new();
-    for l in out.lines() {
-        let Some(rest) = l.trim().strip_prefix("XTASK-PCAP-INJECTED ") else { continue };
-        let mut w = rest.split_whitespace();
-        let Some(name) = w.next() else { continue };
-        let set: &mut BTreeSet<u64> = m.entry(name.to_string()).or_default();
-        set.extend(w.filter_map(|n| n.parse::<u64>().ok()));
-    }
-    m
-}
-
-/// The pcaps the guest printed, written under `dir`; returns their paths.
-fn save_pcaps(out: &str, dir: &Path) -> Vec<PathBuf> {
-    let _ = std::fs::create_dir_all(dir);
-    let mut saved = Vec::new();
-    let mut lines = out.lines();
-    while let Some(l) = lines.next() {
-        let Some(name) = l.trim().strip_prefix("XTASK-PCAP-BEGIN ") else { continue };
-        let b64: String = lines
-            .by_ref()
-            .take_while(|l| l.trim() != "XTASK-PCAP-END")
-            .map(|l| l.trim())
-            .collect::<Vec<_>>()
-            .join("\n");
-        let path = dir.join(name);
-        let b64_path = dir.join(format!("{name}.gz.b64"));
-        let ok = std::fs::write(&b64_path, b64).is_ok()
-            && Command::new("sh")
-                .arg("-c")
-                .arg("base64 -d \"$1\" | gzip -dc > \"$2\"")
-                .arg("sh")
-                .arg(&b64_path)
-                .arg(&path)
-                .status()
-                .is_ok_and(|s| s.success());
-        let _ = std::fs::remove_file(&b64_path);
-        if ok {
-            saved.push(path);
-        } else {
-            eprintln!("xtask: wire: could not decode the pcap {name}");
-        }
-    }
-    saved
-}
-
-/// The tier's own ICRC check of one capture ([`icrc`]; `tshark` checks none): true when the
-/// RoCE v2 frames with a bad ICRC are exactly the frames listed as corrupted on purpose.
-fn icrc_ok(pcap: &Path, injected: &BTreeSet<u64>) -> bool {
-    let Some((bad, checked)) = std::fs::read(pcap).ok().and_then(|b| icrc::bad_frames(&b)) else {
-        eprintln!("xtask: wire: {} is not a pcap", pcap.display());
-        return false;
-    };
-    let bad: BTreeSet<u64> = bad.into_iter().collect();
-    let unexpected: Vec<_> = bad.difference(injected).collect();
-    let missing: Vec<_> = injected.difference(&bad).collect();
-    println!(
-        "wire: {}: ICRC of {checked} RoCE frames checked, {} bad, {} of them corrupted on purpose",
-        pcap.display(),
-        bad.len(),
-        bad.len() - unexpected.len()
-    );
-    if !unexpected.is_empty() {
-        eprintln!("xtask: wire: bad ICRC not injected by the test, frames {unexpected:?}");
-    }
-    if !missing.is_empty() {
-        eprintln!("xtask: wire: frames listed as corrupted with a good ICRC: {missing:?}");
-    }
-    unexpected.is_empty() && missing.is_empty()
-}
-
-/// `tshark` ([`super::prereq`] installs it for this tier).
-fn tshark() -> bool {
-    util::have("tshark")
-}
-
-/// tshark's arguments for our captures: no peer here speaks a protocol over RDMA, but
-/// tshark's InfiniBand dissector lets heuristic sub-dissectors claim any SEND payload (and
-/// CM private data) they like, and they throw "Malformed Packet" on ours: RPC-over-RDMA on a
-/// 1-byte SEND, and `eth_over_ib`, which reads a 1-2 byte payload and its zero pad as an
-/// EtherType and a reserved word and hands the rest to VLAN or LAPB. With every heuristic on
-/// InfiniBand payloads and CM private data off (the names `tshark -G heuristic-decodes`
-/// lists, as Debian 12's tshark 4.0 registers them), a payload is data.
-const TSHARK_ARGS: &[&str] = &[
-    "--disable-protocol",
-    "rpcordma",
-    "--disable-heuristic",
-    "eth_over_ib",
-    "--disable-heuristic",
-    "mellanox_eoib",
-    "--disable-heuristic",
-    "rpcrdma_infiniband",
-    "--disable-heuristic",
-    "fc_infiniband",
-    "--disable-heuristic",
-    "iser_infiniband",
-    "--disable-heuristic",
-    "iser_ib_private",
-    "--disable-heuristic",
-    "lnet_ib",
-    "--disable-heuristic",
-    "lnet_ib_cm_private",
-    "--disable-heuristic",
-    "nvme_rdma_cm_private",
-    "--disable-heuristic",
-    "sdp_infiniband",
-    "--disable-heuristic",
-    "sdp_ib_private",
-    "--disable-heuristic",
-    "smb_direct_infiniband",
-    "--disable-heuristic",
-    "smcr_infiniband",
-];
-
-/// Dissect one capture: true when every frame dissects and none is malformed, except the
-/// frames in `injected` (corrupted on purpose by the test's fault schedule), which are
-/// tolerated and counted.
-fn dissect(pcap: &Path, injected: &BTreeSet<u64>) -> bool {
-    let all = Command::new("tshark")
-        .args(TSHARK_ARGS)
-        .arg("-r")
-        .arg(pcap)
-        .args(["-T", "fields", "-e", "frame.number"])
-        .output();
-    let bad = Command::new("tshark")
-        .args(TSHARK_ARGS)
-        .arg("-r")
-        .arg(pcap)
-        .args(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
-        .output();
-    match (all, bad) {
-        (Ok(all), Ok(bad)) if all.status.success() && bad.status.success() => {
-            let frames = String::from_utf8_lossy(&all.stdout).lines().count();
-            let bad_text = String::from_utf8_lossy(&bad.stdout).into_owned();
-            let (mut n_bad, mut tolerated) = (0, 0);
-            // Each summary line starts with the frame number.
-            for l in bad_text.lines() {
-                let n = l.split_whitespace().next().and_then(|n| n.parse::<u64>().ok());
-                if n.is_some_and(|n| injected.contains(&n)) {
-                    tolerated += 1;
-                } else {
-                    n_bad += 1;
-                    eprintln!("{l}");
-                }
-            }
-            println!(
-                "wire: {}: {frames} frames, {n_bad} malformed; {} corrupted on purpose, {tolerated} of them flagged",
-                pcap.display(),
-                injected.len()
-            );
-            frames > 0 && n_bad == 0
-        }
-        _ => {
-            eprintln!("xtask: wire: tshark could not read {}", pcap.display());
-            false
-        }
-    }
-}
-
 pub fn run() -> Outcome {
     let bins = match build_tests() {
         Ok(b) => b,
@@ -444,14 +269,14 @@ pub fn run() -> Outcome {
         eprintln!("xtask: wire: the guest did not finish (timed out: {})", serial.timed_out);
         failed += 1;
     }
-    let pcaps = save_pcaps(out, &util::root().join("target").join("wire").join("pcap"));
-    let injected = injected(out);
+    let pcaps = pcap::save_pcaps(out, &util::root().join("target").join("wire").join("pcap"));
+    let injected = pcap::injected(out);
     let none = BTreeSet::new();
     let (mut dissected, mut bad) = (0u32, 0u32);
     let (mut icrc_clean, mut icrc_bad) = (0u32, 0u32);
     for p in &pcaps {
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if icrc_ok(p, injected.get(&name).unwrap_or(&none)) {
+        if pcap::icrc_ok(p, injected.get(&name).unwrap_or(&none)) {
             icrc_clean += 1;
         } else {
             icrc_bad += 1;
@@ -460,10 +285,10 @@ pub fn run() -> Outcome {
     if pcaps.is_empty() {
         eprintln!("xtask: wire: the guest returned no capture");
         bad += 1;
-    } else if tshark() {
+    } else if pcap::tshark() {
         for p in &pcaps {
             let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if dissect(p, injected.get(&name).unwrap_or(&none)) {
+            if pcap::dissect(p, injected.get(&name).unwrap_or(&none)) {
                 dissected += 1;
             } else {
                 bad += 1;
