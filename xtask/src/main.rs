@@ -8,6 +8,7 @@
 //! * `bench post|poll|rxe` — side-by-side benchmarks;
 //! * `ifc [--header PATH] [--check]` — regenerate the mlx5 command layouts from `mlx5_ifc.h`.
 
+mod examples;
 mod guests;
 mod ifc;
 mod pcap;

@@ -2,29 +2,14 @@
 //! (the driver end to end on the mlx5 device model, in release mode, soak included).
 
 use super::Outcome;
-use crate::util;
-
-/// Run a binary of the examples package in release mode with `args`. The demo builds without
-/// the package's default features (the rxe backend, the C loops), so it needs nothing from the
-/// host but the Rust toolchain; the benchmarks check for what their C loops need first.
-fn run_example(bin: &str, args: &[String]) -> bool {
-    let mut cmd = util::cargo();
-    cmd.args(["run", "--release", "-p", "rdma-pmd-examples", "--bin", bin]);
-    if bin == "demo" {
-        cmd.arg("--no-default-features");
-    } else if !super::prereq::ensure(Some("model")) {
-        return false;
-    }
-    cmd.arg("--").args(args);
-    util::run(&mut cmd)
-}
+use crate::{examples, util};
 
 /// `cargo xtask demo [--backend model|rxe|wire] [ARGS]`.
 pub fn demo(args: &[String]) -> bool {
     let backend =
         args.windows(2).find(|w| w[0] == "--backend").map(|w| w[1].as_str()).unwrap_or("model");
     match backend {
-        "model" => run_example("demo", args),
+        "model" => examples::run_example("demo", args),
         "rxe" => super::rxe::demo(args),
         "wire" => super::wire::demo(args),
         other => {
@@ -36,12 +21,12 @@ pub fn demo(args: &[String]) -> bool {
 
 /// `cargo xtask bench post`.
 pub fn bench_post(args: &[String]) -> bool {
-    run_example("bench_post", args)
+    examples::run_example("bench_post", args)
 }
 
 /// `cargo xtask bench poll`.
 pub fn bench_poll(args: &[String]) -> bool {
-    run_example("bench_poll", args)
+    examples::run_example("bench_poll", args)
 }
 
 /// Tier `model`: the end-to-end tests of the mlx5 driver on the device model, and the device
@@ -66,7 +51,7 @@ pub fn run() -> Outcome {
     ]));
     let mut o = Outcome::from_libtest(ok, &out);
     // The demo itself, briefly: it verifies every byte and fails on any model violation.
-    let demo_ok = run_example("demo", &["--writes".into(), "100000".into()]);
+    let demo_ok = examples::run_example("demo", &["--writes".into(), "100000".into()]);
     o.passed += demo_ok as u32;
     o.failed += !demo_ok as u32;
     o

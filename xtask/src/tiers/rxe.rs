@@ -425,21 +425,6 @@ pub fn bench(args: &[String]) -> bool {
     ok && s.exit == Some(0)
 }
 
-/// Build a binary of the examples package in release mode; returns its path.
-pub(super) fn build_examples_bin(name: &str) -> Result<std::path::PathBuf, String> {
-    let out = util::cargo()
-        .args(["build", "--release", "-p", "rdma-pmd-examples", "--bin", name])
-        .args(["--message-format=json-render-diagnostics"])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("building {name} failed"));
-    }
-    util::executable_of(&String::from_utf8_lossy(&out.stdout), name)
-        .ok_or_else(|| format!("cargo reported no executable for {name}"))
-}
-
 /// `cargo xtask demo --backend rxe [--writes N] [--batch N]`: the busy-poll writev demo (the
 /// same load generator as on the mlx5 model) over soft-RoCE, natively where an rxe device
 /// exists, else in the rxe guest.
@@ -453,7 +438,7 @@ pub fn demo(args: &[String]) -> bool {
             pass.push(a.clone());
         }
     }
-    let bin = match build_examples_bin("demo_rxe") {
+    let bin = match crate::examples::build_examples_bin("demo_rxe") {
         Ok(b) => b,
         Err(e) => {
             eprintln!("xtask: demo rxe: {e}");

@@ -331,7 +331,7 @@ pub fn demo(args: &[String]) -> bool {
             return false;
         }
     };
-    let bin = match super::rxe::build_examples_bin("demo_wire") {
+    let bin = match crate::examples::build_examples_bin("demo_wire") {
         Ok(b) => b,
         Err(e) => {
             eprintln!("xtask: demo wire: {e}");
