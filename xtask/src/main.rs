@@ -8,6 +8,7 @@
 //! * `bench post|poll|rxe` — side-by-side benchmarks;
 //! * `ifc [--header PATH] [--check]` — regenerate the mlx5 command layouts from `mlx5_ifc.h`.
 
+mod demo;
 mod examples;
 mod guests;
 mod ifc;
@@ -40,7 +41,7 @@ fn main() -> ExitCode {
     let ok = match task.as_str() {
         "test" => tiers::run_cli(rest),
         "setup" => tiers::setup(rest),
-        "demo" => tiers::demo(rest),
+        "demo" => demo::run(rest),
         "vectors" => tiers::vectors_cli(rest),
         "nostd" => tiers::nostd_cli(),
         "bench" => tiers::bench(rest),

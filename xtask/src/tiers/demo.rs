@@ -4,21 +4,6 @@
 use super::Outcome;
 use crate::{examples, util};
 
-/// `cargo xtask demo [--backend model|rxe|wire] [ARGS]`.
-pub fn demo(args: &[String]) -> bool {
-    let backend =
-        args.windows(2).find(|w| w[0] == "--backend").map(|w| w[1].as_str()).unwrap_or("model");
-    match backend {
-        "model" => examples::run_example("demo", args),
-        "rxe" => super::rxe::demo(args),
-        "wire" => super::wire::demo(args),
-        other => {
-            eprintln!("xtask: unknown backend {other:?} (model, rxe, wire)");
-            false
-        }
-    }
-}
-
 /// `cargo xtask bench post`.
 pub fn bench_post(args: &[String]) -> bool {
     examples::run_example("bench_post", args)

@@ -175,11 +175,6 @@ pub fn run_cli(args: &[String]) -> bool {
     failed == 0
 }
 
-/// `cargo xtask demo`.
-pub fn demo(args: &[String]) -> bool {
-    demo::demo(args)
-}
-
 /// `cargo xtask vectors FILE...`.
 pub fn vectors_cli(args: &[String]) -> bool {
     vectors::cli(args)
