@@ -8,6 +8,7 @@
 //! * `bench post|poll|rxe` — side-by-side benchmarks;
 //! * `ifc [--header PATH] [--check]` — regenerate the mlx5 command layouts from `mlx5_ifc.h`.
 
+mod bench;
 mod demo;
 mod examples;
 mod guests;
@@ -44,7 +45,7 @@ fn main() -> ExitCode {
         "demo" => demo::run(rest),
         "vectors" => tiers::vectors_cli(rest),
         "nostd" => tiers::nostd_cli(),
-        "bench" => tiers::bench(rest),
+        "bench" => bench::run(rest),
         "ifc" => ifc::run(rest),
         _ => return usage(),
     };

@@ -4,16 +4,6 @@
 use super::Outcome;
 use crate::{examples, util};
 
-/// `cargo xtask bench post`.
-pub fn bench_post(args: &[String]) -> bool {
-    examples::run_example("bench_post", args)
-}
-
-/// `cargo xtask bench poll`.
-pub fn bench_poll(args: &[String]) -> bool {
-    examples::run_example("bench_poll", args)
-}
-
 /// Tier `model`: the end-to-end tests of the mlx5 driver on the device model, and the device
 /// model's own tests, in release mode with the ignored (long) tests included: the soak.
 /// The names of the wire tier's tests start with this (`xtask/src/tiers/wire.rs`).

@@ -184,29 +184,3 @@ pub fn vectors_cli(args: &[String]) -> bool {
 pub fn nostd_cli() -> bool {
     nostd::cli()
 }
-
-/// `cargo xtask bench post|poll|rxe`.
-pub fn bench(args: &[String]) -> bool {
-    match args.first().map(String::as_str) {
-        Some("post") => bench_post(&args[1..]),
-        Some("poll") => bench_poll(&args[1..]),
-        Some("rxe") => rxe::bench(&args[1..]),
-        _ => {
-            eprintln!(
-                "usage: cargo xtask bench post [--threads N] | bench poll | bench rxe \
-                 [--rounds N] [--sizes 64,4096,65536]"
-            );
-            false
-        }
-    }
-}
-
-/// `cargo xtask bench post`.
-fn bench_post(args: &[String]) -> bool {
-    demo::bench_post(args)
-}
-
-/// `cargo xtask bench poll`.
-fn bench_poll(args: &[String]) -> bool {
-    demo::bench_poll(args)
-}
