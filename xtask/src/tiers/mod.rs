@@ -1,11 +1,11 @@
 //! Test tiers and the other tasks. Each tier lives in its own module and returns an [`Outcome`];
 //! `cargo xtask test` runs them in order and prints one summary line.
 
-mod demo;
 mod fuzz;
 mod kernel;
 mod lint;
 mod miri;
+mod model;
 mod nostd;
 pub mod prereq;
 mod rxe;
@@ -73,7 +73,7 @@ const TIERS: &[(&str, Tier)] = &[
     ("miri", miri::run),
     ("vectors", vectors::run),
     ("nostd", nostd::run),
-    ("model", demo::run),
+    ("model", model::run),
     ("tsan", tsan::run),
     ("rxe", rxe::run),
     ("wire", wire::run),

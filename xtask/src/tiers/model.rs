@@ -1,14 +1,14 @@
-//! `cargo xtask demo`, `cargo xtask bench post`, `cargo xtask bench poll`, and tier `model`
-//! (the driver end to end on the mlx5 device model, in release mode, soak included).
+//! Tier `model`: the driver end to end on the mlx5 device model, in release mode, soak included,
+//! and the demo on it briefly.
 
 use super::Outcome;
 use crate::{examples, util};
 
-/// Tier `model`: the end-to-end tests of the mlx5 driver on the device model, and the device
-/// model's own tests, in release mode with the ignored (long) tests included: the soak.
 /// The names of the wire tier's tests start with this (`xtask/src/tiers/wire.rs`).
 const WIRE_TESTS: &str = "on_wire_";
 
+/// Tier `model`: the end-to-end tests of the mlx5 driver on the device model, and the device
+/// model's own tests, in release mode with the ignored (long) tests included: the soak.
 pub fn run() -> Outcome {
     let (ok, out) = util::run_capture(util::cargo().args([
         "test",
