@@ -8,9 +8,12 @@
 //! * `bench post|poll|rxe` — side-by-side benchmarks;
 //! * `ifc [--header PATH] [--check]` — regenerate the mlx5 command layouts from `mlx5_ifc.h`.
 
-#![allow(dead_code)] // helpers shared by tiers that are added over time
-
+mod bench;
+mod demo;
+mod examples;
+mod guests;
 mod ifc;
+mod pcap;
 mod tiers;
 mod util;
 mod vm;
@@ -39,10 +42,10 @@ fn main() -> ExitCode {
     let ok = match task.as_str() {
         "test" => tiers::run_cli(rest),
         "setup" => tiers::setup(rest),
-        "demo" => tiers::demo(rest),
+        "demo" => demo::run(rest),
         "vectors" => tiers::vectors_cli(rest),
         "nostd" => tiers::nostd_cli(),
-        "bench" => tiers::bench(rest),
+        "bench" => bench::run(rest),
         "ifc" => ifc::run(rest),
         _ => return usage(),
     };

@@ -65,6 +65,26 @@ pub fn count_libtest(output: &str) -> (u32, u32) {
     (passed, failed)
 }
 
+/// The `"executable":"..."` values of cargo's JSON messages.
+pub fn executables(json: &str) -> Vec<PathBuf> {
+    const KEY: &str = "\"executable\":\"";
+    json.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find(KEY)? + KEY.len()..];
+            Some(PathBuf::from(&rest[..rest.find('"')?]))
+        })
+        .collect()
+}
+
+/// The `"executable"` of the artifact whose target is named `name`, from cargo's JSON lines.
+pub fn executable_of(json: &str, name: &str) -> Option<PathBuf> {
+    let target = format!("\"name\":\"{name}\"");
+    json.lines().filter(|l| l.contains(&target)).find_map(|l| {
+        let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
+        Some(rest[..rest.find('"')?].into())
+    })
+}
+
 /// Whether a program is on PATH.
 pub fn have(prog: &str) -> bool {
     Command::new("sh")
@@ -97,5 +117,16 @@ mod tests {
         let out = "test result: ok. 21 passed; 0 failed; 0 ignored\n\
                    test result: FAILED. 3 passed; 2 failed; 1 ignored; 0 measured";
         assert_eq!(count_libtest(out), (24, 2));
+    }
+
+    #[test]
+    fn finds_test_executables_in_cargo_json() {
+        let json = r#"{"reason":"compiler-artifact","target":{"name":"rdma_pmd_hal"},"executable":"/t/x86_64-unknown-linux-gnu/debug/deps/rdma_pmd_hal-0123abcd","fresh":true}
+{"reason":"compiler-artifact","target":{"name":"libc"},"executable":null}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(
+            executables(json),
+            vec![PathBuf::from("/t/x86_64-unknown-linux-gnu/debug/deps/rdma_pmd_hal-0123abcd")]
+        );
     }
 }

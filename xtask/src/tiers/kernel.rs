@@ -386,7 +386,7 @@ fn build_server() -> Result<PathBuf, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    super::vfio::executables(&String::from_utf8_lossy(&out.stdout))
+    util::executables(&String::from_utf8_lossy(&out.stdout))
         .into_iter()
         .find(|p| p.file_name().is_some_and(|n| n == SERVER_BIN))
         .ok_or_else(|| format!("cargo built no {SERVER_BIN}"))

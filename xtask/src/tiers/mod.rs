@@ -1,13 +1,13 @@
 //! Test tiers and the other tasks. Each tier lives in its own module and returns an [`Outcome`];
 //! `cargo xtask test` runs them in order and prints one summary line.
 
-mod demo;
 mod fuzz;
 mod kernel;
 mod lint;
 mod miri;
+mod model;
 mod nostd;
-mod prereq;
+pub mod prereq;
 mod rxe;
 mod tsan;
 mod unit;
@@ -73,7 +73,7 @@ const TIERS: &[(&str, Tier)] = &[
     ("miri", miri::run),
     ("vectors", vectors::run),
     ("nostd", nostd::run),
-    ("model", demo::run),
+    ("model", model::run),
     ("tsan", tsan::run),
     ("rxe", rxe::run),
     ("wire", wire::run),
@@ -175,11 +175,6 @@ pub fn run_cli(args: &[String]) -> bool {
     failed == 0
 }
 
-/// `cargo xtask demo`.
-pub fn demo(args: &[String]) -> bool {
-    demo::demo(args)
-}
-
 /// `cargo xtask vectors FILE...`.
 pub fn vectors_cli(args: &[String]) -> bool {
     vectors::cli(args)
@@ -188,30 +183,4 @@ pub fn vectors_cli(args: &[String]) -> bool {
 /// `cargo xtask nostd`.
 pub fn nostd_cli() -> bool {
     nostd::cli()
-}
-
-/// `cargo xtask bench post|poll|rxe`.
-pub fn bench(args: &[String]) -> bool {
-    match args.first().map(String::as_str) {
-        Some("post") => bench_post(&args[1..]),
-        Some("poll") => bench_poll(&args[1..]),
-        Some("rxe") => rxe::bench(&args[1..]),
-        _ => {
-            eprintln!(
-                "usage: cargo xtask bench post [--threads N] | bench poll | bench rxe \
-                 [--rounds N] [--sizes 64,4096,65536]"
-            );
-            false
-        }
-    }
-}
-
-/// `cargo xtask bench post`.
-fn bench_post(args: &[String]) -> bool {
-    demo::bench_post(args)
-}
-
-/// `cargo xtask bench poll`.
-fn bench_poll(args: &[String]) -> bool {
-    demo::bench_poll(args)
 }

@@ -79,7 +79,7 @@ fn build_tests() -> Result<(PathBuf, PathBuf), String> {
     }
     let json = String::from_utf8_lossy(&out.stdout);
     let find = |krate: &str| {
-        executables(&json)
+        util::executables(&json)
             .into_iter()
             .find(|p| {
                 p.file_name()
@@ -89,17 +89,6 @@ fn build_tests() -> Result<(PathBuf, PathBuf), String> {
             .ok_or_else(|| format!("cargo built no test binary for {krate}"))
     };
     Ok((find("rdma_pmd_hal")?, find("rdma_pmd_mlx5")?))
-}
-
-/// The `"executable":"..."` values of cargo's JSON messages.
-pub(super) fn executables(json: &str) -> Vec<PathBuf> {
-    const KEY: &str = "\"executable\":\"";
-    json.lines()
-        .filter_map(|l| {
-            let rest = &l[l.find(KEY)? + KEY.len()..];
-            Some(PathBuf::from(&rest[..rest.find('"')?]))
-        })
-        .collect()
 }
 
 /// The guest: q35, Intel IOMMU with interrupt remapping; two edus each alone in its IOMMU group
@@ -184,17 +173,6 @@ pub fn run() -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finds_test_executables_in_cargo_json() {
-        let json = r#"{"reason":"compiler-artifact","target":{"name":"rdma_pmd_hal"},"executable":"/t/x86_64-unknown-linux-gnu/debug/deps/rdma_pmd_hal-0123abcd","fresh":true}
-{"reason":"compiler-artifact","target":{"name":"libc"},"executable":null}
-{"reason":"build-finished","success":true}"#;
-        assert_eq!(
-            executables(json),
-            vec![PathBuf::from("/t/x86_64-unknown-linux-gnu/debug/deps/rdma_pmd_hal-0123abcd")]
-        );
-    }
 
     #[test]
     fn counts_come_from_libtest_and_missing_tests_fail() {

@@ -1,8 +1,8 @@
 //! Tier `wire`: the project's RoCE v2 frames on a real Ethernet wire, judged by the Linux
 //! kernel's rdma_rxe and rdma-core's unmodified programs.
 //!
-//! The guest (the rxe tier's packages and kernel, see [`super::rxe`]) has two veth pairs into a
-//! network namespace `peer`: the wire, `wm` (ours, in the initial namespace, with no address:
+//! The guest ([`crate::guests::wire`]: the rxe guest's packages and kernel) has two veth pairs
+//! into a network namespace `peer`: the wire, `wm` (ours, in the initial namespace, with no address:
 //! what arrives on it belongs to the model's `AF_PACKET` socket, MAC and IPv4 address 10.3.0.1
 //! included) to `wp` (10.3.0.2, with the rxe device `rxep`); and a control link `cm` (10.9.0.1)
 //! to `cp` (10.9.0.2) for the TCP exchanges the pingpong programs make before they talk RoCE.
@@ -22,7 +22,7 @@
 //! corrupted) and write the capture numbers of the frames they corrupted next to it
 //! (`<name>.pcap.injected`, checked against the model's own ICRCs first); those, and only
 //! those, may fail to dissect. `tshark` checks no ICRC, so the tier checks every RoCE v2
-//! frame's itself ([`icrc`]): the bad ones must be exactly the listed ones.
+//! frame's itself ([`crate::pcap`]): the bad ones must be exactly the listed ones.
 //!
 //! Not run natively on a host with rxe: the tier needs a namespace and a veth pair it owns.
 //!
@@ -31,63 +31,18 @@
 //! (`rping`, `rdma_server`/`rdma_client`, `ucmatose`, `cm_writev`, REJ, MRA, timeout), and the
 //! README's `cm_rping` walkthrough as written.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use super::rxe;
 use super::Outcome;
 
-mod icrc;
+use crate::guests::wire::{build_c_peer, NET_SETUP};
+use crate::guests::{self, rxe};
+use crate::pcap::{self, DUMP_PCAPS};
 use crate::util;
 use crate::vm::GuestFile;
-
-/// The wire and the control link (see the module docs).
-const NET_SETUP: &str = r#"
-set -e
-ip netns add peer
-ip netns exec peer sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6'
-ip link add wm type veth peer name wp
-ip link add cm type veth peer name cp
-echo 1 > /proc/sys/net/ipv6/conf/wm/disable_ipv6
-ip link set wp netns peer
-ip link set cp netns peer
-ip addr add 10.9.0.1/24 dev cm
-ip link set wm up
-ip link set cm up
-ip -n peer addr add 10.3.0.2/24 dev wp
-ip -n peer addr add 10.9.0.2/24 dev cp
-ip -n peer link set lo up
-ip -n peer link set wp up
-ip -n peer link set cp up
-ip netns exec peer rdma link add rxep type rxe netdev wp
-for ns in sa sb; do
-  ip netns add $ns
-  ip netns exec $ns sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6'
-done
-ip link add sva type veth peer name svb
-ip link set sva netns sa
-ip link set svb netns sb
-ip -n sa addr add 10.4.0.1/24 dev sva
-ip -n sb addr add 10.4.0.2/24 dev svb
-for ns in sa sb; do ip -n $ns link set lo up; done
-ip -n sa link set sva up
-ip -n sb link set svb up
-ip netns exec sa rdma link add rxesa type rxe netdev sva
-ip netns exec sb rdma link add rxesb type rxe netdev svb
-rdma link
-set +e
-gidx_of() {
-  for i in $(seq 50); do
-    for f in /sys/class/infiniband/$1/ports/1/gids/*; do
-      [ "$(cat $f)" = "$2" ] && { echo ${f##*/}; return; }
-    done
-    sleep 0.1
-  done
-  echo none
-}
-"#;
 
 /// The C peer checked against itself first (rxe to rxe, namespaces `sa` and `sb`): the plan
 /// as target and as initiator, and the wrong-rkey case, so that a failure against the driver
@@ -110,19 +65,6 @@ done
 const TEST_ENV: &str = "export WIRE_IF=wm WIRE_ADDR=10.3.0.1 WIRE_PEER=10.3.0.2 \
                         WIRE_PEER_NETNS=/run/netns/peer WIRE_PEER_DEV=rxep \
                         WIRE_CTL_PEER=10.9.0.2 WIRE_CTL_ADDR=10.9.0.1 WIRE_PCAP_DIR=/t/pcap RUST_BACKTRACE=1";
-
-/// After the tests: each pcap between markers, gzipped and in base64, with the kernel's console
-/// messages off so that none lands inside one.
-const DUMP_PCAPS: &str = r#"
-dmesg -n 1
-for f in /t/pcap/*.pcap; do
-  [ -f "$f" ] || continue
-  echo "XTASK-PCAP-BEGIN ${f##*/}"
-  gzip -c "$f" | base64
-  echo "XTASK-PCAP-END"
-  [ -f "$f.injected" ] && echo "XTASK-PCAP-INJECTED ${f##*/}" $(cat "$f.injected")
-done
-"#;
 
 /// The connection manager against the kernel's rdma_cm and librdmacm's programs
 /// (`drivers/mlx5/tests/wire_cm.rs`): its test target.
@@ -184,7 +126,7 @@ fn build_cm_rping() -> Result<PathBuf, String> {
     if !out.status.success() {
         return Err("building cm_rping failed".into());
     }
-    rxe::executable_of(&String::from_utf8_lossy(&out.stdout), "cm_rping")
+    util::executable_of(&String::from_utf8_lossy(&out.stdout), "cm_rping")
         .ok_or_else(|| "cargo reported no cm_rping executable".into())
 }
 
@@ -218,7 +160,7 @@ fn cm_self_check(out: &str) -> (u32, u32) {
 fn with_cm_tests(script: String) -> String {
     let cm = format!(
         "{CM_WRITEV_SELF_CHECK}{}{CM_RPING_WALKTHROUGH}",
-        rxe::per_test_script("/t/wire-cm-tests", "")
+        guests::per_test_script("/t/wire-cm-tests", "")
     );
     match script.rfind(DUMP_PCAPS) {
         Some(i) => format!("{}{cm}{}", &script[..i], &script[i..]),
@@ -243,195 +185,10 @@ fn build_tests() -> Result<Vec<PathBuf>, String> {
     ["wire_rxe", "wire", CM_TESTS]
         .iter()
         .map(|t| {
-            rxe::executable_of(&json, t)
+            util::executable_of(&json, t)
                 .ok_or_else(|| format!("cargo reported no {t} test executable"))
         })
         .collect()
-}
-
-/// Compile `examples/c/wire_peer.c` against the host's rdma-core; returns the binary.
-fn build_c_peer() -> Result<PathBuf, String> {
-    if !super::prereq::ensure(Some("wire")) {
-        return Err("rdma-core's development files are missing".into());
-    }
-    let root = util::root();
-    let dir = root.join("target").join("wire");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let out = dir.join("wire_peer");
-    let ok = util::run(
-        Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&out)
-            .arg(root.join("examples/c/wire_peer.c"))
-            .arg("-libverbs"),
-    );
-    if ok {
-        Ok(out)
-    } else {
-        Err("compiling examples/c/wire_peer.c failed".into())
-    }
-}
-
-/// The capture frame numbers (from 1) a test's fault schedule corrupted on purpose, by pcap
-/// name: the guest prints `XTASK-PCAP-INJECTED <name> <n>...` from the `<name>.injected` file
-/// the test wrote next to its capture (`drivers/mlx5/tests/wire.rs`, `Marked`).
-fn injected(out: &str) -> BTreeMap<String, BTreeSet<u64>> {
-    let mut m = BTreeMap::new();
-    for l in out.lines() {
-        let Some(rest) = l.trim().strip_prefix("XTASK-PCAP-INJECTED ") else { continue };
-        let mut w = rest.split_whitespace();
-        let Some(name) = w.next() else { continue };
-        let set: &mut BTreeSet<u64> = m.entry(name.to_string()).or_default();
-        set.extend(w.filter_map(|n| n.parse::<u64>().ok()));
-    }
-    m
-}
-
-/// The pcaps the guest printed, written under `dir`; returns their paths.
-fn save_pcaps(out: &str, dir: &Path) -> Vec<PathBuf> {
-    let _ = std::fs::create_dir_all(dir);
-    let mut saved = Vec::new();
-    let mut lines = out.lines();
-    while let Some(l) = lines.next() {
-        let Some(name) = l.trim().strip_prefix("XTASK-PCAP-BEGIN ") else { continue };
-        let b64: String = lines
-            .by_ref()
-            .take_while(|l| l.trim() != "XTASK-PCAP-END")
-            .map(|l| l.trim())
-            .collect::<Vec<_>>()
-            .join("\n");
-        let path = dir.join(name);
-        let b64_path = dir.join(format!("{name}.gz.b64"));
-        let ok = std::fs::write(&b64_path, b64).is_ok()
-            && Command::new("sh")
-                .arg("-c")
-                .arg("base64 -d \"$1\" | gzip -dc > \"$2\"")
-                .arg("sh")
-                .arg(&b64_path)
-                .arg(&path)
-                .status()
-                .is_ok_and(|s| s.success());
-        let _ = std::fs::remove_file(&b64_path);
-        if ok {
-            saved.push(path);
-        } else {
-            eprintln!("xtask: wire: could not decode the pcap {name}");
-        }
-    }
-    saved
-}
-
-/// The tier's own ICRC check of one capture ([`icrc`]; `tshark` checks none): true when the
-/// RoCE v2 frames with a bad ICRC are exactly the frames listed as corrupted on purpose.
-fn icrc_ok(pcap: &Path, injected: &BTreeSet<u64>) -> bool {
-    let Some((bad, checked)) = std::fs::read(pcap).ok().and_then(|b| icrc::bad_frames(&b)) else {
-        eprintln!("xtask: wire: {} is not a pcap", pcap.display());
-        return false;
-    };
-    let bad: BTreeSet<u64> = bad.into_iter().collect();
-    let unexpected: Vec<_> = bad.difference(injected).collect();
-    let missing: Vec<_> = injected.difference(&bad).collect();
-    println!(
-        "wire: {}: ICRC of {checked} RoCE frames checked, {} bad, {} of them corrupted on purpose",
-        pcap.display(),
-        bad.len(),
-        bad.len() - unexpected.len()
-    );
-    if !unexpected.is_empty() {
-        eprintln!("xtask: wire: bad ICRC not injected by the test, frames {unexpected:?}");
-    }
-    if !missing.is_empty() {
-        eprintln!("xtask: wire: frames listed as corrupted with a good ICRC: {missing:?}");
-    }
-    unexpected.is_empty() && missing.is_empty()
-}
-
-/// `tshark` ([`super::prereq`] installs it for this tier).
-fn tshark() -> bool {
-    util::have("tshark")
-}
-
-/// tshark's arguments for our captures: no peer here speaks a protocol over RDMA, but
-/// tshark's InfiniBand dissector lets heuristic sub-dissectors claim any SEND payload (and
-/// CM private data) they like, and they throw "Malformed Packet" on ours: RPC-over-RDMA on a
-/// 1-byte SEND, and `eth_over_ib`, which reads a 1-2 byte payload and its zero pad as an
-/// EtherType and a reserved word and hands the rest to VLAN or LAPB. With every heuristic on
-/// InfiniBand payloads and CM private data off (the names `tshark -G heuristic-decodes`
-/// lists, as Debian 12's tshark 4.0 registers them), a payload is data.
-const TSHARK_ARGS: &[&str] = &[
-    "--disable-protocol",
-    "rpcordma",
-    "--disable-heuristic",
-    "eth_over_ib",
-    "--disable-heuristic",
-    "mellanox_eoib",
-    "--disable-heuristic",
-    "rpcrdma_infiniband",
-    "--disable-heuristic",
-    "fc_infiniband",
-    "--disable-heuristic",
-    "iser_infiniband",
-    "--disable-heuristic",
-    "iser_ib_private",
-    "--disable-heuristic",
-    "lnet_ib",
-    "--disable-heuristic",
-    "lnet_ib_cm_private",
-    "--disable-heuristic",
-    "nvme_rdma_cm_private",
-    "--disable-heuristic",
-    "sdp_infiniband",
-    "--disable-heuristic",
-    "sdp_ib_private",
-    "--disable-heuristic",
-    "smb_direct_infiniband",
-    "--disable-heuristic",
-    "smcr_infiniband",
-];
-
-/// Dissect one capture: true when every frame dissects and none is malformed, except the
-/// frames in `injected` (corrupted on purpose by the test's fault schedule), which are
-/// tolerated and counted.
-fn dissect(pcap: &Path, injected: &BTreeSet<u64>) -> bool {
-    let all = Command::new("tshark")
-        .args(TSHARK_ARGS)
-        .arg("-r")
-        .arg(pcap)
-        .args(["-T", "fields", "-e", "frame.number"])
-        .output();
-    let bad = Command::new("tshark")
-        .args(TSHARK_ARGS)
-        .arg("-r")
-        .arg(pcap)
-        .args(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
-        .output();
-    match (all, bad) {
-        (Ok(all), Ok(bad)) if all.status.success() && bad.status.success() => {
-            let frames = String::from_utf8_lossy(&all.stdout).lines().count();
-            let bad_text = String::from_utf8_lossy(&bad.stdout).into_owned();
-            let (mut n_bad, mut tolerated) = (0, 0);
-            // Each summary line starts with the frame number.
-            for l in bad_text.lines() {
-                let n = l.split_whitespace().next().and_then(|n| n.parse::<u64>().ok());
-                if n.is_some_and(|n| injected.contains(&n)) {
-                    tolerated += 1;
-                } else {
-                    n_bad += 1;
-                    eprintln!("{l}");
-                }
-            }
-            println!(
-                "wire: {}: {frames} frames, {n_bad} malformed; {} corrupted on purpose, {tolerated} of them flagged",
-                pcap.display(),
-                injected.len()
-            );
-            frames > 0 && n_bad == 0
-        }
-        _ => {
-            eprintln!("xtask: wire: tshark could not read {}", pcap.display());
-            false
-        }
-    }
 }
 
 pub fn run() -> Outcome {
@@ -469,8 +226,8 @@ pub fn run() -> Outcome {
     };
     let script = format!(
         "{NET_SETUP}\n{C_PEER_SELF_CHECK}\n{TEST_ENV}\n{}{}{DUMP_PCAPS}",
-        rxe::per_test_script("/t/wire-model-tests", ""),
-        rxe::per_test_script("/t/wire-driver-tests", "")
+        guests::per_test_script("/t/wire-model-tests", ""),
+        guests::per_test_script("/t/wire-driver-tests", "")
     );
     let script = with_cm_tests(script);
     let files = vec![
@@ -490,7 +247,7 @@ pub fn run() -> Outcome {
         }
     };
     let out = serial.script_output();
-    let (mut passed, mut failed) = rxe::count(out);
+    let (mut passed, mut failed) = guests::count(out);
     let self_checks: Vec<&str> =
         out.lines().filter(|l| l.starts_with("XTASK-WIRE-PEER-SELF ")).collect();
     for l in &self_checks {
@@ -512,14 +269,14 @@ pub fn run() -> Outcome {
         eprintln!("xtask: wire: the guest did not finish (timed out: {})", serial.timed_out);
         failed += 1;
     }
-    let pcaps = save_pcaps(out, &util::root().join("target").join("wire").join("pcap"));
-    let injected = injected(out);
+    let pcaps = pcap::save_pcaps(out, &util::root().join("target").join("wire").join("pcap"));
+    let injected = pcap::injected(out);
     let none = BTreeSet::new();
     let (mut dissected, mut bad) = (0u32, 0u32);
     let (mut icrc_clean, mut icrc_bad) = (0u32, 0u32);
     for p in &pcaps {
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if icrc_ok(p, injected.get(&name).unwrap_or(&none)) {
+        if pcap::icrc_ok(p, injected.get(&name).unwrap_or(&none)) {
             icrc_clean += 1;
         } else {
             icrc_bad += 1;
@@ -528,10 +285,10 @@ pub fn run() -> Outcome {
     if pcaps.is_empty() {
         eprintln!("xtask: wire: the guest returned no capture");
         bad += 1;
-    } else if tshark() {
+    } else if pcap::tshark() {
         for p in &pcaps {
             let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if dissect(p, injected.get(&name).unwrap_or(&none)) {
+            if pcap::dissect(p, injected.get(&name).unwrap_or(&none)) {
                 dissected += 1;
             } else {
                 bad += 1;
@@ -550,65 +307,5 @@ pub fn run() -> Outcome {
         passed: passed + dissected + icrc_clean,
         failed: failed + bad + icrc_bad,
         skipped: None,
-    }
-}
-
-/// `cargo xtask demo --backend wire [--writes N] [--batch N]`: the busy-poll demo (the same load
-/// generator as the other backends) with the mlx5 driver on the device model on our end of the
-/// tier's wire, the C peer as the target on rxe in namespace `peer` (`examples/src/bin/demo_wire.rs`).
-/// Boots the tier's guest; prints the demo's tables.
-pub fn demo(args: &[String]) -> bool {
-    let mut pass: Vec<String> = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "--backend" {
-            it.next();
-        } else {
-            pass.push(a.clone());
-        }
-    }
-    let peer = match build_c_peer() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("xtask: demo wire: {e}");
-            return false;
-        }
-    };
-    let bin = match rxe::build_examples_bin("demo_wire") {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("xtask: demo wire: {e}");
-            return false;
-        }
-    };
-    if let Some(why) = rxe::vm_unavailable() {
-        eprintln!("xtask: demo wire: {why}");
-        return false;
-    }
-    let script = format!(
-        "{NET_SETUP}\n\
-         gp=$(gidx_of rxep 0000:0000:0000:0000:0000:ffff:0a03:0002)\n\
-         ip netns exec peer timeout 600 /t/wire_peer -d rxep -g $gp -r target -p 18620 > /t/peer.log 2>&1 &\n\
-         /t/demo-wire --if wm --addr 10.3.0.1 --peer 10.3.0.2 --ctl 10.9.0.2:18620 {}\n\
-         rc=$?\n\
-         wait $!\n\
-         prc=$?\n\
-         cat /t/peer.log\n\
-         echo \"XTASK-DEMO-RC=$rc PEER=$prc\"\n",
-        pass.join(" ")
-    );
-    let files =
-        vec![GuestFile::dynamic(&bin, "/t/demo-wire"), GuestFile::dynamic(&peer, "/t/wire_peer")];
-    let g = rxe::guest_without_net("wire-demo", files, script);
-    match g.boot(Duration::from_secs(900)) {
-        Ok(s) => {
-            let out = s.script_output();
-            print!("{out}");
-            out.lines().any(|l| l.trim() == "XTASK-DEMO-RC=0 PEER=0")
-        }
-        Err(e) => {
-            eprintln!("xtask: demo wire: {e}");
-            false
-        }
     }
 }
