@@ -506,7 +506,7 @@ fn a_qp_not_in_rts_refuses_every_request_as_not_connected() {
     let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
     let mut res = r.dev.reg(64, Access::LOCAL_WRITE).unwrap();
     let mut short = res.dest().unwrap();
-    let _rest = short.split_off(4).unwrap();
+    let rest = short.split_off(4).unwrap();
     let mut qp = r.dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
     let (a, b) = (region.slice(0, 8).unwrap(), region.slice(64, 8).unwrap());
     let nc = Err(Error::NotConnected);
@@ -523,6 +523,7 @@ fn a_qp_not_in_rts_refuses_every_request_as_not_connected() {
     let refused = batch.post_faa(8, refused.bufs, none, REMOTE, 1).unwrap_err();
     assert_eq!(refused.error, Error::NotConnected);
     assert_eq!(batch.commit(), 0);
+    drop((refused, rest));
     assert_eq!((qp.posted(), region.usage().in_flight()), (0, 0));
 }
 
