@@ -300,7 +300,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         SqCursor {
             pi: self.pi,
             // No request fits in no room: a closed cursor is refused by the size check, and
-            // [`refusal`] replaces the error, off the data path.
+            // the error is mended below, off the data path.
             limit: if open { self.pi.wrapping_add(self.room() as u16) } else { self.pi },
             last_bbs: 1,
             run_head: self.run_head,
@@ -324,22 +324,9 @@ impl<'r, const N: usize> SendRing<'r, N> {
         at.pi.wrapping_sub(at.stamp.extra())
     }
     /// Write `req` into the ring at the cursor, and count the regions it names. Changes
-    /// nothing (the cursor included) on error; a closed cursor's error is
-    /// [`Error::NotConnected`] ([`refusal`]).
+    /// nothing (the cursor included) on error.
     #[inline(always)]
     pub fn push(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
-        let open = at.open;
-        match self.push_kind(at, req) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(refusal(open, e)),
-        }
-    }
-
-    /// [`push`](Self::push) by the request's kind. Its errors are the builder's and the
-    /// regions' own, whether the cursor is open or not: `push` and the single posts replace
-    /// them for a closed one, in one place ([`refusal`]).
-    #[inline(always)]
-    fn push_kind(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
         if req.is_inline() {
             return self.push_inline(at, req);
         }
@@ -419,7 +406,10 @@ impl<'r, const N: usize> SendRing<'r, N> {
         // they are dropped unread). It is one block, as `Capture` needs.
         let sink = &mut Capture::new(self.sink.view());
         let w = WqeAt { pi: at.pi, room, flags, head };
-        let ds = builder.emit_one_with(sink, w, e, count)?;
+        let ds = match builder.emit_one_with(sink, w, e, count) {
+            Ok(ds) => ds,
+            Err(err) => return Err(if at.open { err } else { Error::NotConnected }),
+        };
         let block = sink.block;
         self.record(at, wr_id, first, Meta::new(ds, builder.signals(flags), at.stamp), 1);
         Ok(block)
@@ -430,7 +420,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// elements hold none.
     #[inline(always)]
     fn push_other(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
-        let head = at.builder.head(req)?;
+        let head = match at.builder.head(req) {
+            Ok(h) => h,
+            Err(_) if !at.open => return Err(Error::NotConnected),
+            Err(e) => return Err(e),
+        };
         match &req.op {
             SendOp::Send { source, .. } => match *source.kind() {
                 SourceKind::Sgl(bufs) => {
@@ -473,7 +467,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
         imm: Option<u32>,
     ) -> Result<()> {
         if at.builder.is_datagram() {
-            return Err(Error::InvalidArgument("a datagram QP posts only sends"));
+            return Err(if at.open {
+                Error::InvalidArgument("a datagram QP posts only sends")
+            } else {
+                Error::NotConnected
+            });
         }
         self.push_one_head(at, one, Head::Write { remote, imm }).map(drop)
     }
@@ -528,7 +526,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                     unsafe { f.release() };
                 }
                 self.release_refs(start, head_ref);
-                return Err(e);
+                return Err(if at.open { e } else { Error::NotConnected });
             }
         };
         // Tagging here rather than in the pass keeps the ordinal out of the loop; a request
@@ -551,6 +549,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
     fn push_inline(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
         let (head, source) = match (at.builder.head(req), req.source()) {
             (Ok(head), Some(source)) => (head, source),
+            (Err(_), _) | (Ok(_), None) if !at.open => return Err(Error::NotConnected),
             (Err(e), _) => return Err(e),
             (Ok(_), None) => return Err(Error::InvalidArgument("only a WRITE or SEND is inline")),
         };
@@ -570,7 +569,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
         let w = WqeAt { pi: at.pi, room, flags, head };
-        let shape = builder.write_inline(&mut self.sink.view(), w, source)?;
+        let shape = match builder.write_inline(&mut self.sink.view(), w, source) {
+            Ok(s) => s,
+            Err(_) if !at.open => return Err(Error::NotConnected),
+            Err(e) => return Err(e),
+        };
         let meta = Meta::new(shape.ds, builder.signals(flags), at.stamp).with_inline(true);
         self.record(at, wr_id, None, meta, shape.wqebbs as u16);
         Ok(())
@@ -580,7 +583,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// take [`push_inline`](Self::push_inline)).
     #[inline(always)]
     fn push_any(&mut self, at: &mut SqCursor, req: &SendRequest<'_, 'r>) -> Result<()> {
-        let head = at.builder.head(req)?;
+        let head = match at.builder.head(req) {
+            Ok(h) => h,
+            Err(_) if !at.open => return Err(Error::NotConnected),
+            Err(e) => return Err(e),
+        };
         self.push_any_head(at, req, head)
     }
 
@@ -597,7 +604,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
         let w = WqeAt { pi: at.pi, room, flags: req.flags, head };
-        let shape = builder.emit_head(&mut self.sink.view(), w, req)?;
+        let shape = match builder.emit_head(&mut self.sink.view(), w, req) {
+            Ok(s) => s,
+            Err(_) if !at.open => return Err(Error::NotConnected),
+            Err(e) => return Err(e),
+        };
         // Raw elements are the caller's to keep alive: they hold no region. (Inline requests
         // take `push_inline`.)
         debug_assert!(!req.is_inline());
@@ -730,12 +741,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
         push: impl FnOnce(&mut Self, &mut SqCursor) -> Result<T>,
     ) -> Result<(Staged, T)> {
         let mut at = self.begin(open);
-        let res =
-            if at.builder.is_datagram() { Err(on_datagram(head)) } else { push(self, &mut at) };
-        match res {
-            Ok(kept) => Ok((self.staged_one(at), kept)),
-            Err(e) => Err(refusal(open, e)),
+        if at.builder.is_datagram() {
+            return Err(on_datagram(open, head));
         }
+        let kept = push(self, &mut at)?;
+        Ok((self.staged_one(at), kept))
     }
 
     /// The one request pushed at `at`, a cursor that never left this ring, for the doorbell.
@@ -784,24 +794,12 @@ impl<'r, const N: usize> SendRing<'r, N> {
     }
 }
 
-/// What a push at a cursor (or a single post) that `open` says may post, or may not, returns
-/// for its error `e`: `e`, or [`Error::NotConnected`] on a QP not in RTS, whatever `e` was. The
-/// one place of the closed QP's refusal: a closed cursor has no room, so every push at it
-/// fails, and its error is replaced here.
-#[cold]
-fn refusal(open: bool, e: Error) -> Error {
-    if open {
-        e
-    } else {
-        Error::NotConnected
-    }
-}
-
 /// Why a one-block `head` of a connected QP is refused on a datagram QP: what
-/// `WqeBuilder::head` says.
+/// `WqeBuilder::head` says (and, on a queue not in RTS, what every refusal is).
 #[cold]
-fn on_datagram(head: &Head<'_>) -> Error {
+fn on_datagram(open: bool, head: &Head<'_>) -> Error {
     match head {
+        _ if !open => Error::NotConnected,
         Head::Send { .. } => Error::InvalidArgument("a send on a datagram QP needs a destination"),
         _ => Error::InvalidArgument("a datagram QP posts only sends"),
     }

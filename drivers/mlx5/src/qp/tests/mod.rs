@@ -496,37 +496,6 @@ fn posting_needs_rts_and_connect_walks_the_transitions() {
     qp.post_write(1, buf, SendFlags::SIGNALED, REMOTE).unwrap();
 }
 
-/// A QP not in RTS refuses every request with `NotConnected`, whatever else is wrong with it,
-/// in single posts and in batches alike (the refusal has one place, `send::refusal`). Before
-/// that, an atomic whose result buffer is shorter than 8 bytes was refused as an invalid
-/// argument by a closed QP.
-#[test]
-fn a_qp_not_in_rts_refuses_every_request_as_not_connected() {
-    let r = rig(9);
-    let region = r.dev.reg(4096, Access::LOCAL_WRITE).unwrap();
-    let mut res = r.dev.reg(64, Access::LOCAL_WRITE).unwrap();
-    let mut short = res.dest().unwrap();
-    let rest = short.split_off(4).unwrap();
-    let mut qp = r.dev.create_qp::<64, 16>(&QpConfig::default()).unwrap();
-    let (a, b) = (region.slice(0, 8).unwrap(), region.slice(64, 8).unwrap());
-    let nc = Err(Error::NotConnected);
-    let none = SendFlags::empty();
-    assert_eq!(qp.post_write(1, a, SendFlags::SIGNALED, REMOTE), nc);
-    assert_eq!(qp.post_writev(2, &[a, b], none, REMOTE), nc);
-    assert_eq!(qp.post_sendv(3, &[a], none), nc);
-    assert_eq!(qp.post_write_inline(4, &[b"x"], none, REMOTE), nc);
-    let refused = qp.post_faa(5, short, none, REMOTE, 1).unwrap_err();
-    assert_eq!(refused.error, Error::NotConnected);
-    let mut batch = qp.batch();
-    assert_eq!(batch.post_writev(6, &[a, b], none, REMOTE), nc);
-    assert_eq!(batch.post_write_inline(7, &[b"y"], none, REMOTE), nc);
-    let refused = batch.post_faa(8, refused.bufs, none, REMOTE, 1).unwrap_err();
-    assert_eq!(refused.error, Error::NotConnected);
-    assert_eq!(batch.commit(), 0);
-    drop((refused, rest));
-    assert_eq!((qp.posted(), region.usage().in_flight()), (0, 0));
-}
-
 #[test]
 fn caps_follow_the_device_and_are_enforced() {
     let r = rig(9);
