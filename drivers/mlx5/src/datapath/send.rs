@@ -59,7 +59,7 @@ use rdma_pmd::{
 };
 
 use crate::datapath::doorbell::Last;
-use crate::datapath::wqe::{atomic_sge, Capture, FixedRing, Head, RawRing, WqeAt, WqeBuilder};
+use crate::datapath::wqe::{atomic_sge, Capture, FixedRing, Head, RawRing, WqeBuilder};
 
 /// Region references the ring can hold per block: a WQE of `b` blocks holds at most `4b - 2`.
 const REFS_PER_BB: usize = 4;
@@ -122,31 +122,12 @@ pub(crate) struct Staged {
     at: SqCursor,
 }
 
-impl<'r> OneSge<'r> {
-    /// The element `e` of `req`, read from `region`.
-    #[inline(always)]
-    fn of(req: &SendRequest<'_, 'r>, e: Sge, region: Option<&'r RegionUse>) -> Self {
-        OneSge { wr_id: req.wr_id, e, region, flags: req.flags }
-    }
-}
-
 impl Staged {
     /// The WQE counter after the requests: the doorbell record's value.
     #[inline(always)]
     pub fn pi(&self) -> u16 {
         self.at.pi
     }
-}
-
-/// A request of one element, as the one-block paths take it: its `wr_id`, the element `e`,
-/// the region `e` is read from when it is a registered buffer (`None`: raw, the caller's to
-/// keep alive), and its flags. The head goes beside it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct OneSge<'r> {
-    pub wr_id: u64,
-    pub e: Sge,
-    pub region: Option<&'r RegionUse>,
-    pub flags: SendFlags,
 }
 
 /// Entry `i` (free-running) of a queue of `K * N` entries held as `[[T; K]; N]`.
@@ -333,11 +314,11 @@ impl<'r, const N: usize> SendRing<'r, N> {
         match &req.op {
             SendOp::Write { source, remote, imm } => match *source.kind() {
                 SourceKind::Sgl([b]) => {
-                    let one = OneSge::of(req, b.sge(), Some(b.region()));
-                    self.push_one(at, one, *remote, *imm)
+                    let region = Some(b.region());
+                    self.push_one(at, req.wr_id, b.sge(), region, req.flags, *remote, *imm)
                 }
                 SourceKind::Raw { 0: [e], .. } => {
-                    self.push_one(at, OneSge::of(req, *e, None), *remote, *imm)
+                    self.push_one(at, req.wr_id, *e, None, req.flags, *remote, *imm)
                 }
                 // A datagram QP's refusal comes from `push_any`'s head.
                 SourceKind::Sgl(bufs) if !at.builder.is_datagram() => {
@@ -351,12 +332,14 @@ impl<'r, const N: usize> SendRing<'r, N> {
             SendOp::Send { source, imm, ud: None } if !at.builder.is_datagram() => {
                 match *source.kind() {
                     SourceKind::Sgl([b]) => {
-                        let one = OneSge::of(req, b.sge(), Some(b.region()));
-                        self.push_one_head(at, one, Head::Send { imm: *imm }).map(drop)
+                        let head = Head::Send { imm: *imm };
+                        let region = Some(b.region());
+                        self.push_one_head(at, req.wr_id, b.sge(), region, req.flags, head)
+                            .map(drop)
                     }
                     SourceKind::Raw { 0: [e], .. } => {
-                        let one = OneSge::of(req, *e, None);
-                        self.push_one_head(at, one, Head::Send { imm: *imm }).map(drop)
+                        let head = Head::Send { imm: *imm };
+                        self.push_one_head(at, req.wr_id, *e, None, req.flags, head).map(drop)
                     }
                     _ => self.push_other(at, req),
                 }
@@ -367,11 +350,12 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 let head = Head::Read { remote: *remote };
                 match *dest.kind() {
                     DestKind::Bufs([d]) => {
-                        let one = OneSge::of(req, d.sge(), Some(d.region()));
-                        self.push_one_head(at, one, head).map(drop)
+                        let region = Some(d.region());
+                        self.push_one_head(at, req.wr_id, d.sge(), region, req.flags, head)
+                            .map(drop)
                     }
                     DestKind::Raw([e]) => {
-                        self.push_one_head(at, OneSge::of(req, *e, None), head).map(drop)
+                        self.push_one_head(at, req.wr_id, *e, None, req.flags, head).map(drop)
                     }
                     _ => self.push_other(at, req),
                 }
@@ -386,10 +370,12 @@ impl<'r, const N: usize> SendRing<'r, N> {
     fn push_one_head(
         &mut self,
         at: &mut SqCursor,
-        one: OneSge<'r>,
+        wr_id: u64,
+        e: Sge,
+        region: Option<&'r RegionUse>,
+        flags: SendFlags,
         head: Head<'_>,
     ) -> Result<[u64; 8]> {
-        let OneSge { wr_id, e, region, flags } = one;
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
         // An empty element is not in the WQE: nothing reads it, so it counts no region. The
@@ -405,8 +391,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         // The WQE's words are kept for a BlueFlame burst (a batch has no use for them, and
         // they are dropped unread). It is one block, as `Capture` needs.
         let sink = &mut Capture::new(self.sink.view());
-        let w = WqeAt { pi: at.pi, room, flags, head };
-        let ds = match builder.emit_one_with(sink, w, e, count) {
+        let ds = match builder.emit_one_with(sink, at.pi, room, e, flags, head, count) {
             Ok(ds) => ds,
             Err(err) => return Err(if at.open { err } else { Error::NotConnected }),
         };
@@ -458,11 +443,15 @@ impl<'r, const N: usize> SendRing<'r, N> {
 
     /// [`push`](Self::push) of a gather write from one element (read from `region` when it
     /// is a registered buffer): the common case, one block, written straight-line.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn push_one(
         &mut self,
         at: &mut SqCursor,
-        one: OneSge<'r>,
+        wr_id: u64,
+        e: Sge,
+        region: Option<&'r RegionUse>,
+        flags: SendFlags,
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<()> {
@@ -473,7 +462,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
                 Error::NotConnected
             });
         }
-        self.push_one_head(at, one, Head::Write { remote, imm }).map(drop)
+        self.push_one_head(at, wr_id, e, region, flags, Head::Write { remote, imm }).map(drop)
     }
 
     /// [`push`](Self::push) of a request over registered buffers (a gather WRITE or SEND
@@ -499,25 +488,33 @@ impl<'r, const N: usize> SendRing<'r, N> {
         let mut prev = run_key(None);
         let mut head_ref = start;
         let refs = &mut self.refs;
-        let w = WqeAt { pi: at.pi, room, flags: req.flags, head };
-        let res = builder.emit_gather(&mut self.sink.view(), w, bufs, sge, |b| {
-            let r = region(b);
-            // The address, not an `Option`: one compare tells the same region, and no
-            // element matches the 0 of none before the first.
-            let key = run_key(Some(r));
-            let was = core::mem::replace(&mut prev, key);
-            if was == key {
-                return Ok(());
-            }
-            r.acquire()?;
-            if was == 0 {
-                first = Some(r);
-            } else {
-                *entry(refs, head_ref) = Some(r.released());
-                head_ref = head_ref.wrapping_add(1);
-            }
-            Ok(())
-        });
+        let res = builder.emit_gather(
+            &mut self.sink.view(),
+            at.pi,
+            room,
+            bufs,
+            sge,
+            |b| {
+                let r = region(b);
+                // The address, not an `Option`: one compare tells the same region, and no
+                // element matches the 0 of none before the first.
+                let key = run_key(Some(r));
+                let was = core::mem::replace(&mut prev, key);
+                if was == key {
+                    return Ok(());
+                }
+                r.acquire()?;
+                if was == 0 {
+                    first = Some(r);
+                } else {
+                    *entry(refs, head_ref) = Some(r.released());
+                    head_ref = head_ref.wrapping_add(1);
+                }
+                Ok(())
+            },
+            req.flags,
+            head,
+        );
         let shape = match res {
             Ok(s) => s,
             Err(e) => {
@@ -568,12 +565,12 @@ impl<'r, const N: usize> SendRing<'r, N> {
     ) -> Result<()> {
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
-        let w = WqeAt { pi: at.pi, room, flags, head };
-        let shape = match builder.write_inline(&mut self.sink.view(), w, source) {
-            Ok(s) => s,
-            Err(_) if !at.open => return Err(Error::NotConnected),
-            Err(e) => return Err(e),
-        };
+        let shape =
+            match builder.write_inline(&mut self.sink.view(), at.pi, room, source, flags, head) {
+                Ok(s) => s,
+                Err(_) if !at.open => return Err(Error::NotConnected),
+                Err(e) => return Err(e),
+            };
         let meta = Meta::new(shape.ds, builder.signals(flags), at.stamp).with_inline(true);
         self.record(at, wr_id, None, meta, shape.wqebbs as u16);
         Ok(())
@@ -603,8 +600,7 @@ impl<'r, const N: usize> SendRing<'r, N> {
         // queue) do not force the builder's fields to be reloaded.
         let builder = at.builder;
         let room = at.limit.wrapping_sub(at.pi) as u32;
-        let w = WqeAt { pi: at.pi, room, flags: req.flags, head };
-        let shape = match builder.emit_head(&mut self.sink.view(), w, req) {
+        let shape = match builder.emit_head(&mut self.sink.view(), at.pi, room, req, head) {
             Ok(s) => s,
             Err(_) if !at.open => return Err(Error::NotConnected),
             Err(e) => return Err(e),
@@ -703,14 +699,18 @@ impl<'r, const N: usize> SendRing<'r, N> {
     /// under a one-block `head` (a WRITE, a SEND on a connected QP, or a READ), pushed as a
     /// batch of its own: [`post_one`](Self::post_one) of that request, with the request's kind
     /// already told apart by the caller. Errors as `post_one`'s.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn post_sge(
         &mut self,
         open: bool,
-        one: OneSge<'r>,
+        wr_id: u64,
+        e: Sge,
+        region: Option<&'r RegionUse>,
+        flags: SendFlags,
         head: Head<'_>,
     ) -> Result<(Staged, [u64; 8])> {
-        self.alone(open, &head, |q, at| q.push_one_head(at, one, head))
+        self.alone(open, &head, |q, at| q.push_one_head(at, wr_id, e, region, flags, head))
     }
 
     /// An inline request of `pieces` under `head` (a WRITE or a SEND on a connected QP),

@@ -113,20 +113,6 @@ impl WqeInfo {
     }
 }
 
-/// Where one WQE goes and what heads it: what every writer of [`WqeBuilder`] takes, with the
-/// payload beside it.
-#[derive(Clone, Copy, Debug)]
-pub struct WqeAt<'a> {
-    /// The WQE counter it is written at.
-    pub pi: u16,
-    /// Free blocks from `pi` (the ring's `wqe_cnt` bounds it too).
-    pub room: u32,
-    /// The request's flags.
-    pub flags: SendFlags,
-    /// The segments after the control segment, and the opcode.
-    pub head: Head<'a>,
-}
-
 /// The segments between a WQE's control segment and its payload, with the opcode they go
 /// with: what distinguishes the operations (`_mlx5_post_send`'s `switch (ibqp->qp_type)` and
 /// `switch (wr->opcode)`).
@@ -442,7 +428,7 @@ impl WqeBuilder {
         req: &SendRequest<'_, '_>,
     ) -> Result<WqeInfo> {
         let head = self.head(req)?;
-        let shape = self.emit_head(sink, WqeAt { pi, room, flags: req.flags, head }, req)?;
+        let shape = self.emit_head(sink, pi, room, req, head)?;
         Ok(self.info(pi, shape, req.flags, head))
     }
 
@@ -458,7 +444,7 @@ impl WqeBuilder {
         req: &SendRequest<'_, '_>,
     ) -> Result<WqeShape> {
         let head = self.head(req)?;
-        self.emit_head(sink, WqeAt { pi, room, flags: req.flags, head }, req)
+        self.emit_head(sink, pi, room, req, head)
     }
 
     /// [`emit`](Self::emit) with the head already made.
@@ -466,27 +452,34 @@ impl WqeBuilder {
     pub fn emit_head<S: WqeSink + ?Sized>(
         &self,
         sink: &mut S,
-        w: WqeAt<'_>,
+        pi: u16,
+        room: u32,
         req: &SendRequest<'_, '_>,
+        head: Head<'_>,
     ) -> Result<WqeShape> {
+        let flags = req.flags;
         match &req.op {
             SendOp::Write { source, .. } | SendOp::Send { source, .. } => {
                 if req.is_inline() {
-                    return self.write_inline(sink, w, source);
+                    return self.write_inline(sink, pi, room, source, flags, head);
                 }
                 match *source.kind() {
-                    SourceKind::Sgl(s) => self.write_gather(sink, w, s, |b| b.sge()),
-                    SourceKind::Raw { 0: s, .. } => self.write_gather(sink, w, s, |e| *e),
+                    SourceKind::Sgl(s) => {
+                        self.write_gather(sink, pi, room, s, |b| b.sge(), flags, head)
+                    }
+                    SourceKind::Raw { 0: s, .. } => {
+                        self.write_gather(sink, pi, room, s, |e| *e, flags, head)
+                    }
                     SourceKind::Inline(_) => Err(Error::InvalidArgument("inline source")),
                 }
             }
             SendOp::Read { dest, .. } => match *dest.kind() {
-                DestKind::Bufs(b) => self.write_gather(sink, w, b, |d| d.sge()),
-                DestKind::Raw(s) => self.write_gather(sink, w, s, |e| *e),
+                DestKind::Bufs(b) => self.write_gather(sink, pi, room, b, |d| d.sge(), flags, head),
+                DestKind::Raw(s) => self.write_gather(sink, pi, room, s, |e| *e, flags, head),
             },
             SendOp::Atomic { dest, .. } => {
                 let e = atomic_sge(dest.sge(0).ok_or(Error::InvalidArgument("atomic result"))?)?;
-                self.emit_gather(sink, w, &[e], |e| *e, |_| Ok(()))
+                self.emit_gather(sink, pi, room, &[e], |e| *e, |_| Ok(()), flags, head)
             }
         }
     }
@@ -510,24 +503,32 @@ impl WqeBuilder {
             return Err(Error::InvalidArgument("a datagram QP posts only sends"));
         }
         let head = Head::Write { remote, imm };
-        let shape = self.write_gather(sink, WqeAt { pi, room, flags, head }, sgl, |e| *e)?;
+        let shape = self.write_gather(sink, pi, room, sgl, |e| *e, flags, head)?;
         Ok(self.info(pi, shape, flags, head))
     }
 
-    /// Write a gather WRITE (`w.head` is a [`Head::Write`]) of one element, the common case,
-    /// straight-line: one block, with one data segment unless the element is empty, so the
-    /// checks reduce to "one SGE allowed" and "one block free". The WQE's `ds` is 3, or 2 for
-    /// an empty element.
+    /// Write a gather WRITE of one element, the common case, straight-line: one block, with
+    /// one data segment unless the element is empty, so the checks reduce to "one SGE
+    /// allowed" and "one block free". The WQE's `ds` is 3, or 2 for an empty element.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub fn emit_one<S: WqeSink + ?Sized>(&self, sink: &mut S, w: WqeAt<'_>, e: Sge) -> Result<()> {
-        debug_assert!(matches!(w.head, Head::Write { .. }));
+    pub fn emit_one<S: WqeSink + ?Sized>(
+        &self,
+        sink: &mut S,
+        pi: u16,
+        room: u32,
+        e: Sge,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Result<()> {
         if self.max_sge == 0 {
             return Err(Error::TooManySges { given: 1, max: 0 });
         }
         if self.datagram {
             return Err(Error::InvalidArgument("a datagram QP posts only sends"));
         }
-        self.emit_one_head(sink, w, e).map(|_| ())
+        self.emit_one_head(sink, pi, room, e, flags, Head::Write { remote, imm }).map(|_| ())
     }
 
     /// [`emit_one`](Self::emit_one) after any head of at most three units (a WRITE, a READ,
@@ -536,25 +537,31 @@ impl WqeBuilder {
     pub fn emit_one_head<S: WqeSink + ?Sized>(
         &self,
         sink: &mut S,
-        w: WqeAt<'_>,
+        pi: u16,
+        room: u32,
         e: Sge,
+        flags: SendFlags,
+        head: Head<'_>,
     ) -> Result<u8> {
-        self.emit_one_with(sink, w, e, || Ok(()))
+        self.emit_one_with(sink, pi, room, e, flags, head, || Ok(()))
     }
 
     /// [`emit_one_head`](Self::emit_one_head), calling `each` once, after the checks and
     /// before anything is written, if the element is not empty (and so gets a data segment):
     /// the send queue counts its region there, on the same test of the length that decides
     /// the WQE's size. An error from `each` is returned with the ring untouched.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn emit_one_with<S: WqeSink + ?Sized>(
         &self,
         sink: &mut S,
-        w: WqeAt<'_>,
+        pi: u16,
+        room: u32,
         e: Sge,
+        flags: SendFlags,
+        head: Head<'_>,
         each: impl FnOnce() -> Result<()>,
     ) -> Result<u8> {
-        let WqeAt { pi, room, flags, head } = w;
         let hdr = head.units();
         debug_assert!(hdr <= 3, "one block holds the head and one data segment");
         if self.max_sge == 0 {
@@ -630,20 +637,24 @@ impl WqeBuilder {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn write_gather<S: WqeSink + ?Sized, T>(
         &self,
         sink: &mut S,
-        w: WqeAt<'_>,
+        pi: u16,
+        room: u32,
         items: &[T],
         sge: impl Fn(&T) -> Sge,
+        flags: SendFlags,
+        head: Head<'_>,
     ) -> Result<WqeShape> {
-        if let ([one], Head::Write { .. }) = (items, w.head) {
+        if let ([one], Head::Write { remote, imm }) = (items, head) {
             let e = sge(one);
-            self.emit_one(sink, w, e)?;
+            self.emit_one(sink, pi, room, e, flags, remote, imm)?;
             return Ok(WqeShape::from_ds(HEADER_DS as u8 + (e.length != 0) as u8));
         }
-        self.emit_gather(sink, w, items, sge, |_| Ok(()))
+        self.emit_gather(sink, pi, room, items, sge, |_| Ok(()), flags, head)
     }
 
     /// Write a gather (WRITE, SEND) or scatter (READ, atomic result) of `items` after `head`,
@@ -653,16 +664,19 @@ impl WqeBuilder {
     /// refuses after the last element, with the ring written only in the free blocks the WQE
     /// would have taken (nothing reads them until they are committed); either way the caller
     /// releases what `each` counted.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn emit_gather<S: WqeSink + ?Sized, T>(
         &self,
         sink: &mut S,
-        w: WqeAt<'_>,
+        pi: u16,
+        room: u32,
         items: &[T],
         sge: impl Fn(&T) -> Sge,
         mut each: impl FnMut(&T) -> Result<()>,
+        flags: SendFlags,
+        head: Head<'_>,
     ) -> Result<WqeShape> {
-        let WqeAt { pi, room, flags, head } = w;
         // Offsets are not wrapped here: the sink stores modulo the ring size.
         let base = pi as usize * SEND_WQE_BB;
         let wqe_cnt = sink.wqe_cnt();
@@ -700,15 +714,17 @@ impl WqeBuilder {
     /// An inline request's WQE: head, then its payload copied after the 4-byte inline
     /// header, zero-padded to whole 16-byte units.
     // Always inlined: out of line, the caller's copy of the builder (its cursor's) is stored
-    // to the stack to be passed by reference, and its arguments with it.
+    // to the stack to be passed by reference, and the nine arguments with it.
     #[inline(always)]
     pub fn write_inline<S: WqeSink + ?Sized>(
         &self,
         sink: &mut S,
-        w: WqeAt<'_>,
+        pi: u16,
+        room: u32,
         source: &Source<'_, '_>,
+        flags: SendFlags,
+        head: Head<'_>,
     ) -> Result<WqeShape> {
-        let WqeAt { pi, room, flags, head } = w;
         let hdr = head.units();
         self.check_count(source.count())?;
         let len = inline_len(source)?;

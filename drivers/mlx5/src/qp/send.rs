@@ -3,15 +3,15 @@
 
 use rdma_pmd::post::SourceKind;
 use rdma_pmd::{
-    Caps, Completion, DestKind, DeviceFault, QpNum, RemoteBuf, Result, Rkey, SendFlags, SendOp,
-    SendQueue, SendRequest,
+    Caps, Completion, DestKind, DeviceFault, QpNum, RegionUse, RemoteBuf, Result, Rkey, SendFlags,
+    SendOp, SendQueue, SendRequest, Sge,
 };
 use rdma_pmd_hal::{Dma, Mmio};
 
 use super::{Qp, QpState};
 use crate::control::Control;
 use crate::datapath::doorbell::Captured;
-use crate::datapath::send::{OneSge, SqCursor, Staged};
+use crate::datapath::send::{SqCursor, Staged};
 use crate::datapath::wqe::Head;
 use crate::layout::codes::{CqeOpcode, Syndrome};
 use crate::layout::cqe::Cqe;
@@ -48,16 +48,20 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
     /// [`SendQueue::post_one`] of one element under the head `OP` ([`WRITE`], [`SEND`] or
     /// [`READ`]; `remote` is unused for a SEND, `imm` for a READ). Short enough for the
     /// compiler to inline where it sees fit (then a loop's invariant parts leave the loop).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn post_sge<const OP: u8>(
         &mut self,
-        one: OneSge<'r>,
+        wr_id: u64,
+        e: Sge,
+        region: Option<&'r RegionUse>,
+        flags: SendFlags,
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<()> {
         let open = self.state == QpState::Rts;
         let head = head_of::<OP>(remote, imm);
-        let (staged, block) = self.sq.post_sge(open, one, head)?;
+        let (staged, block) = self.sq.post_sge(open, wr_id, e, region, flags, head)?;
         // The burst from the words just stored, not read back from the ring.
         let src = Captured { pi: staged.last.pi, block, ring: &self.sq.sink };
         let (last, nreq, pi) = (staged.last, staged.nreq, staged.pi());
@@ -165,12 +169,11 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
         match &req.op {
             SendOp::Write { source, remote, imm } => match *source.kind() {
                 SourceKind::Sgl([b]) if !copy => {
-                    let one = OneSge { wr_id, e: b.sge(), region: Some(b.region()), flags };
-                    return self.post_sge::<WRITE>(one, *remote, *imm);
+                    let region = Some(b.region());
+                    return self.post_sge::<WRITE>(wr_id, b.sge(), region, flags, *remote, *imm);
                 }
                 SourceKind::Raw { 0: [e], .. } if !copy => {
-                    let one = OneSge { wr_id, e: *e, region: None, flags };
-                    return self.post_sge::<WRITE>(one, *remote, *imm);
+                    return self.post_sge::<WRITE>(wr_id, *e, None, flags, *remote, *imm);
                 }
                 SourceKind::Inline(pieces) => {
                     return self.post_inline::<WRITE>(wr_id, pieces, flags, *remote, *imm);
@@ -179,12 +182,11 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
             },
             SendOp::Send { source, imm, ud: None } => match *source.kind() {
                 SourceKind::Sgl([b]) if !copy => {
-                    let one = OneSge { wr_id, e: b.sge(), region: Some(b.region()), flags };
-                    return self.post_sge::<SEND>(one, none, *imm);
+                    let region = Some(b.region());
+                    return self.post_sge::<SEND>(wr_id, b.sge(), region, flags, none, *imm);
                 }
                 SourceKind::Raw { 0: [e], .. } if !copy => {
-                    let one = OneSge { wr_id, e: *e, region: None, flags };
-                    return self.post_sge::<SEND>(one, none, *imm);
+                    return self.post_sge::<SEND>(wr_id, *e, None, flags, none, *imm);
                 }
                 SourceKind::Inline(pieces) => {
                     return self.post_inline::<SEND>(wr_id, pieces, flags, none, *imm);
@@ -193,12 +195,11 @@ impl<'r, M: Mmio, D: Dma, C: Control, const SQ: usize, const RQ: usize, const RS
             },
             SendOp::Read { dest, remote } if !copy => match *dest.kind() {
                 DestKind::Bufs([d]) => {
-                    let one = OneSge { wr_id, e: d.sge(), region: Some(d.region()), flags };
-                    return self.post_sge::<READ>(one, *remote, None);
+                    let region = Some(d.region());
+                    return self.post_sge::<READ>(wr_id, d.sge(), region, flags, *remote, None);
                 }
                 DestKind::Raw([e]) => {
-                    let one = OneSge { wr_id, e: *e, region: None, flags };
-                    return self.post_sge::<READ>(one, *remote, None);
+                    return self.post_sge::<READ>(wr_id, *e, None, flags, *remote, None);
                 }
                 _ => {}
             },
