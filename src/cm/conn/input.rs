@@ -349,22 +349,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         c.av_timeout = av;
         c.rep_data.copy_from_slice(rep.private_data());
         c.deadline = None;
-        let steps = [
-            QpStep::Rtr {
-                remote_qpn: QpNum(c.remote_qpn),
-                rq_psn: c.rq_psn,
-                mtu: c.mtu,
-                path: c.path,
-                max_dest_rd_atomic: c.responder_resources,
-            },
-            QpStep::Rts {
-                sq_psn: c.sq_psn,
-                timeout: c.av_timeout,
-                retry_cnt: c.retry_count,
-                rnr_retry: c.rnr_retry,
-                max_rd_atomic: c.initiator_depth,
-            },
-        ];
+        let steps = c.qp_steps();
         let qpn = c.local_qpn;
         let res = match qps.find(qpn) {
             None => Err(Error::InvalidArgument("the connection's QP was not lent to poll")),
@@ -374,11 +359,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         };
         if let Err(e) = res {
             // cma_rep_recv failed: rdma_cm rejects (consumer-defined) and reports the error.
-            let rej = self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Rep, &[]);
-            if let Some((to, m)) = rej {
-                self.send_final(&to, &m);
-            }
-            self.free(slot);
+            self.reject_and_free(slot, MsgResponse::Rep, &[]);
             self.push_event(id, EventKind::ConnectError(e));
             return;
         }
