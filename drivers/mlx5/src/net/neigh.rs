@@ -160,28 +160,9 @@ impl<A: Copy + Eq, const N: usize> Neighbours<A, N> {
     /// the least recently confirmed learned entry if that one is stale at `now_ns` (learned
     /// more than `reachable_ns` before). False if neither.
     fn learn(&mut self, a: A, state: NeighState, now_ns: u64, reachable_ns: u64) -> bool {
-        if self.table.is_full() {
-            let stale = self
-                .table
-                .iter()
-                .enumerate()
-                .filter_map(|(i, n)| match n.state {
-                    NeighState::Reachable { since_ns, .. }
-                        if !fresh(since_ns, now_ns, reachable_ns) =>
-                    {
-                        Some((since_ns, i))
-                    }
-                    _ => None,
-                })
-                .min();
-            match stale {
-                Some((_, i)) => {
-                    self.table.swap_remove(i);
-                }
-                None => return false,
-            }
-        }
-        self.table.push(Neighbour { ip: a, state }).is_ok()
+        let room = !self.table.is_full()
+            || self.evict_oldest(|since_ns| !fresh(since_ns, now_ns, reachable_ns));
+        room && self.table.push(Neighbour { ip: a, state }).is_ok()
     }
 
     /// Set `a`'s state, adding it if new; a full table gives up its least recently
@@ -195,24 +176,23 @@ impl<A: Copy + Eq, const N: usize> Neighbours<A, N> {
             n.state = state;
             return true;
         }
-        if self.table.is_full() {
-            let oldest = self
-                .table
-                .iter()
-                .enumerate()
-                .filter_map(|(i, n)| match n.state {
-                    NeighState::Reachable { since_ns, .. } => Some((since_ns, i)),
-                    _ => None,
-                })
-                .min();
-            match oldest {
-                Some((_, i)) => {
-                    self.table.swap_remove(i);
-                }
-                None => return false,
-            }
-        }
-        self.table.push(Neighbour { ip: a, state }).is_ok()
+        let room = !self.table.is_full() || self.evict_oldest(|_| true);
+        room && self.table.push(Neighbour { ip: a, state }).is_ok()
+    }
+
+    /// Drop the least recently confirmed learned entry among those confirmed at a time
+    /// `may_go` accepts. False if there is none.
+    fn evict_oldest(&mut self, may_go: impl Fn(u64) -> bool) -> bool {
+        let oldest = self
+            .table
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match n.state {
+                NeighState::Reachable { since_ns, .. } if may_go(since_ns) => Some((since_ns, i)),
+                _ => None,
+            })
+            .min();
+        oldest.map(|(_, i)| self.table.swap_remove(i)).is_some()
     }
 }
 
