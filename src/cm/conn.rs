@@ -14,6 +14,7 @@ use super::timing::*;
 use super::types::*;
 
 mod input;
+mod output;
 
 struct Conn {
     state: ConnState,
@@ -57,6 +58,49 @@ struct Conn {
     req_data: [u8; 92],
     /// The REP's private data (active side).
     rep_data: [u8; REP_USER_DATA],
+}
+
+impl Conn {
+    /// `cm_init_qp_rtr_attr` and `cm_init_qp_rts_attr`: the steps that take the QP from
+    /// INIT to RTS facing the peer, the same on both sides once the REQ and REP have set the
+    /// connection (the peer's QPN and the PSN we expect; the PSN we send, the ACK timeout,
+    /// the retries and the read depths each way).
+    fn qp_steps(&self) -> [QpStep; 2] {
+        [
+            QpStep::Rtr {
+                remote_qpn: QpNum(self.remote_qpn),
+                rq_psn: self.rq_psn,
+                mtu: self.mtu,
+                path: self.path,
+                max_dest_rd_atomic: self.responder_resources,
+            },
+            QpStep::Rts {
+                sq_psn: self.sq_psn,
+                timeout: self.av_timeout,
+                retry_cnt: self.retry_count,
+                rnr_retry: self.rnr_retry,
+                max_rd_atomic: self.initiator_depth,
+            },
+        ]
+    }
+
+    /// `cm_format_dreq`: the DREQ ending this connection, in transaction `tid`.
+    fn dreq(&self, tid: u64) -> [u8; MAD_LEN] {
+        let mut m = blank();
+        let mut d = Dreq::new_checked(&mut m[..]).expect("a MAD");
+        d.hdr_mut().emit_cm(AttrId::Dreq, tid);
+        d.set_local_comm_id(self.local_id);
+        d.set_remote_comm_id(self.remote_id);
+        d.set_remote_qpn_eecn(self.remote_qpn);
+        m
+    }
+}
+
+/// `cm_init_qp_init_attr`: RESET to INIT on `port`, granting remote write always, and
+/// remote read and atomics when this side has responder resources.
+fn init_step(port: u8, responder_resources: u8) -> QpStep {
+    let rd = responder_resources > 0;
+    QpStep::Init { port, access: RemoteAccess { write: true, read: rd, atomic: rd } }
 }
 
 /// An answer waiting for room in the port's send queue, and the event raised once it left;
@@ -300,188 +344,6 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         self.ev_len += 1;
     }
 
-    /// One send: only a hard error counts as `send_errors`; a full queue is the caller's to
-    /// keep or drop.
-    fn send(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) -> Tx {
-        match self.port.send_mad(to, mad) {
-            Ok(()) => {
-                self.stats.sent += 1;
-                Tx::Sent
-            }
-            Err(Error::QueueFull { .. }) => Tx::Full,
-            Err(_) => {
-                self.stats.send_errors += 1;
-                Tx::Failed
-            }
-        }
-    }
-
-    /// Send an answer that no connection keeps (to a MAD that matched none, or to a peer's
-    /// retry): dropped and counted when the queue is full; the peer's next retry gets one.
-    fn send_or_drop(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) {
-        if self.send(to, mad) == Tx::Full {
-            self.stats.send_dropped += 1;
-        }
-    }
-
-    /// The last MAD of a connection being freed: kept among the finals when the queue is
-    /// full, dropped and counted when they are full too.
-    fn send_final(&mut self, to: &MadAddr, mad: &[u8; MAD_LEN]) {
-        if self.finals.iter().all(Option::is_none) && self.send(to, mad) != Tx::Full {
-            return;
-        }
-        match self.finals.iter_mut().find(|f| f.is_none()) {
-            Some(f) => {
-                *f = Some((*to, *mad));
-                self.stats.send_deferred += 1;
-            }
-            None => self.stats.send_dropped += 1,
-        }
-    }
-
-    /// Send (or send again) the connection's `out`; if the queue is full it waits, sent
-    /// first on the next poll. Its timer runs either way, so a queue that stays full ends
-    /// the connection within its retries, as a lost MAD would.
-    fn send_out(&mut self, slot: usize) {
-        let Some(c) = self.slots[slot].conn.as_ref() else { return };
-        let (to, mad) = (c.peer, c.out);
-        let full = self.send(&to, &mad) == Tx::Full;
-        if full {
-            self.stats.send_deferred += 1;
-        }
-        if let Some(c) = self.slots[slot].conn.as_mut() {
-            c.out_unsent = full;
-        }
-    }
-
-    /// Send an answer for a connection, and raise `event` once it left. Answers leave in
-    /// order: one waits behind those already waiting. When the queue is full the answer is
-    /// kept with its event (see [`Cm::keep`]).
-    fn answer(
-        &mut self,
-        slot: usize,
-        to: MadAddr,
-        mad: [u8; MAD_LEN],
-        event: Option<EventKind>,
-        now: Micros,
-    ) {
-        let waiting = self.slots[slot].conn.as_ref().is_some_and(|c| c.answers[0].is_some());
-        if !waiting && self.send(&to, &mad) != Tx::Full {
-            if let Some(k) = event {
-                self.push_event(self.id_of(slot), k);
-            }
-            return;
-        }
-        self.stats.send_deferred += 1;
-        self.keep(slot, Answer { mad: Some((to, mad)), event }, now);
-    }
-
-    /// Raise `kind` for a live connection, behind the events its waiting answers hold (so
-    /// that events come in the order things happened).
-    pub(super) fn conn_event(&mut self, slot: usize, kind: EventKind, now: Micros) {
-        let waiting = self.slots[slot].conn.as_ref().is_some_and(|c| c.answers[0].is_some());
-        if !waiting && self.ev_len < E {
-            self.push_event(self.id_of(slot), kind);
-            return;
-        }
-        self.keep(slot, Answer { mad: None, event: Some(kind) }, now);
-    }
-
-    /// Keep an answer (or an event behind answers) in its connection. The connection gets a
-    /// deadline (one try's timeout) if it had none, so that nothing is held for ever. When
-    /// the connection's answers are full, one without an event gives way (dropped, counted);
-    /// failing that (never with the states' answers: at most an RTU and a DREP hold events)
-    /// the MAD is dropped and its event raised now.
-    fn keep(&mut self, slot: usize, new: Answer, now: Micros) {
-        let id = self.id_of(slot);
-        let Some(c) = self.slots[slot].conn.as_mut() else { return };
-        if c.deadline.is_none() {
-            c.deadline = Some(now.plus_ms(c.timeout_ms));
-        }
-        if let Some(a) = c.answers.iter_mut().find(|a| a.is_none()) {
-            *a = Some(new);
-            return;
-        }
-        if let Some(i) = c.answers.iter().position(|a| a.is_some_and(|a| a.event.is_none())) {
-            c.answers.copy_within(i + 1.., i);
-            c.answers[ANSWERS - 1] = Some(new);
-            self.stats.send_dropped += 1;
-            return;
-        }
-        self.stats.send_dropped += new.mad.is_some() as u64;
-        if let Some(k) = new.event {
-            self.push_event(id, k);
-        }
-    }
-
-    /// Send what waits for room in the port's queue, oldest first: the finals, then each
-    /// connection's `out` and answers. Stops at the first send the queue refuses; a
-    /// connection's answers wait while the event ring has no room for the next one's event.
-    fn flush(&mut self) {
-        for i in 0..FINALS {
-            let Some((to, mad)) = self.finals[i] else { continue };
-            if self.send(&to, &mad) == Tx::Full {
-                return;
-            }
-            self.finals[i] = None;
-        }
-        for slot in 0..N {
-            let Some(c) = self.slots[slot].conn.as_ref() else { continue };
-            if c.out_unsent {
-                let (to, mad) = (c.peer, c.out);
-                if self.send(&to, &mad) == Tx::Full {
-                    return;
-                }
-                if let Some(c) = self.slots[slot].conn.as_mut() {
-                    c.out_unsent = false;
-                }
-            }
-            while let Some(a) = self.slots[slot].conn.as_ref().and_then(|c| c.answers[0]) {
-                if a.event.is_some() && self.ev_len == E {
-                    break;
-                }
-                if let Some((to, mad)) = a.mad {
-                    if self.send(&to, &mad) == Tx::Full {
-                        return;
-                    }
-                }
-                self.pop_answer(slot);
-            }
-        }
-    }
-
-    /// Take the oldest waiting answer of a slot and raise its event (the ring has room).
-    fn pop_answer(&mut self, slot: usize) {
-        let id = self.id_of(slot);
-        let Some(c) = self.slots[slot].conn.as_mut() else { return };
-        let first = c.answers[0].take();
-        c.answers.copy_within(1.., 0);
-        c.answers[ANSWERS - 1] = None;
-        // The last one gone: a state with no timer of its own drops the answers' deadline.
-        let idle =
-            matches!(c.state, ConnState::ReqRcvd | ConnState::MraReqSent | ConnState::Established);
-        if idle && c.answers[0].is_none() {
-            c.deadline = None;
-        }
-        if let Some(k) = first.and_then(|a| a.event) {
-            self.push_event(id, k);
-        }
-    }
-
-    /// The connection's time ran out with answers still waiting: drop them (counted) and
-    /// raise the events they held, as the event ring has room. True once none is left and
-    /// the ring still has room for one more event.
-    fn drop_answers(&mut self, slot: usize) -> bool {
-        while let Some(a) = self.slots[slot].conn.as_ref().and_then(|c| c.answers[0]) {
-            if a.event.is_some() && self.ev_len == E {
-                return false;
-            }
-            self.stats.send_dropped += a.mad.is_some() as u64;
-            self.pop_answer(slot);
-        }
-        self.ev_len < E
-    }
-
     fn mad_addr(&self, dgid: Gid, dmac: Mac) -> MadAddr {
         MadAddr {
             dgid,
@@ -514,12 +376,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         pd[CMA_HDR_LEN..][..p.private_data.len()].copy_from_slice(p.private_data);
         let slot = self.alloc_slot().ok_or(Error::TableFull("connection"))?;
         let local_id = self.new_comm_id()?;
-        let access = RemoteAccess {
-            write: true,
-            read: p.qp.responder_resources > 0,
-            atomic: p.qp.responder_resources > 0,
-        };
-        qp.modify(&QpStep::Init { port: self.cfg.port, access })?;
+        qp.modify(&init_step(self.cfg.port, p.qp.responder_resources))?;
         let cfg = self.cfg;
         let rq_psn = self.psn.next_psn();
         let tid = self.form_tid(local_id);
@@ -574,9 +431,9 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             rnr_retry: p.qp.rnr_retry_count.min(7),
             av_timeout: cfg.packet_life_time.saturating_add(1).min(MAX_TIMEOUT),
             timeout_ms,
-            retries_left: cfg.max_cm_retries,
+            retries_left: 0,
             max_cm_retries: cfg.max_cm_retries,
-            deadline: Some(now.plus_ms(timeout_ms)),
+            deadline: None,
             peer,
             path: QpPath {
                 dgid: p.remote_gid,
@@ -590,13 +447,13 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             port: p.remote.port(),
             peer_addr: p.remote,
             local_addr: p.local.ip(),
-            out,
+            out: blank(),
             out_unsent: false,
             answers: [None; ANSWERS],
             req_data: [0; 92],
             rep_data: [0; REP_USER_DATA],
         });
-        self.send_out(slot);
+        self.arm(slot, out, ConnState::ReqSent, now);
         Ok(self.id_of(slot))
     }
 
@@ -629,37 +486,13 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         }
         c.local_qpn = qp.qp_num();
         c.rq_psn = rq_psn;
-        let access = RemoteAccess {
-            write: true,
-            read: c.responder_resources > 0,
-            atomic: c.responder_resources > 0,
-        };
-        let steps = [
-            QpStep::Init { port: cfg.port, access },
-            QpStep::Rtr {
-                remote_qpn: QpNum(c.remote_qpn),
-                rq_psn,
-                mtu: c.mtu,
-                path: c.path,
-                max_dest_rd_atomic: c.responder_resources,
-            },
-            QpStep::Rts {
-                sq_psn: c.sq_psn,
-                timeout: c.av_timeout,
-                retry_cnt: c.retry_count,
-                rnr_retry: c.rnr_retry,
-                max_rd_atomic: c.initiator_depth,
-            },
-        ];
+        let [rtr, rts] = c.qp_steps();
+        let steps = [init_step(cfg.port, c.responder_resources), rtr, rts];
         for s in &steps {
             if let Err(e) = qp.modify(s) {
                 let _ = qp.modify(&QpStep::Error);
                 let slot = id.slot as usize;
-                let rej = self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Req, &[]);
-                if let Some((to, m)) = rej {
-                    self.send_final(&to, &m);
-                }
-                self.free(slot);
+                self.reject_and_free(slot, MsgResponse::Req, &[]);
                 return Err(e);
             }
         }
@@ -680,11 +513,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             rep.set_local_ca_guid(cfg.ca_guid);
             rep.set_private_data(p.private_data);
         }
-        c.out = out;
-        c.state = ConnState::RepSent;
-        c.retries_left = c.max_cm_retries;
-        c.deadline = Some(now.plus_ms(c.timeout_ms));
-        self.send_out(id.slot as usize);
+        self.arm(id.slot as usize, out, ConnState::RepSent, now);
         Ok(())
     }
 
@@ -699,12 +528,18 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             return Err(Error::InvalidArgument("connection not waiting for accept"));
         }
         let slot = id.slot as usize;
-        let rej = self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Req, private_data);
+        self.reject_and_free(slot, MsgResponse::Req, private_data);
+        Ok(())
+    }
+
+    /// End a connection this side fails (the application's reject, a QP that would not
+    /// move): a consumer-defined REJ of `what`, carrying `data`, and the slot freed.
+    fn reject_and_free(&mut self, slot: usize, what: MsgResponse, data: &[u8]) {
+        let rej = self.rej_for(slot, RejReason::ConsumerDefined, what, data);
         if let Some((to, m)) = rej {
             self.send_final(&to, &m);
         }
         self.free(slot);
-        Ok(())
     }
 
     /// `cm_format_rej` for a connection, to its peer: where it goes and the MAD.
@@ -735,27 +570,15 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     /// follows the DREP (or the DREQ's last retry). Disconnecting a connection already going
     /// down is a no-op.
     pub fn disconnect(&mut self, id: ConnId, qp: &mut dyn CmQp, now: Micros) -> Result<()> {
-        let tid_base = self.hi_tid;
-        let c = self.conn_mut(id).ok_or(Error::InvalidArgument("no such connection"))?;
+        let c = self.conn(id).ok_or(Error::InvalidArgument("no such connection"))?;
         match c.state {
             ConnState::Established => {}
             ConnState::DreqSent | ConnState::TimeWait => return Ok(()),
             _ => return Err(Error::InvalidArgument("connection not established")),
         }
+        let out = c.dreq(self.form_tid(c.local_id));
         let _ = qp.modify(&QpStep::Error);
-        let mut out = blank();
-        {
-            let mut d = Dreq::new_checked(&mut out[..]).expect("a MAD");
-            d.hdr_mut().emit_cm(AttrId::Dreq, ((tid_base as u64) << 32) | c.local_id as u64);
-            d.set_local_comm_id(c.local_id);
-            d.set_remote_comm_id(c.remote_id);
-            d.set_remote_qpn_eecn(c.remote_qpn);
-        }
-        c.out = out;
-        c.state = ConnState::DreqSent;
-        c.retries_left = c.max_cm_retries;
-        c.deadline = Some(now.plus_ms(c.timeout_ms));
-        self.send_out(id.slot as usize);
+        self.arm(id.slot as usize, out, ConnState::DreqSent, now);
         Ok(())
     }
 
@@ -790,7 +613,6 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
     pub fn destroy(&mut self, id: ConnId, qps: &mut (impl QpSet + ?Sized)) -> Result<()> {
         let slot = id.slot as usize;
         let guid = self.cfg.ca_guid;
-        let tid_base = self.hi_tid;
         let c = self.conn(id).ok_or(Error::InvalidArgument("no such connection"))?;
         let (state, qpn) = (c.state, c.local_qpn);
         let has_qp = c.active || !matches!(state, ConnState::ReqRcvd | ConnState::MraReqSent);
@@ -811,15 +633,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
             ConnState::RepSent | ConnState::MraRepRcvd => {
                 self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Other, &[])
             }
-            ConnState::Established => {
-                let mut m = blank();
-                let mut d = Dreq::new_checked(&mut m[..]).expect("a MAD");
-                d.hdr_mut().emit_cm(AttrId::Dreq, ((tid_base as u64) << 32) | c.local_id as u64);
-                d.set_local_comm_id(c.local_id);
-                d.set_remote_comm_id(c.remote_id);
-                d.set_remote_qpn_eecn(c.remote_qpn);
-                Some((c.peer, m))
-            }
+            ConnState::Established => Some((c.peer, c.dreq(self.form_tid(c.local_id)))),
             ConnState::DreqSent | ConnState::TimeWait => None,
         };
         if has_qp {
@@ -909,9 +723,8 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                     // ib_mad's retry: the same MAD, the same timeout. A try the queue had no
                     // room for counts as a try, as a lost one would.
                     c.retries_left -= 1;
-                    c.deadline = Some(now.plus_ms(c.timeout_ms));
                     self.stats.retransmits += 1;
-                    self.send_out(slot);
+                    self.send_out(slot, now);
                     return;
                 }
                 // cm_process_send_error: REQ and REP errors end the connection (rdma_cm:

@@ -9,9 +9,9 @@
 //! 40-byte GRH and a MAD, reposted as soon as the MAD is copied out. A burst of datagrams
 //! larger than the ring finds no receive posted, and the device drops the excess (UD has no
 //! RNR): [`GsiPort::stats`] counts every poll that found the ring exhausted, and what the port
-//! itself discarded. The peer's MAC comes from a small
-//! neighbour table the application fills ([`GsiPort::add_neighbour`]), or from the port's
-//! ARP: [`ArpGsiPort`] pairs a `GsiPort` with the driver's [`EthPort`], answers ARP whenever
+//! itself discarded. The peer's MAC comes from static entries of the driver's neighbour
+//! table ([`Neighbours`]) the application fills ([`GsiPort::add_neighbour`]), or from the
+//! port's ARP: [`ArpGsiPort`] pairs a `GsiPort` with the driver's [`EthPort`], answers ARP whenever
 //! the CM polls, and resolves from what ARP learned.
 //!
 //! ```
@@ -42,6 +42,7 @@ use crate::control::{Access, Control, Path, Service};
 use crate::device::Mlx5;
 use crate::eth::EthPort;
 use crate::mr::Region;
+use crate::net::neigh::Neighbours;
 use crate::qp::{ConnectOpts, Qp, QpConfig, QpState};
 
 /// Send blocks of the GSI QP: 1024 blocks of 64 bytes, [`GSI_SENDS`] inline MADs (a burst of
@@ -63,7 +64,7 @@ pub const GSI_RQ: usize = 128;
 /// has `RQ * RX_SLOT` bytes.
 pub const RX_SLOT: usize = 4160;
 const SLOT: usize = RX_SLOT;
-/// Neighbour table entries.
+/// Neighbour table entries of a [`GsiPort`].
 pub const NEIGHBOURS: usize = 16;
 
 /// What a [`GsiPort`] counted ([`GsiPort::stats`]).
@@ -95,7 +96,7 @@ pub struct GsiPort<'r, M: Mmio, D: Dma, C: Control, const RQ: usize = 128> {
     next: usize,
     count: usize,
     stats: GsiStats,
-    neighbours: [Option<(Gid, Mac)>; NEIGHBOURS],
+    neighbours: Neighbours<Gid, NEIGHBOURS>,
     /// Receive completions in error (flushed, or the device refused a slot).
     pub recv_errors: u64,
     /// Send completions in error.
@@ -135,7 +136,7 @@ impl<'r, M: Mmio, D: Dma, C: Control, const RQ: usize> GsiPort<'r, M, D, C, RQ> 
             next: 0,
             count: 0,
             stats: GsiStats::default(),
-            neighbours: [None; NEIGHBOURS],
+            neighbours: Neighbours::default(),
             recv_errors: 0,
             send_errors: 0,
             failed: false,
@@ -143,15 +144,10 @@ impl<'r, M: Mmio, D: Dma, C: Control, const RQ: usize> GsiPort<'r, M, D, C, RQ> 
     }
 
     /// Record that `gid` is reached through `mac` (a static neighbour entry); replaces an
-    /// entry for the same GID.
+    /// entry for the same GID. Refused for a MAC no station has (group, zero) and when the
+    /// table is full ([`Neighbours::set_static`]).
     pub fn add_neighbour(&mut self, gid: Gid, mac: Mac) -> Result<()> {
-        if let Some(e) = self.neighbours.iter_mut().flatten().find(|e| e.0 == gid) {
-            e.1 = mac;
-            return Ok(());
-        }
-        let free = self.neighbours.iter_mut().find(|e| e.is_none());
-        *free.ok_or(Error::TableFull("neighbour"))? = Some((gid, mac));
-        Ok(())
+        self.neighbours.set_static(gid, mac)
     }
 
     /// Whether a receive failed, leaving the GSI QP in ERR (see [`MadPort::recv_mad`]).
@@ -268,7 +264,7 @@ impl<M: Mmio, D: Dma, C: Control, const RQ: usize> MadPort for GsiPort<'_, M, D,
     }
 
     fn resolve(&mut self, gid: &Gid) -> Option<Mac> {
-        self.neighbours.iter().flatten().find(|e| e.0 == *gid).map(|e| e.1)
+        self.neighbours.static_mac(*gid)
     }
 }
 
@@ -406,46 +402,81 @@ mod tests {
     use std::sync::Arc;
 
     use rdma_pmd::cm::{MadAddr, MadPort};
-    use rdma_pmd_hal::mem::HeapDma;
+    use rdma_pmd_hal::mem::{HeapDma, MemBar};
 
     use super::*;
     use crate::device::SharedDma;
     use crate::testing::{bar, NullControl};
+
+    type Port<'r> = GsiPort<'r, MemBar, SharedDma<Arc<HeapDma>>, NullControl>;
+
+    /// The rig: the driver opened on the fake BAR (a device that completes nothing), and the
+    /// GSI port of port 1, handed to `test`.
+    fn with_port(test: impl FnOnce(&mut Port<'_>)) {
+        let (b, _rec) = bar::bar();
+        let dev = Mlx5::open(b, SharedDma(HeapDma::new()), NullControl::with_bf(9)).unwrap();
+        let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
+        test(&mut GsiPort::new(&dev, &mut rx, 1).unwrap());
+    }
+
+    /// The port's neighbours are static entries of the driver's one neighbour table: one
+    /// per GID (a second replaces the first), never a MAC no station has, at most
+    /// [`NEIGHBOURS`] of them, and what resolves a GID for the CM.
+    #[test]
+    fn the_gsi_ports_neighbours_are_the_driver_tables_static_entries() {
+        with_port(|port| {
+            let peer = Gid::from_ipv4([192, 0, 2, 2]);
+            assert_eq!(port.resolve(&peer), None);
+            port.add_neighbour(peer, Mac([2, 0, 0, 0, 0, 2])).unwrap();
+            port.add_neighbour(peer, Mac([2, 0, 0, 0, 0, 3])).unwrap();
+            assert_eq!(port.resolve(&peer), Some(Mac([2, 0, 0, 0, 0, 3])));
+            for bad in [Mac([0xff; 6]), Mac([0x01, 0, 0x5e, 0, 0, 1]), Mac([0; 6])] {
+                let e = port.add_neighbour(Gid::from_ipv4([192, 0, 2, 9]), bad);
+                assert!(matches!(e, Err(Error::InvalidArgument(_))), "{bad:?}: {e:?}");
+            }
+            assert_eq!(port.resolve(&Gid::from_ipv4([192, 0, 2, 9])), None);
+            for i in 1..NEIGHBOURS as u8 {
+                port.add_neighbour(Gid::from_ipv4([198, 51, 100, i]), Mac([2, 0, 0, 1, 0, i]))
+                    .unwrap();
+            }
+            let full =
+                port.add_neighbour(Gid::from_ipv4([203, 0, 113, 1]), Mac([2, 0, 0, 2, 0, 1]));
+            assert_eq!(full, Err(Error::TableFull("neighbour")));
+            assert_eq!(port.resolve(&peer), Some(Mac([2, 0, 0, 0, 0, 3])));
+        });
+    }
 
     /// The GSI send ring holds a burst of 128 MADs (REPs or DREPs for a full CM table) with no
     /// completion reaped, and the MAD after the last that fits is refused with
     /// [`Error::QueueFull`], counted, so that the CM keeps it for later.
     #[test]
     fn the_gsi_send_ring_holds_a_burst_and_then_says_queue_full() {
-        let (b, _rec) = bar::bar();
-        let dev = Mlx5::open(b, SharedDma(HeapDma::new()), NullControl::with_bf(9)).unwrap();
-        let mut rx = dev.reg(GSI_RQ * RX_SLOT, Access::LOCAL_WRITE).unwrap();
-        let mut port: GsiPort<'_, _, SharedDma<Arc<HeapDma>>, _> =
-            GsiPort::new(&dev, &mut rx, 1).unwrap();
-        let to = MadAddr {
-            dgid: Gid::from_ipv4([192, 0, 2, 2]),
-            dmac: Mac([2, 0, 0, 0, 0, 2]),
-            sgid_index: 0,
-            hop_limit: 64,
-            traffic_class: 0,
-        };
-        let mad = [0x5au8; MAD_LEN];
-        // The fake device completes nothing: every MAD stays in flight.
-        let mut sent = 0;
-        let e = loop {
-            match port.send_mad(&to, &mad) {
-                Ok(()) => sent += 1,
-                Err(e) => break e,
-            }
-            assert!(sent <= GSI_SQ, "the ring never filled");
-        };
-        assert!(matches!(e, Error::QueueFull { .. }), "{e:?}");
-        assert_eq!(e.errno(), rdma_pmd::Errno::ENOMEM);
-        assert_eq!(sent, GSI_SENDS);
-        assert!(sent >= 128, "{sent} MADs in flight");
-        assert_eq!(port.stats().send_full, 1);
-        // Still full, still the same error: nothing was posted.
-        assert!(matches!(port.send_mad(&to, &mad), Err(Error::QueueFull { .. })));
-        assert_eq!(port.stats().send_full, 2);
+        with_port(|port| {
+            let to = MadAddr {
+                dgid: Gid::from_ipv4([192, 0, 2, 2]),
+                dmac: Mac([2, 0, 0, 0, 0, 2]),
+                sgid_index: 0,
+                hop_limit: 64,
+                traffic_class: 0,
+            };
+            let mad = [0x5au8; MAD_LEN];
+            // The fake device completes nothing: every MAD stays in flight.
+            let mut sent = 0;
+            let e = loop {
+                match port.send_mad(&to, &mad) {
+                    Ok(()) => sent += 1,
+                    Err(e) => break e,
+                }
+                assert!(sent <= GSI_SQ, "the ring never filled");
+            };
+            assert!(matches!(e, Error::QueueFull { .. }), "{e:?}");
+            assert_eq!(e.errno(), rdma_pmd::Errno::ENOMEM);
+            assert_eq!(sent, GSI_SENDS);
+            assert!(sent >= 128, "{sent} MADs in flight");
+            assert_eq!(port.stats().send_full, 1);
+            // Still full, still the same error: nothing was posted.
+            assert!(matches!(port.send_mad(&to, &mad), Err(Error::QueueFull { .. })));
+            assert_eq!(port.stats().send_full, 2);
+        });
     }
 }

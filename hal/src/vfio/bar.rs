@@ -3,9 +3,9 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::device::{DeviceFile, RegionInfo};
+use super::addr::PciAddr;
 use super::error::VfioError;
-use super::pci::PciAddr;
+use super::region::{DeviceFile, RegionInfo};
 use crate::mmio::{mmio_through_window, RawWindow};
 use std::os::fd::AsRawFd;
 

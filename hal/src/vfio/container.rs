@@ -8,9 +8,10 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::addr::PciAddr;
 use super::error::VfioError;
 use super::iova::{DmaMask, IovaAllocator, IovaRange};
-use super::pci::{self, PciAddr};
+use super::pci;
 use super::sys;
 use super::uapi::*;
 use rdma_pmd::BusAddr;

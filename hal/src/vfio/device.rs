@@ -1,45 +1,16 @@
 //! A PCI function opened through VFIO: its regions, config space and BARs.
 
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+use super::addr::PciAddr;
 use super::bar::VfioBar;
 use super::container::{Container, Group};
 use super::dma::{DmaConfig, VfioDma};
 use super::error::VfioError;
-use super::pci::{self, Command, PciAddr, PciIds, PCI_COMMAND, PCI_DEVICE_ID, PCI_VENDOR_ID};
+use super::pci::{self, Command, PciIds, PCI_COMMAND, PCI_DEVICE_ID, PCI_VENDOR_ID};
+use super::region::{DeviceFile, RegionInfo};
 use super::sys;
 use super::uapi::*;
-
-/// What `VFIO_DEVICE_GET_REGION_INFO` says about one region.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RegionInfo {
-    /// Region index (BARn is `n`, config space is 7).
-    pub index: u32,
-    /// Size in bytes (0: not implemented).
-    pub size: u64,
-    /// Where the region starts in the device file (for `pread`, `pwrite`, `mmap`).
-    pub offset: u64,
-    /// `VFIO_REGION_INFO_FLAG_*`.
-    pub flags: u32,
-}
-
-impl RegionInfo {
-    /// Whether the region can be `mmap`ed.
-    pub fn mmap_ok(&self) -> bool {
-        self.flags & VFIO_REGION_INFO_FLAG_MMAP != 0
-    }
-}
-
-/// The device file, shared by the device handle and its BAR mappings so that it is closed only
-/// after the last mapping is gone.
-#[derive(Debug)]
-pub(crate) struct DeviceFile {
-    // Drop order: the device file closes before the group can be detached.
-    pub(crate) fd: OwnedFd,
-    pub(crate) path: String,
-    pub(crate) group: Arc<Group>,
-}
 
 /// A vfio-pci device: open, with its group attached to its own container.
 #[derive(Debug)]

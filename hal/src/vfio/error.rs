@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use super::pci::PciAddr;
+use super::addr::PciAddr;
 use crate::error::HalError;
 
 /// A file system path kept inline (truncated with `...` beyond [`SysPath::CAP`] bytes), so

@@ -30,6 +30,7 @@
 //! Not covered: interrupts (a poll-mode driver needs none), device reset, several devices per
 //! group (each group is opened once, for one device), the iommufd/cdev interface, no-IOMMU mode.
 
+mod addr;
 mod bar;
 mod container;
 mod device;
@@ -37,18 +38,19 @@ mod dma;
 mod error;
 mod iova;
 mod pci;
+mod region;
 mod sys;
 pub mod uapi;
 
+pub use addr::PciAddr;
 pub use bar::VfioBar;
 pub use container::{Container, Group, CONTAINER_PATH};
-pub use device::{RegionInfo, VfioDevice};
+pub use device::VfioDevice;
 pub use dma::{Backing, DmaConfig, Pages, VfioDma, PAGE_2M, PAGE_4K};
 pub use error::{GroupPeers, Peer, SysPath, VfioError};
 pub use iova::{DmaMask, IovaAllocator, IovaRange};
-pub use pci::{
-    bound_driver, functions, iommu_group, sysfs_ids, Command, Function, PciAddr, PciIds,
-};
+pub use pci::{bound_driver, functions, iommu_group, sysfs_ids, Command, Function, PciIds};
+pub use region::RegionInfo;
 
 #[cfg(test)]
 mod edu;

@@ -1,10 +1,10 @@
-//! PCI addresses, the sysfs files VFIO set-up reads, and the few config-space registers this
+//! Parsing PCI addresses, the sysfs files VFIO set-up reads, and the few config-space registers this
 //! backend touches (PCI Local Bus Specification 3.0, section 6.2; the kernel's
 //! `include/uapi/linux/pci_regs.h`).
 
-use core::fmt;
 use core::str::FromStr;
 
+use super::addr::PciAddr;
 use super::error::{GroupPeers, Peer, SysPath, VfioError};
 
 /// `PCI_VENDOR_ID`: 16-bit vendor id at config offset 0x00 (little-endian).
@@ -25,19 +25,6 @@ bitflags::bitflags! {
         /// Bits not interpreted here, kept as read.
         const _ = !0;
     }
-}
-
-/// A PCI function address, `domain:bus:device.function` (`0000:3b:00.0`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PciAddr {
-    /// PCI segment (domain).
-    pub domain: u16,
-    /// Bus number.
-    pub bus: u8,
-    /// Device number (0..32).
-    pub device: u8,
-    /// Function number (0..8).
-    pub function: u8,
 }
 
 impl FromStr for PciAddr {
@@ -65,12 +52,6 @@ impl FromStr for PciAddr {
             device: hex(dev, 0x1f)? as u8,
             function: hex(func, 7)? as u8,
         })
-    }
-}
-
-impl fmt::Display for PciAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04x}:{:02x}:{:02x}.{:x}", self.domain, self.bus, self.device, self.function)
     }
 }
 

@@ -146,16 +146,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
                 c.remote_qpn == rqpn && c.remote_ca_guid == guid && c.state != ConnState::TimeWait
             })
         }) {
-            self.stats.unexpected += 1;
-            self.issue_rej(mad, src, RejReason::StaleConn, MsgResponse::Req);
-            // cm.c tears the old connection down whoever sent the REQ; here only its own
-            // peer (the GID its MADs come from) may: anyone else who copies its CA GUID and
-            // QPN is refused and changes nothing (see the module docs).
-            if self.slots[slot].conn.as_ref().is_some_and(|c| c.peer.dgid == src) {
-                self.stale_dreq(slot, now);
-            } else {
-                self.stats.spoofed += 1;
-            }
+            self.refuse_stale(mad, src, MsgResponse::Req, slot, now);
             return;
         }
         let sid = req.service_id();
@@ -259,6 +250,27 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         self.push_event(id, EventKind::ConnectRequest);
     }
 
+    /// A REQ or REP (`what`) whose sender's QP is still in connection `stale`: REJ it as a
+    /// stale connection. cm.c also tears the old connection down whoever sent the MAD; here
+    /// only its own peer (the GID its MADs come from) may: anyone else who copies its CA GUID
+    /// and QPN is refused and changes nothing (see the module docs).
+    fn refuse_stale(
+        &mut self,
+        mad: &[u8; MAD_LEN],
+        src: Gid,
+        what: MsgResponse,
+        stale: usize,
+        now: Micros,
+    ) {
+        self.stats.unexpected += 1;
+        self.issue_rej(mad, src, RejReason::StaleConn, what);
+        if self.slots[stale].conn.as_ref().is_some_and(|c| c.peer.dgid == src) {
+            self.stale_dreq(stale, now);
+        } else {
+            self.stats.spoofed += 1;
+        }
+    }
+
     /// `ib_send_cm_dreq` on an established connection found stale.
     fn stale_dreq(&mut self, slot: usize, now: Micros) {
         let id = self.id_of(slot);
@@ -323,14 +335,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         if let Some(other) = self.slots.iter().enumerate().position(|(i, s)| {
             i != slot && s.conn.as_ref().is_some_and(|c| clash(c) && c.remote_qpn == rqpn)
         }) {
-            self.stats.unexpected += 1;
-            self.issue_rej(mad, src, RejReason::StaleConn, MsgResponse::Rep);
-            // As for a REQ: only the other connection's own peer may end it.
-            if self.slots[other].conn.as_ref().is_some_and(|c| c.peer.dgid == src) {
-                self.stale_dreq(other, now);
-            } else {
-                self.stats.spoofed += 1;
-            }
+            self.refuse_stale(mad, src, MsgResponse::Rep, other, now);
             return;
         }
         let id = self.id_of(slot);
@@ -349,22 +354,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         c.av_timeout = av;
         c.rep_data.copy_from_slice(rep.private_data());
         c.deadline = None;
-        let steps = [
-            QpStep::Rtr {
-                remote_qpn: QpNum(c.remote_qpn),
-                rq_psn: c.rq_psn,
-                mtu: c.mtu,
-                path: c.path,
-                max_dest_rd_atomic: c.responder_resources,
-            },
-            QpStep::Rts {
-                sq_psn: c.sq_psn,
-                timeout: c.av_timeout,
-                retry_cnt: c.retry_count,
-                rnr_retry: c.rnr_retry,
-                max_rd_atomic: c.initiator_depth,
-            },
-        ];
+        let steps = c.qp_steps();
         let qpn = c.local_qpn;
         let res = match qps.find(qpn) {
             None => Err(Error::InvalidArgument("the connection's QP was not lent to poll")),
@@ -374,11 +364,7 @@ impl<P: MadPort, const N: usize, const E: usize> Cm<P, N, E> {
         };
         if let Err(e) = res {
             // cma_rep_recv failed: rdma_cm rejects (consumer-defined) and reports the error.
-            let rej = self.rej_for(slot, RejReason::ConsumerDefined, MsgResponse::Rep, &[]);
-            if let Some((to, m)) = rej {
-                self.send_final(&to, &m);
-            }
-            self.free(slot);
+            self.reject_and_free(slot, MsgResponse::Rep, &[]);
             self.push_event(id, EventKind::ConnectError(e));
             return;
         }

@@ -1,6 +1,7 @@
-//! The neighbour table and the ARP state machine: our IPv4 addresses, the peers' MACs
-//! (learned or given), and address resolution polled from the busy loop. No allocation: the
-//! table holds at most `N` neighbours and `A` addresses of our own (`heapless::Vec`).
+//! The driver's neighbour table ([`Neighbours`]: peers' MACs, given or learned, at most `N`
+//! of them) and the ARP state machine over it: our IPv4 addresses, and address resolution
+//! polled from the busy loop. No allocation (`heapless::Vec`). The same table keeps the GSI
+//! port's neighbours by GID (`crate::cm::GsiPort`), where the application gives them.
 //!
 //! Receiving follows RFC 826's algorithm: a well-formed frame ([`ArpRepr::parse`]) not from
 //! us and addressed to us or broadcast first refreshes an entry we already have for its
@@ -95,11 +96,109 @@ pub enum NeighState {
 
 /// One neighbour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Neighbour {
-    /// Its IPv4 address.
-    pub ip: Ipv4Addr,
+pub struct Neighbour<A = Ipv4Addr> {
+    /// Its address: an IPv4 address for ARP, a GID (an IP address, RoCE v2) for the GSI port.
+    pub ip: A,
     /// What is known of it.
     pub state: NeighState,
+}
+
+/// A table of at most `N` neighbours by address `A`. A static entry is replaced only by
+/// another static one; a learned or unresolved one gives way as [`Arp`] decides.
+#[derive(Debug)]
+pub struct Neighbours<A, const N: usize> {
+    table: Vec<Neighbour<A>, N>,
+}
+
+impl<A: Copy + Eq, const N: usize> Default for Neighbours<A, N> {
+    fn default() -> Self {
+        Neighbours { table: Vec::new() }
+    }
+}
+
+impl<A: Copy + Eq, const N: usize> Neighbours<A, N> {
+    /// The entries.
+    pub fn entries(&self) -> &[Neighbour<A>] {
+        &self.table
+    }
+
+    /// What is known of `a`.
+    pub fn state(&self, a: A) -> Option<NeighState> {
+        self.table.iter().find(|n| n.ip == a).map(|n| n.state)
+    }
+
+    /// The MAC of `a` if it is a static entry.
+    pub fn static_mac(&self, a: A) -> Option<Mac> {
+        match self.state(a)? {
+            NeighState::Static(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// A static neighbour: `a` is at `mac`, whatever the wire says; replaces any entry for
+    /// `a`. Refused for a group or zero MAC (no station has it), and when every entry is
+    /// static or being resolved ([`Error::TableFull`]).
+    pub fn set_static(&mut self, a: A, mac: Mac) -> Result<(), Error> {
+        if is_group(mac) || mac.0 == [0; 6] {
+            return Err(Error::InvalidArgument("not a station MAC"));
+        }
+        self.put(a, NeighState::Static(mac), true)
+            .then_some(())
+            .ok_or(Error::TableFull("neighbour"))
+    }
+
+    /// Forget `a` (static or learned).
+    pub fn remove(&mut self, a: A) {
+        self.table.retain(|n| n.ip != a);
+    }
+
+    fn state_mut(&mut self, a: A) -> Option<&mut NeighState> {
+        self.table.iter_mut().find(|n| n.ip == a).map(|n| &mut n.state)
+    }
+
+    /// Add a sender the wire told of (not in the table): into a free entry, or in place of
+    /// the least recently confirmed learned entry if that one is stale at `now_ns` (learned
+    /// more than `reachable_ns` before). False if neither.
+    fn learn(&mut self, a: A, state: NeighState, now_ns: u64, reachable_ns: u64) -> bool {
+        let room = !self.table.is_full()
+            || self.evict_oldest(|since_ns| !fresh(since_ns, now_ns, reachable_ns));
+        room && self.table.push(Neighbour { ip: a, state }).is_ok()
+    }
+
+    /// Set `a`'s state, adding it if new; a full table gives up its least recently
+    /// confirmed learned entry (for a resolution the caller asked for). A static entry is
+    /// replaced only by another static one (`over_static`). False if nothing could make room.
+    fn put(&mut self, a: A, state: NeighState, over_static: bool) -> bool {
+        if let Some(n) = self.table.iter_mut().find(|n| n.ip == a) {
+            if matches!(n.state, NeighState::Static(_)) && !over_static {
+                return false;
+            }
+            n.state = state;
+            return true;
+        }
+        let room = !self.table.is_full() || self.evict_oldest(|_| true);
+        room && self.table.push(Neighbour { ip: a, state }).is_ok()
+    }
+
+    /// Drop the least recently confirmed learned entry among those confirmed at a time
+    /// `may_go` accepts. False if there is none.
+    fn evict_oldest(&mut self, may_go: impl Fn(u64) -> bool) -> bool {
+        let oldest = self
+            .table
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match n.state {
+                NeighState::Reachable { since_ns, .. } if may_go(since_ns) => Some((since_ns, i)),
+                _ => None,
+            })
+            .min();
+        oldest.map(|(_, i)| self.table.swap_remove(i)).is_some()
+    }
+}
+
+/// A learned entry confirmed at `since_ns` is still trusted at `now_ns`.
+fn fresh(since_ns: u64, now_ns: u64, reachable_ns: u64) -> bool {
+    now_ns.saturating_sub(since_ns) < reachable_ns
 }
 
 /// Counters of what the ARP path received and did.
@@ -160,7 +259,7 @@ pub enum Handled {
 pub struct Arp<const N: usize, const A: usize> {
     mac: Mac,
     addrs: Vec<Ipv4Addr, A>,
-    table: Vec<Neighbour, N>,
+    table: Neighbours<Ipv4Addr, N>,
     cfg: NeighConfig,
     stats: ArpStats,
 }
@@ -168,7 +267,13 @@ pub struct Arp<const N: usize, const A: usize> {
 impl<const N: usize, const A: usize> Arp<N, A> {
     /// ARP for a port whose MAC is `mac`.
     pub fn new(mac: Mac, cfg: NeighConfig) -> Self {
-        Arp { mac, addrs: Vec::new(), table: Vec::new(), cfg, stats: ArpStats::default() }
+        Arp {
+            mac,
+            addrs: Vec::new(),
+            table: Neighbours::default(),
+            cfg,
+            stats: ArpStats::default(),
+        }
     }
 
     /// The port's MAC.
@@ -209,7 +314,7 @@ impl<const N: usize, const A: usize> Arp<N, A> {
 
     /// The neighbours.
     pub fn neighbours(&self) -> &[Neighbour] {
-        &self.table
+        self.table.entries()
     }
 
     /// A static neighbour: `ip` is at `mac`, whatever the wire says.
@@ -217,17 +322,12 @@ impl<const N: usize, const A: usize> Arp<N, A> {
         if !station_ip(ip) {
             return Err(Error::InvalidArgument("not a unicast IPv4 address"));
         }
-        if is_group(mac) || mac.0 == [0; 6] {
-            return Err(Error::InvalidArgument("not a station MAC"));
-        }
-        self.put(ip, NeighState::Static(mac), true)
-            .then_some(())
-            .ok_or(Error::InvalidArgument("neighbour table full of static and unresolved entries"))
+        self.table.set_static(ip, mac)
     }
 
     /// Forget `ip` (static or learned).
     pub fn remove(&mut self, ip: Ipv4Addr) {
-        self.table.retain(|n| n.ip != ip);
+        self.table.remove(ip);
     }
 
     /// The MAC of `ip` if it is known and fresh at `now_ns`, without resolving.
@@ -235,9 +335,13 @@ impl<const N: usize, const A: usize> Arp<N, A> {
         if self.addrs.contains(&ip) {
             return Some(self.mac);
         }
-        match self.find(ip).map(|i| self.table[i].state)? {
+        match self.table.state(ip)? {
             NeighState::Static(m) => Some(m),
-            NeighState::Reachable { mac, since_ns } if self.fresh(since_ns, now_ns) => Some(mac),
+            NeighState::Reachable { mac, since_ns }
+                if fresh(since_ns, now_ns, self.cfg.reachable_ns) =>
+            {
+                Some(mac)
+            }
             _ => None,
         }
     }
@@ -259,7 +363,7 @@ impl<const N: usize, const A: usize> Arp<N, A> {
             return Err(Error::InvalidArgument("no IPv4 address of our own to ask from"));
         };
         let until_ns = now_ns.saturating_add(self.cfg.retrans_ns);
-        let sent = match self.find(ip).map(|i| self.table[i].state) {
+        let sent = match self.table.state(ip) {
             Some(NeighState::Incomplete { until_ns: u, .. }) if now_ns < u => {
                 return Ok(Resolve::Pending)
             }
@@ -272,7 +376,7 @@ impl<const N: usize, const A: usize> Arp<N, A> {
             // Unknown, or learned and gone stale.
             _ => 1,
         };
-        if !self.put(ip, NeighState::Incomplete { sent, until_ns }, false) {
+        if !self.table.put(ip, NeighState::Incomplete { sent, until_ns }, false) {
             return Err(Error::InvalidArgument(
                 "neighbour table full of static and unresolved entries",
             ));
@@ -297,8 +401,8 @@ impl<const N: usize, const A: usize> Arp<N, A> {
         let learnable = r.sender_ip != Ipv4Addr::UNSPECIFIED;
         let mut merged = false;
         if learnable {
-            if let Some(i) = self.find(r.sender_ip) {
-                match self.table[i].state {
+            if let Some(state) = self.table.state_mut(r.sender_ip) {
+                match *state {
                     NeighState::Static(_) => {}
                     NeighState::Reachable { mac, since_ns }
                         if mac != r.sender_mac
@@ -307,7 +411,7 @@ impl<const N: usize, const A: usize> Arp<N, A> {
                         self.stats.locked += 1;
                     }
                     _ => {
-                        self.table[i].state = reachable;
+                        *state = reachable;
                         self.stats.learned += 1;
                     }
                 }
@@ -320,7 +424,7 @@ impl<const N: usize, const A: usize> Arp<N, A> {
         }
         let mut done = if merged { Handled::Learned } else { Handled::Nothing };
         if learnable && !merged {
-            if self.learn(r.sender_ip, reachable, now_ns) {
+            if self.table.learn(r.sender_ip, reachable, now_ns, self.cfg.reachable_ns) {
                 self.stats.learned += 1;
                 done = Handled::Learned;
             } else {
@@ -357,71 +461,6 @@ impl<const N: usize, const A: usize> Arp<N, A> {
             ArpError::Conflict(_) => self.stats.conflicts += 1,
             _ => self.stats.malformed += 1,
         }
-    }
-
-    fn fresh(&self, since_ns: u64, now_ns: u64) -> bool {
-        now_ns.saturating_sub(since_ns) < self.cfg.reachable_ns
-    }
-
-    fn find(&self, ip: Ipv4Addr) -> Option<usize> {
-        self.table.iter().position(|n| n.ip == ip)
-    }
-
-    /// Add a sender the wire told of (not in the table): into a free entry, or in place of
-    /// the least recently confirmed learned entry if that one is stale at `now_ns`. False if
-    /// neither.
-    fn learn(&mut self, ip: Ipv4Addr, state: NeighState, now_ns: u64) -> bool {
-        if self.table.is_full() {
-            let stale = self
-                .table
-                .iter()
-                .enumerate()
-                .filter_map(|(i, n)| match n.state {
-                    NeighState::Reachable { since_ns, .. } if !self.fresh(since_ns, now_ns) => {
-                        Some((since_ns, i))
-                    }
-                    _ => None,
-                })
-                .min();
-            match stale {
-                Some((_, i)) => {
-                    self.table.swap_remove(i);
-                }
-                None => return false,
-            }
-        }
-        self.table.push(Neighbour { ip, state }).is_ok()
-    }
-
-    /// Set `ip`'s state, adding it if new; a full table gives up its least recently
-    /// confirmed learned entry (for a resolution the caller asked for). A static entry is replaced only by another static one
-    /// (`over_static`). False if nothing could make room.
-    fn put(&mut self, ip: Ipv4Addr, state: NeighState, over_static: bool) -> bool {
-        if let Some(i) = self.find(ip) {
-            if matches!(self.table[i].state, NeighState::Static(_)) && !over_static {
-                return false;
-            }
-            self.table[i].state = state;
-            return true;
-        }
-        if self.table.is_full() {
-            let oldest = self
-                .table
-                .iter()
-                .enumerate()
-                .filter_map(|(i, n)| match n.state {
-                    NeighState::Reachable { since_ns, .. } => Some((since_ns, i)),
-                    _ => None,
-                })
-                .min();
-            match oldest {
-                Some((_, i)) => {
-                    self.table.swap_remove(i);
-                }
-                None => return false,
-            }
-        }
-        self.table.push(Neighbour { ip, state }).is_ok()
     }
 }
 

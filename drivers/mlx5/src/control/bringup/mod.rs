@@ -53,8 +53,6 @@ pub mod caps;
 pub mod eq;
 mod error;
 mod events;
-#[cfg(test)]
-mod hostile;
 mod page_cmds;
 pub mod pages;
 mod report;

@@ -12,6 +12,8 @@ use crate::control::init_seg::{FwVersion, HealthSyndrome};
 use crate::control::DeviceCaps;
 use crate::testing::fw::{default_state, page_request, script, FakeFw, State};
 
+mod hostile;
+
 /// 1 µs per reading.
 struct Ticks(Cell<u64>);
 impl Clock for Ticks {

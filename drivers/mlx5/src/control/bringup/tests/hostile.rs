@@ -30,7 +30,7 @@ use rdma_pmd::BusAddr;
 use rdma_pmd_hal::mem::{HeapDma, MemBar};
 use rdma_pmd_hal::{Clock, Mmio};
 
-use super::*;
+use super::super::*;
 use crate::control::fw::FwControl;
 use crate::control::Control;
 use crate::layout::ifc::Field;
