@@ -51,7 +51,7 @@
 //! time, so that the completions can span several polls.
 //!
 //! This file holds the ring and the posting side; `send/retire.rs` how requester CQEs retire
-//! WQEs, `send/queue.rs` the QP's [`SendQueue`](rdma_pmd::SendQueue) over the ring.
+//! WQEs; the crate's `qp/send.rs` the QP's [`SendQueue`](rdma_pmd::SendQueue) over the ring.
 
 use rdma_pmd::post::{Source, SourceKind};
 use rdma_pmd::{
